@@ -1,0 +1,365 @@
+"""Core types shared by every pipeline stage.
+
+Data flows one way (see ``docs/architecture.md``)::
+
+    problem -> policy -> build -> verify/time (child process) -> report
+
+A stage imports only stages to its left and this module.  Everything here is plain data
+(dataclasses, JSON-serialisable through :func:`to_jsonable`) so that a job can cross into
+the evaluation child process as JSON.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import operator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+
+class CudaperfError(Exception):
+    """A known, user-facing error: the CLI prints ``str(err)`` as one line on stderr.
+
+    ``exit_code`` is the process exit status the CLI uses (see ``docs/exit-codes.md``).
+    ``hint`` is an optional second line (e.g. the annotation to add).
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class ProblemError(CudaperfError):
+    """The input problem (C file or model file) cannot be loaded or is not supported."""
+
+
+class ToolchainError(CudaperfError):
+    """A required tool (nvcc, the C compiler) is missing or failed outside a candidate."""
+
+    exit_code = 3
+
+
+# ---------------------------------------------------------------------------------------
+# C element types
+# ---------------------------------------------------------------------------------------
+
+#: C scalar type (as written after preprocessing, whitespace-normalised) -> numpy dtype name.
+#: ``long`` is LP64 (64-bit), the Linux x86-64 and CUDA convention.
+C_TYPE_TO_DTYPE: dict[str, str] = {
+    "double": "float64",
+    "float": "float32",
+    "int": "int32",
+    "signed int": "int32",
+    "unsigned": "uint32",
+    "unsigned int": "uint32",
+    "long": "int64",
+    "long int": "int64",
+    "long long": "int64",
+    "long long int": "int64",
+    "unsigned long": "uint64",
+    "unsigned long long": "uint64",
+    "size_t": "uint64",
+    "int32_t": "int32",
+    "int64_t": "int64",
+    "uint32_t": "uint32",
+    "uint64_t": "uint64",
+    "short": "int16",
+    "unsigned short": "uint16",
+    "char": "int8",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "int8_t": "int8",
+    "uint8_t": "uint8",
+    "int16_t": "int16",
+    "uint16_t": "uint16",
+}
+
+FLOAT_CTYPES = frozenset({"double", "float"})
+
+
+def normalize_ctype(text: str) -> str:
+    """Normalise a C type spelling: drop qualifiers/storage words, collapse whitespace."""
+    drop = {"const", "volatile", "restrict", "__restrict", "__restrict__", "static", "register"}
+    words = [w for w in text.replace("*", " ").split() if w not in drop]
+    return " ".join(words)
+
+
+def dtype_of(ctype: str) -> str:
+    """numpy dtype name for a C element type.
+
+    Raises:
+        ProblemError: the type is not one cudaperf supports (structs, complex, ...).
+    """
+    norm = normalize_ctype(ctype)
+    try:
+        return C_TYPE_TO_DTYPE[norm]
+    except KeyError:
+        raise ProblemError(
+            f"unsupported element type '{ctype}': supported are "
+            + ", ".join(sorted(set(C_TYPE_TO_DTYPE)))
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters of the function to port
+# ---------------------------------------------------------------------------------------
+
+
+class ScalarKind(str, enum.Enum):
+    SIZE = "size"  #: integer scalar: a problem size (loop bound, extent)
+    COEFFICIENT = "coefficient"  #: floating scalar: a coefficient such as alpha
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A by-value scalar parameter.
+
+    Attributes:
+        name: parameter name in the C source.
+        ctype: element type as written (``int``, ``double``...).
+        kind: :class:`ScalarKind` (integer -> size, floating -> coefficient).
+    """
+
+    name: str
+    ctype: str
+    kind: ScalarKind
+
+    @property
+    def dtype(self) -> str:
+        return dtype_of(self.ctype)
+
+
+@dataclass(frozen=True)
+class ArrayParam:
+    """A pointer or array parameter.
+
+    Attributes:
+        name: parameter name.
+        ctype: element type (``double`` for ``double A[n][m]`` or ``double *A``).
+        extents: one C expression per dimension, in terms of size parameters, outermost
+            first; ``("n", "m")`` for ``double A[n][m]``; ``("n*m",)`` for a flat pointer
+            annotated ``A[n*m]``.  The element count is the product.
+        const: declared ``const`` (the candidate must not write it; checked anyway).
+        extent_source: where the extents came from: ``"c99"`` (array declarator) or
+            ``"annotation"`` (a ``// cudaperf:`` comment, see docs/c-problems.md).
+    """
+
+    name: str
+    ctype: str
+    extents: tuple[str, ...]
+    const: bool = False
+    extent_source: str = "c99"
+
+    @property
+    def dtype(self) -> str:
+        return dtype_of(self.ctype)
+
+    def shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """Concrete shape for the given sizes (each extent evaluated with C integer rules)."""
+        return tuple(eval_int_expr(e, sizes) for e in self.extents)
+
+
+Param = Union[ScalarParam, ArrayParam]
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """An initialisation function of the problem file that fills arrays and scalars.
+
+    Attributes:
+        name: its C name.
+        params: its parameter names, in order; each is a parameter of the ported function.
+        scalar_outputs: the names among ``params`` that are scalars returned through a
+            pointer (``double *alpha``); the ported function takes them by value.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    scalar_outputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CProblem:
+    """A C function to port, as loaded by :func:`cudaperf_cli.problems.c.load_c_problem`.
+
+    Attributes:
+        path: the C file (never modified).
+        function: name of the function to port.
+        params: its parameters, in order.
+        sizes: the main configuration, size parameter -> value (from ``--size`` or ``main``).
+        sizes_source: ``"cli"``, ``"main"`` or ``"cli+main"``: where ``sizes`` came from.
+        init: the init function used to fill data, or ``None`` for seeded random data.
+        cpp_args: ``-I``/``-D`` flags given by the user, passed to every C compile.
+        function_source: the function definition after preprocessing (text).
+        is_static: declared ``static`` (the reference wrapper still reaches it).
+    """
+
+    path: Path
+    function: str
+    params: tuple[Param, ...]
+    sizes: dict[str, int]
+    sizes_source: str = "main"
+    init: InitSpec | None = None
+    cpp_args: tuple[str, ...] = ()
+    function_source: str = ""
+    is_static: bool = False
+
+    @property
+    def arrays(self) -> tuple[ArrayParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ArrayParam))
+
+    @property
+    def size_params(self) -> tuple[ScalarParam, ...]:
+        return tuple(
+            p for p in self.params if isinstance(p, ScalarParam) and p.kind is ScalarKind.SIZE
+        )
+
+    @property
+    def cuda_symbol(self) -> str:
+        """The entry point every candidate must define: ``extern "C" int <fn>_cuda(...)``."""
+        return f"{self.function}_cuda"
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------------------
+# Integer expressions (extents, sizes)
+# ---------------------------------------------------------------------------------------
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Mod: lambda a, b: int(_c_rem(a, b)),
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+
+
+def _c_div(a: int, b: int) -> int:
+    """C integer division: truncates toward zero."""
+    if b == 0:
+        raise ZeroDivisionError("division by zero in integer expression")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _c_rem(a: int, b: int) -> int:
+    return a - _c_div(a, b) * b
+
+
+def eval_int_expr(expr: str, env: Mapping[str, int]) -> int:
+    """Evaluate a C integer expression such as ``n*m + 1`` or ``(N/2)``.
+
+    Supports integer literals (with ``u``/``l`` suffixes), names looked up in ``env``,
+    ``+ - * / % << >>``, unary minus and parentheses; ``/`` truncates toward zero as in C.
+
+    Raises:
+        ValueError: unknown name, unsupported syntax, or division by zero.
+    """
+    text = expr.strip()
+    # Strip C integer suffixes from literals (100UL -> 100).
+    import re
+
+    text = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", text)
+    text = text.replace("/", "//")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot evaluate '{expr}' as an integer expression") from None
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise ValueError(f"unknown name '{node.id}' in '{expr}'")
+            return int(env[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.FloorDiv):
+                try:
+                    return _c_div(a, b)
+                except ZeroDivisionError:
+                    raise ValueError(f"division by zero in '{expr}'") from None
+            fn = _BINOPS.get(type(node.op))
+            if fn is None:
+                raise ValueError(f"unsupported operator in '{expr}'")
+            return int(fn(a, b))
+        raise ValueError(f"cannot evaluate '{expr}' as an integer expression")
+
+    return ev(tree)
+
+
+# ---------------------------------------------------------------------------------------
+# JSON
+# ---------------------------------------------------------------------------------------
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert dataclasses, enums, paths, tuples (recursively) into JSON-ready values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def param_to_json(p: Param) -> dict[str, Any]:
+    """Serialise a parameter with a ``"role"`` tag (``size``/``coefficient``/``array``)."""
+    if isinstance(p, ArrayParam):
+        return {
+            "role": "array",
+            "name": p.name,
+            "ctype": p.ctype,
+            "dtype": p.dtype,
+            "extents": list(p.extents),
+            "const": p.const,
+        }
+    return {"role": p.kind.value, "name": p.name, "ctype": p.ctype, "dtype": p.dtype}
+
+
+def param_from_json(d: Mapping[str, Any]) -> Param:
+    """Inverse of :func:`param_to_json`."""
+    if d["role"] == "array":
+        return ArrayParam(d["name"], d["ctype"], tuple(d["extents"]), bool(d.get("const")))
+    return ScalarParam(d["name"], d["ctype"], ScalarKind(d["role"]))
+
+
+__all__ = [
+    "ArrayParam",
+    "CProblem",
+    "CudaperfError",
+    "InitSpec",
+    "Param",
+    "ProblemError",
+    "ScalarKind",
+    "ScalarParam",
+    "ToolchainError",
+    "dtype_of",
+    "eval_int_expr",
+    "normalize_ctype",
+    "param_from_json",
+    "param_to_json",
+    "to_jsonable",
+]
