@@ -1,0 +1,333 @@
+"""``cudaperf optimize FILE.c``: the main job, stage by stage.
+
+1. load the problem (preprocess, parse, parameters, extents, sizes)      problems/c.py
+2. build the reference library (gcc -O3, the file untouched)            problems/c.py
+3. turns: policy -> nvcc -> child-process verify & time -> feedback      agent/loop.py
+4. write ``<stem>.cu`` (best verified candidate + drop-in host wrapper)  agent/results.py
+5. report (Rich or ``--json``) and the exit code (docs/exit-codes.md)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudaperf_cli.agent.feedback import feedback_for
+from cudaperf_cli.agent.loop import LoopResult, TurnRecord, run_loop
+from cudaperf_cli.agent.store import RunStore
+from cudaperf_cli.core import CProblem, CudaperfError, ProblemError, param_to_json, to_jsonable
+
+EXIT_OK, EXIT_NO_CORRECT, EXIT_NO_DEVICE = 0, 1, 4
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    """Everything ``cudaperf optimize`` was asked (see ``cudaperf optimize --help``)."""
+
+    file: Path
+    cpp_args: tuple[str, ...] = ()
+    function: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    init: str | None = None
+    turns: int = 3
+    policy: str = "builtin"
+    arch: str | None = None
+    output: Path | None = None
+    force: bool = False
+    run_root: Path = Path("cudaperf-runs")
+    eval_timeout_s: float = 300.0
+    compile_timeout_s: float = 120.0
+    seed: int = 0
+    json_output: bool = False
+
+
+def default_cache_root() -> Path:
+    """Build cache shared by runs: ``$XDG_CACHE_HOME/cudaperf/build`` (``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cudaperf" / "build"
+
+
+def resolve_output(opts: OptimizeOptions) -> Path:
+    """The result path; refuses to overwrite an existing file without ``--force``."""
+    out = opts.output or Path.cwd() / f"{opts.file.stem}.cu"
+    if out.resolve() == opts.file.resolve():
+        raise CudaperfError(f"the output {out} is the input file; choose another with -o")
+    if out.exists() and not opts.force:
+        raise CudaperfError(f"{out} exists; pass --force to overwrite it, or -o to write elsewhere")
+    return out
+
+
+def make_policy(name: str) -> Any:
+    """The policy named ``name`` (only ``builtin`` exists so far)."""
+    if name == "builtin":
+        from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
+
+        return BuiltinPolicy()
+    raise CudaperfError(f"unknown policy '{name}': available policies: builtin")
+
+
+@dataclass
+class Evaluator:
+    """Runs one candidate through build and evaluation; fills a :class:`TurnRecord`."""
+
+    problem: CProblem
+    reference: Any  # problems.c.ReferenceLib
+    configs: list[dict[str, Any]]
+    arch: str
+    cache_root: Path
+    eval_timeout_s: float
+    compile_timeout_s: float
+    seed: int
+    device_missing: bool = False
+
+    def job(self, lib_path: Path) -> Any:
+        from cudaperf_cli.evaluate import EvalJob
+
+        ref = self.reference
+        return EvalJob(
+            ref_lib=str(ref.lib_path),
+            ref_symbol=ref.ref_symbol,
+            init_symbol=ref.init_symbol,
+            init=to_jsonable(self.problem.init) if self.problem.init else None,
+            cand_lib=str(lib_path),
+            cand_symbol=self.problem.cuda_symbol,
+            params=[param_to_json(p) for p in self.problem.params],
+            configs=self.configs,
+            seed=self.seed,
+        )
+
+    def run(self, record: TurnRecord, source: str, stage: Any) -> TurnRecord:
+        from cudaperf_cli.build import build_candidate
+
+        stage("compiling (nvcc)")
+        built = build_candidate(
+            source, arch=self.arch, cache_root=self.cache_root, timeout_s=self.compile_timeout_s
+        )
+        record.build = to_jsonable(built)
+        record.build_dir = str(Path(built.lib_path).parent) if built.lib_path else None
+        record.compile_s = built.seconds
+        record.compile_cached = built.cached
+        if built.resources:
+            record.registers = max(k.registers for k in built.resources)
+            record.spill_bytes = sum(k.spill_store_bytes + k.spill_load_bytes for k in built.resources)
+        if not built.ok:
+            record.status = built.status
+            first = (built.errors or "").strip().splitlines()
+            record.message = first[0] if first else built.status
+            return record
+        if self.device_missing:
+            record.status = "no_device"
+            record.message = "compiled; not run (no CUDA device)"
+            return record
+        stage("verifying and timing (child process)")
+        from cudaperf_cli.evaluate import run_evaluation
+
+        t0 = time.perf_counter()
+        result = run_evaluation(self.job(Path(built.lib_path)), timeout_s=self.eval_timeout_s)
+        record.eval_s = time.perf_counter() - t0
+        fill_from_evaluation(record, result)
+        if record.status == "no_device":
+            self.device_missing = True
+        return record
+
+
+def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
+    """Copy an evaluation result's status, errors and timings into ``record``."""
+    data = to_jsonable(result)
+    record.evaluation = data
+    record.status = data["status"]
+    record.message = data.get("message") or ""
+    summary = data.get("summary") or {}
+    for key in (
+        "max_abs_err",
+        "max_rel_err",
+        "gpu_ms",
+        "gpu_ms_iqr",
+        "e2e_ms",
+        "cpu_ms",
+        "speedup_kernel",
+        "speedup_e2e",
+        "baseline",
+    ):
+        if summary.get(key) is not None:
+            setattr(record, key, summary[key])
+    record.access = dict(data.get("access") or {})
+
+
+def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
+    """Main configuration (verified once, then timed) + a small odd one (two trials)."""
+    from cudaperf_cli.problems.c import small_sizes
+
+    small = small_sizes(problem)
+    configs = [{"name": "small-odd", "sizes": small, "trials": 2, "time": False}]
+    configs.append({"name": "main", "sizes": dict(problem.sizes), "trials": 1, "time": True})
+    return configs
+
+
+def run_optimize_command(opts: OptimizeOptions) -> int:
+    """Run ``cudaperf optimize``; returns the exit code (docs/exit-codes.md)."""
+    from rich.console import Console
+
+    from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
+    from cudaperf_cli.build import detect_arch
+    from cudaperf_cli.problems.c import build_reference, load_c_problem
+
+    console = Console(stderr=False, highlight=False)
+    human = not opts.json_output
+
+    if not opts.file.is_file():
+        raise ProblemError(f"{opts.file}: no such file")
+    out_path = resolve_output(opts)
+    policy = make_policy(opts.policy)
+
+    problem = load_c_problem(
+        opts.file, function=opts.function, cpp_args=opts.cpp_args, sizes=opts.sizes, init=opts.init
+    )
+    configs = verification_configs(problem)
+    detected = detect_arch()
+    arch = opts.arch or detected or "sm_90"
+
+    store = RunStore(opts.run_root, f"{opts.file.stem}-{problem.function}")
+    store.write_json(
+        "problem.json",
+        {
+            "file": str(opts.file.resolve()),
+            "function": problem.function,
+            "params": [param_to_json(p) for p in problem.params],
+            "sizes": problem.sizes,
+            "sizes_source": problem.sizes_source,
+            "init": problem.init,
+            "cpp_args": problem.cpp_args,
+            "configs": configs,
+            "arch": arch,
+            "policy": opts.policy,
+        },
+    )
+    if human:
+        sizes = ", ".join(f"{k}={v}" for k, v in problem.sizes.items())
+        small = ", ".join(f"{k}={v}" for k, v in configs[0]["sizes"].items())
+        init = f"init {problem.init.name}()" if problem.init else "seeded random data"
+        console.print(
+            f"[bold]{problem.function}[/] from {opts.file}: sizes {sizes} (from {problem.sizes_source}); "
+            f"verify also at {small}; {init}; nvcc -arch={arch}"
+            + ("" if detected else " [yellow](no GPU detected)[/]")
+        )
+    reference = build_reference(problem, store.subdir("reference"))
+
+    evaluator = Evaluator(
+        problem=problem,
+        reference=reference,
+        configs=configs,
+        arch=arch,
+        cache_root=default_cache_root(),
+        eval_timeout_s=opts.eval_timeout_s,
+        compile_timeout_s=opts.compile_timeout_s,
+        seed=opts.seed,
+        device_missing=detected is None,
+    )
+
+    observer: Any = RichObserver(console, f"{problem.function}: {opts.policy} policy") if human else QuietObserver()
+
+    def run_turn(turn: int, history: list[TurnRecord]) -> TurnRecord:
+        from cudaperf_cli.policies.base import PolicyRefusal
+
+        observer.stage(turn, "writing a candidate")
+        try:
+            proposal = policy.propose(problem, turn)
+        except PolicyRefusal as refusal:
+            record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=str(refusal))
+            record.feedback = feedback_for(record)
+            return record
+        record = TurnRecord(
+            turn, proposal.policy, proposal.description, "pending",
+            source=proposal.source, mapping=dict(proposal.mapping),
+        )
+        evaluator.run(record, proposal.source, lambda name: observer.stage(turn, name))
+        if record.baseline is None:
+            record.baseline = getattr(reference, "baseline_name", None)
+        record.feedback = feedback_for(record)
+        return record
+
+    started = time.perf_counter()
+    with observer if human else contextlib.nullcontext():
+        result = run_loop(
+            run_turn,
+            turns=opts.turns,
+            observer=observer,
+            on_record=lambda r: store.append_jsonl("turns.jsonl", r),
+        )
+    wall_s = time.perf_counter() - started
+
+    code, lines, written = _finish(problem, result, evaluator, out_path, arch, opts)
+    summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, reference)
+    store.write_json("summary.json", summary)
+    if human:
+        console.print(best_panel(result, lines))
+        console.print(f"stopped: {result.stop_reason}; run folder: {store.path}")
+    else:
+        print(json.dumps(to_jsonable(summary), indent=2, default=str))
+    if code == EXIT_NO_DEVICE:
+        print("no CUDA device: candidates were compiled but not verified or timed", file=sys.stderr)
+    elif code == EXIT_NO_CORRECT:
+        print("no correct candidate: see the turns above and the run folder", file=sys.stderr)
+    return code
+
+
+def _finish(
+    problem: CProblem, result: LoopResult, evaluator: Evaluator, out_path: Path, arch: str,
+    opts: OptimizeOptions,
+) -> tuple[int, list[str], Path | None]:
+    from cudaperf_cli.agent.results import build_instructions, result_source
+
+    best = result.best
+    if best is None:
+        if evaluator.device_missing:
+            return EXIT_NO_DEVICE, ["No CUDA device: nothing was verified, nothing written."], None
+        return EXIT_NO_CORRECT, ["No candidate passed verification; nothing written."], None
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.exists() and not opts.force:  # appeared while we worked
+        raise CudaperfError(f"{out_path} appeared during the run; pass --force to overwrite it")
+    out_path.write_text(result_source(problem, best.source or "", best.access))
+    how = build_instructions(problem, out_path, arch)
+    lines = [
+        f"written     {out_path}",
+        f"build       {how.compile}",
+        f"link        {how.link}",
+        f"note        {how.note}",
+    ]
+    return EXIT_OK, lines, out_path
+
+
+def _summary(
+    problem: CProblem, result: LoopResult, configs: list[dict[str, Any]], arch: str,
+    run_dir: Path, written: Path | None, code: int, wall_s: float, reference: Any,
+) -> dict[str, Any]:
+    def brief(r: TurnRecord) -> dict[str, Any]:
+        d = to_jsonable(r)
+        for k in ("source", "build", "evaluation"):
+            d.pop(k, None)
+        return d
+
+    best = result.best
+    return {
+        "file": str(problem.path),
+        "function": problem.function,
+        "sizes": problem.sizes,
+        "configs": configs,
+        "arch": arch,
+        "baseline": getattr(reference, "baseline_name", None),
+        "turns": [brief(r) for r in result.turns],
+        "best_turn": None if best is None else best.turn + 1,
+        "best": None if best is None else brief(best),
+        "output": None if written is None else str(written),
+        "run_dir": str(run_dir),
+        "stop_reason": result.stop_reason,
+        "exit_code": code,
+        "wall_s": wall_s,
+    }

@@ -1,0 +1,177 @@
+"""Human output of ``cudaperf optimize`` (Rich): one row per turn, then the best candidate.
+
+On a terminal the table grows live while a spinner names the stage in progress; elsewhere
+(pipes, CI logs) each finished turn is printed as one plain line and the table at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from cudaperf_cli.agent.loop import LoopResult, TurnRecord
+
+STATUS_STYLE = {
+    "correct": "bold green",
+    "wrong": "bold red",
+    "runtime_error": "red",
+    "crash": "red",
+    "timeout": "red",
+    "compile_error": "yellow",
+    "compile_timeout": "yellow",
+    "refused": "yellow",
+    "no_device": "cyan",
+    "reference_error": "magenta",
+}
+
+STATUS_LABEL = {
+    "compile_error": "compile error",
+    "compile_timeout": "compile timeout",
+    "runtime_error": "runtime error",
+    "no_device": "compiled (no GPU)",
+    "reference_error": "reference error",
+}
+
+
+def fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.4f}"
+
+
+def fmt_x(v: float | None) -> str:
+    if v is None:
+        return "-"
+    flag = " (!)" if v > 10 else ""
+    return f"{v:.1f}x{flag}" if v >= 10 else f"{v:.2f}x{flag}"
+
+
+def fmt_err(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1e}"
+
+
+def turns_table(records: list[TurnRecord], title: str | None = None) -> Table:
+    """The per-turn table: status, max error, GPU ms, speedups, registers, spills."""
+    table = Table(title=title, header_style="bold", expand=False)
+    table.add_column("turn", justify="right")
+    table.add_column("candidate", overflow="fold", max_width=44)
+    table.add_column("status")
+    table.add_column("max rel err", justify="right")
+    table.add_column("GPU ms", justify="right")
+    table.add_column("speedup\nkernel", justify="right")
+    table.add_column("speedup\nend-to-end", justify="right")
+    table.add_column("regs", justify="right")
+    table.add_column("spill B", justify="right")
+    table.add_column("eval s", justify="right")
+    for r in records:
+        label = STATUS_LABEL.get(r.status, r.status)
+        table.add_row(
+            str(r.turn + 1),
+            r.description,
+            Text(label, style=STATUS_STYLE.get(r.status, "")),
+            fmt_err(r.max_rel_err),
+            fmt_ms(r.gpu_ms),
+            fmt_x(r.speedup_kernel),
+            fmt_x(r.speedup_e2e),
+            "-" if r.registers is None else str(r.registers),
+            "-" if r.spill_bytes is None else str(r.spill_bytes),
+            "-" if r.eval_s is None and r.compile_s is None
+            else f"{(r.compile_s or 0) + (r.eval_s or 0):.1f}",
+        )
+    return table
+
+
+def turn_line(r: TurnRecord) -> str:
+    """One plain line for a finished turn (non-terminal output)."""
+    head = f"turn {r.turn + 1}: {STATUS_LABEL.get(r.status, r.status)}"
+    if r.correct:
+        return (
+            f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
+            f"{fmt_x(r.speedup_e2e)} end-to-end vs {r.baseline}; {r.description}"
+        )
+    return f"{head}; {r.message or r.description}"
+
+
+class RichObserver:
+    """Shows the loop's progress with Rich (live table on a terminal, lines otherwise)."""
+
+    def __init__(self, console: Console, title: str):
+        self.console = console
+        self.title = title
+        self.records: list[TurnRecord] = []
+        self._stage = ""
+        self._live: Live | None = None
+
+    def __enter__(self) -> "RichObserver":
+        if self.console.is_terminal:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=8,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._stage = ""
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+            self._live = None
+        else:
+            self.console.print(turns_table(self.records, self.title))
+
+    def _render(self) -> Group:
+        parts: list[Any] = [turns_table(self.records, self.title)]
+        if self._stage:
+            parts.append(Spinner("dots", text=Text(self._stage, style="dim")))
+        return Group(*parts)
+
+    def stage(self, turn: int, name: str) -> None:
+        self._stage = f"turn {turn + 1}: {name}"
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def turn_done(self, record: TurnRecord) -> None:
+        self.records.append(record)
+        self._stage = ""
+        if self._live is not None:
+            self._live.update(self._render())
+        else:
+            self.console.print(turn_line(record), highlight=False, markup=False)
+
+
+class QuietObserver:
+    """For ``--json``: shows nothing."""
+
+    def stage(self, turn: int, name: str) -> None:
+        pass
+
+    def turn_done(self, record: TurnRecord) -> None:
+        pass
+
+
+def best_panel(result: LoopResult, lines: list[str]) -> Panel:
+    """The final panel: the best candidate and what was written, or why there is none."""
+    best = result.best
+    if best is None:
+        return Panel("\n".join(lines), title="no verified kernel", border_style="red")
+    body = [
+        f"[bold]{best.description}[/]",
+        f"GPU kernel  {fmt_ms(best.gpu_ms)} ms (median; IQR {fmt_ms(best.gpu_ms_iqr)} ms)",
+        f"end-to-end  {fmt_ms(best.e2e_ms)} ms (copies in and out included)",
+        f"CPU         {fmt_ms(best.cpu_ms)} ms ({best.baseline})",
+        f"speedup     {fmt_x(best.speedup_kernel)} kernel-only, "
+        f"{fmt_x(best.speedup_e2e)} end-to-end, vs {best.baseline}",
+        f"resources   {best.registers} registers/thread, {best.spill_bytes} spill bytes",
+        f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
+        *lines,
+    ]
+    return Panel("\n".join(body), title=f"best: turn {best.turn + 1}", border_style="green")

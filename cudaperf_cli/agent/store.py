@@ -1,0 +1,49 @@
+"""Run folders: everything one ``optimize`` run did, for the user to inspect later.
+
+Layout of ``<run-root>/<stem>-<function>-<YYYYmmdd-HHMMSS>/``::
+
+    problem.json      the loaded problem (parameters, extents, sizes, configs, init)
+    reference/        the reference wrapper source and shared library
+    turns.jsonl       one JSON object per turn: candidate source, build log, ptxas report,
+                      evaluation results (see TurnRecord in agent/loop.py)
+    summary.json      the same document ``--json`` prints
+
+A folder is never reused: a name clash gets a numeric suffix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from cudaperf_cli.core import to_jsonable
+
+
+class RunStore:
+    """Writes one run folder.  All writes are append-only or new files."""
+
+    def __init__(self, root: Path, name: str):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = root / f"{name}-{stamp}"
+        path, k = base, 1
+        while path.exists():
+            k += 1
+            path = base.with_name(f"{base.name}-{k}")
+        path.mkdir(parents=True)
+        self.path = path
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        out = self.path / name
+        out.write_text(json.dumps(to_jsonable(obj), indent=2, default=str) + "\n")
+        return out
+
+    def append_jsonl(self, name: str, obj: Any) -> None:
+        with (self.path / name).open("a") as fh:
+            fh.write(json.dumps(to_jsonable(obj), default=str) + "\n")
+
+    def subdir(self, name: str) -> Path:
+        d = self.path / name
+        d.mkdir(exist_ok=True)
+        return d

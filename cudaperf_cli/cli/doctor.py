@@ -1,0 +1,87 @@
+"""``cudaperf doctor``: what the toolchain and the GPU look like from here.
+
+Exit code 0 when nvcc, a C compiler and a CUDA device are all usable; 4 when only the
+device is missing (compile-only work is possible); 3 when a compiler is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from typing import Any
+
+
+def _tool(cmd: str, version_args: list[str]) -> dict[str, Any]:
+    path = shutil.which(cmd)
+    if path is None:
+        return {"path": None, "version": None, "ok": False}
+    try:
+        out = subprocess.run(
+            [path, *version_args], capture_output=True, text=True, timeout=20, check=False
+        )
+        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"path": path, "version": f"failed: {exc}", "ok": False}
+    version = lines[-1] if cmd == "nvcc" and lines else (lines[0] if lines else "")
+    return {"path": path, "version": version.strip(), "ok": True}
+
+
+def collect() -> dict[str, Any]:
+    """Facts about this machine as a JSON-ready dict (tools, GPU, Python packages)."""
+    from cudaperf_cli.evaluate import device_info
+
+    cc = os.environ.get("CC", "cc")
+    report: dict[str, Any] = {
+        "nvcc": _tool("nvcc", ["--version"]),
+        "cc": _tool(cc, ["--version"]),
+    }
+    info = device_info()
+    report["gpu"] = info
+    return report
+
+
+def run_doctor(json_out: bool) -> int:
+    """Print the doctor report (Rich table or JSON); return the exit code."""
+    report = collect()
+    gpu = report["gpu"] or {}
+    has_gpu = bool(gpu.get("available"))
+    code = 0
+    if not report["nvcc"]["ok"] or not report["cc"]["ok"]:
+        code = 3
+    elif not has_gpu:
+        code = 4
+    if json_out:
+        print(json.dumps(report, indent=2, default=str))
+        return code
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="cudaperf doctor", show_header=True, header_style="bold")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("details", overflow="fold")
+
+    def row(name: str, ok: bool, details: str, warn: bool = False) -> None:
+        status = "[green]ok[/]" if ok else ("[yellow]missing[/]" if warn else "[red]missing[/]")
+        table.add_row(name, status, details)
+
+    for key, label in (("nvcc", "nvcc"), ("cc", "C compiler")):
+        t = report[key]
+        row(label, t["ok"], f"{t['path'] or 'not on PATH'}  {t['version'] or ''}".strip())
+    if has_gpu:
+        details = (
+            f"{gpu.get('name')}  sm_{gpu.get('compute_capability', '').replace('.', '')}  "
+            f"driver {gpu.get('driver_version')}  "
+            f"free {gpu.get('memory_free_bytes', 0) / 2**30:.1f} / "
+            f"{gpu.get('memory_total_bytes', 0) / 2**30:.1f} GiB"
+        )
+        row("GPU", True, details)
+    else:
+        row("GPU", False, gpu.get("reason", "no CUDA device"), warn=True)
+    core = gpu.get("cuda_core") if gpu else None
+    row("cuda.core", bool(core and core.get("ok")), (core or {}).get("detail", "not loaded"))
+    Console().print(table)
+    return code

@@ -1,0 +1,160 @@
+"""The ``cudaperf`` command line (Typer).  One module per command group; heavy imports lazy.
+
+Errors: a known error (:class:`cudaperf_cli.core.CudaperfError`) prints one line on stderr
+(plus an optional hint line) and exits with its code; see docs/exit-codes.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from cudaperf_cli import __version__
+from cudaperf_cli.core import CudaperfError
+
+app = typer.Typer(
+    name="cudaperf",
+    help="Port hot C functions to verified, timed CUDA kernels and keep improving them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cudaperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Port hot C functions to verified, timed CUDA kernels and keep improving them."""
+
+
+def fail(err: CudaperfError) -> None:
+    """Print a known error as one line on stderr (and its hint) and exit with its code."""
+    print(f"error: {err}", file=sys.stderr)
+    if getattr(err, "hint", None):
+        print(f"hint: {err.hint}", file=sys.stderr)
+    raise typer.Exit(err.exit_code)
+
+
+def _parse_sizes(items: List[str]) -> dict[str, int]:
+    from cudaperf_cli.core import ProblemError
+
+    sizes: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ProblemError(f"--size expects NAME=VALUE, got '{item}'")
+        try:
+            sizes[name.strip()] = int(value, 0)
+        except ValueError:
+            raise ProblemError(f"--size {name}: '{value}' is not an integer") from None
+    return sizes
+
+
+@app.command()
+def optimize(
+    file: Path = typer.Argument(..., help="C file holding the function to port."),
+    include: List[str] = typer.Option([], "-I", help="Include directory (repeatable), as for cc."),
+    define: List[str] = typer.Option([], "-D", help="Macro NAME[=VALUE] (repeatable), as for cc."),
+    function: Optional[str] = typer.Option(
+        None, "--function", "-f", help="Function to port (default: the #pragma scop one, "
+        "else the only non-main function with a loop nest)."
+    ),
+    size: List[str] = typer.Option(
+        [], "--size", "-s", help="Size parameter NAME=VALUE (repeatable); default: main()'s."
+    ),
+    init: Optional[str] = typer.Option(
+        None, "--init", help="Init function filling the data (default: detected by name)."
+    ),
+    turns: int = typer.Option(3, "--turns", "-n", min=1, help="Candidates to try (one a turn)."),
+    policy: str = typer.Option("builtin", "--policy", help="Policy writing candidates: builtin."),
+    arch: Optional[str] = typer.Option(
+        None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Result file (default: ./<stem>.cu)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing result file."),
+    run_root: Path = typer.Option(
+        Path("cudaperf-runs"), "--run-dir", help="Folder for run folders (sources, logs, JSONL)."
+    ),
+    timeout: float = typer.Option(
+        300.0, "--timeout", min=1.0, help="Time limit of one candidate's evaluation, seconds."
+    ),
+    compile_timeout: float = typer.Option(
+        120.0, "--compile-timeout", min=1.0, help="Time limit of one nvcc compile, seconds."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random input data."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
+) -> None:
+    """Port a C function to CUDA: build, verify and time candidates over several turns."""
+    from cudaperf_cli.agent.optimize import OptimizeOptions, run_optimize_command
+
+    try:
+        cpp_args = [f"-I{d}" for d in include] + [f"-D{d}" for d in define]
+        opts = OptimizeOptions(
+            file=file,
+            cpp_args=tuple(cpp_args),
+            function=function,
+            sizes=_parse_sizes(size),
+            init=init,
+            turns=turns,
+            policy=policy,
+            arch=arch,
+            output=output,
+            force=force,
+            run_root=run_root,
+            eval_timeout_s=timeout,
+            compile_timeout_s=compile_timeout,
+            seed=seed,
+            json_output=json_out,
+        )
+        code = run_optimize_command(opts)
+    except CudaperfError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        print("interrupted: the run folder keeps what was done", file=sys.stderr)
+        raise typer.Exit(130)
+    raise typer.Exit(code)
+
+
+@app.command()
+def doctor(
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Check the toolchain and the GPU: nvcc, the C compiler, device, driver, cuda.core."""
+    from cudaperf_cli.cli.doctor import run_doctor
+
+    raise typer.Exit(run_doctor(json_out))
+
+
+def _register_optional_commands() -> None:
+    """Commands of other stages, registered when their module is present."""
+    try:
+        from cudaperf_cli.cli.score import score
+    except ImportError:
+        return
+    app.command(name="score")(score)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    """Entry point of the ``cudaperf`` script and ``python -m cudaperf_cli``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
