@@ -1,0 +1,478 @@
+"""Compile a candidate ``.cu`` into a shared library with nvcc, with a content-hash cache.
+
+One build directory per candidate, named by a hash of (source, arch, extra flags, nvcc
+version, command-line revision) under ``cache_root``::
+
+    <cache_root>/<key>/candidate.cu    the source, as given
+                       candidate.so    the library (when the build succeeded)
+                       build.log       nvcc's full output (stdout + stderr)
+                       build.json      the BuildResult (read back on a cache hit)
+
+A build runs in a temporary sibling directory that is renamed into place when done, so a
+half-written directory never looks like a cache hit.  Timed-out builds are not cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from cudaperf_cli.build.ptxas import KernelResources, parse_ptxas_report
+from cudaperf_cli.core import ToolchainError, to_jsonable
+
+#: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
+BUILD_REVISION = 1
+
+SOURCE_NAME = "candidate.cu"
+LIB_NAME = "candidate.so"
+
+#: Limits of :attr:`BuildResult.errors` (the text fed back to the model).
+MAX_ERROR_LINES = 40
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """Outcome of one nvcc build.
+
+    Attributes:
+        ok: the library was built.
+        status: ``"ok"``, ``"compile_error"`` or ``"compile_timeout"``.
+        lib_path: the built ``candidate.so`` (None unless ``ok``).
+        log: nvcc's full output (stdout then stderr), temporary paths replaced.
+        errors: the error lines with their context, verbatim, trimmed to about
+            ``MAX_ERROR_LINES`` lines / ``MAX_ERROR_CHARS`` characters ("" when ok).
+        resources: one :class:`KernelResources` per kernel from ``-Xptxas -v``.
+        seconds: wall time of the nvcc run (of the original build on a cache hit), s.
+        cached: this result was read from the cache.
+        command: the nvcc command line (run inside the build directory).
+        arch: the target, e.g. ``"sm_90"``.
+        build_dir: the cache directory of this candidate (None for a timed-out build).
+        key: the content hash naming ``build_dir``.
+        warnings: compiler warning lines (trimmed like ``errors``).
+    """
+
+    ok: bool
+    status: str
+    lib_path: Path | None
+    log: str
+    errors: str
+    resources: list[KernelResources]
+    seconds: float
+    cached: bool
+    command: list[str]
+    arch: str
+    build_dir: Path | None = None
+    key: str = ""
+    warnings: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (paths as strings)."""
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BuildResult":
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["resources"] = [KernelResources.from_dict(r) for r in d.get("resources", [])]
+        for p in ("lib_path", "build_dir"):
+            kw[p] = Path(kw[p]) if kw.get(p) else None
+        kw["command"] = list(kw.get("command", []))
+        return cls(**kw)
+
+
+# ---------------------------------------------------------------------------------------
+# nvcc discovery
+# ---------------------------------------------------------------------------------------
+
+
+#: Toolkit directories searched after PATH, $CUDA_HOME and $CUDA_PATH.
+_FALLBACK_HOMES: tuple[str, ...] = ("/usr/local/cuda",)
+
+
+def find_nvcc(nvcc: str | None = None) -> str:
+    """Path of nvcc: ``nvcc`` argument, ``$CUDAPERF_NVCC``, PATH, ``$CUDA_HOME/bin``,
+    ``/usr/local/cuda/bin``.
+
+    Raises:
+        ToolchainError: nvcc is not found.
+    """
+    candidates = [nvcc, os.environ.get("CUDAPERF_NVCC")]
+    for c in candidates:
+        if c:
+            found = shutil.which(c)
+            if found:
+                return found
+            raise ToolchainError(f"nvcc not found at '{c}'")
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *_FALLBACK_HOMES):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    raise ToolchainError(
+        "nvcc not found: install the CUDA toolkit and put nvcc on PATH "
+        "(or set CUDA_HOME or CUDAPERF_NVCC)"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def nvcc_version(nvcc: str) -> str:
+    """The ``nvcc --version`` text (its last line, e.g. ``Build cuda_13.0.r13.0/...``).
+
+    Raises:
+        ToolchainError: nvcc cannot be run.
+    """
+    try:
+        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ToolchainError(f"cannot run '{nvcc} --version': {exc}") from None
+    if proc.returncode != 0:
+        raise ToolchainError(f"'{nvcc} --version' failed with exit status {proc.returncode}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return "\n".join(lines[-2:]) if lines else "unknown"
+
+
+# ---------------------------------------------------------------------------------------
+# Device architecture
+# ---------------------------------------------------------------------------------------
+
+
+def detect_arch(ordinal: int = 0) -> str | None:
+    """``"sm_XY"`` of GPU ``ordinal`` (first GPU by default) via cuda.bindings.
+
+    Returns None when there is no driver, no device, or anything else fails; never raises.
+    """
+    try:
+        from cuda.bindings import driver as drv
+
+        (err,) = drv.cuInit(0)
+        if int(err) != 0:
+            return None
+        err, count = drv.cuDeviceGetCount()
+        if int(err) != 0 or count <= ordinal:
+            return None
+        err, dev = drv.cuDeviceGet(ordinal)
+        if int(err) != 0:
+            return None
+        attr = drv.CUdevice_attribute
+        err1, major = drv.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+        )
+        err2, minor = drv.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+        )
+        if int(err1) != 0 or int(err2) != 0:
+            return None
+        return f"sm_{int(major)}{int(minor)}"
+    except BaseException:  # noqa: BLE001 - documented as never raising
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Error extraction
+# ---------------------------------------------------------------------------------------
+
+_ERROR_HEAD = re.compile(
+    r"(\berrors?\b|\bfatal\b|catastrophic|undefined reference|Segmentation fault)", re.IGNORECASE
+)
+_SUMMARY = re.compile(r"^\d+ errors? detected in the compilation of")
+_WARNING_HEAD = re.compile(r"\bwarning\b", re.IGNORECASE)
+_INFO = re.compile(r"^ptxas\s+info\b")
+_TMPXFT = re.compile(r"(?:/[^\s:()\"']*/)?tmpxft_[0-9a-fA-F_]+-\d+_(candidate)(\.[\w.]+)?")
+
+
+def _blocks(log: str, head: re.Pattern[str]) -> list[str]:
+    """Diagnostic blocks: a header line matching ``head`` plus the lines after it up to
+    the next blank line (nvcc prints the source line and a caret under an error)."""
+    out: list[str] = []
+    lines = log.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() and not line[:1].isspace() and head.search(line) and not _INFO.match(line):
+            block = [line]
+            i += 1
+            while i < len(lines) and lines[i].strip():
+                nxt = lines[i]
+                if _INFO.match(nxt):
+                    break
+                # Another header of the other kind ends the block.
+                if not nxt[:1].isspace() and head is _ERROR_HEAD and _WARNING_HEAD.search(nxt) \
+                        and not _ERROR_HEAD.search(nxt):
+                    break
+                block.append(nxt)
+                i += 1
+            out.extend(block)
+            out.append("")
+            continue
+        i += 1
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def _trim(lines: list[str], max_lines: int, max_chars: int) -> str:
+    kept: list[str] = []
+    size = 0
+    for n, line in enumerate(lines):
+        if n >= max_lines or size + len(line) + 1 > max_chars:
+            rest = len(lines) - n
+            kept.append(f"... ({rest} more line{'s' if rest != 1 else ''} in the full build log)")
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(kept)
+
+
+def extract_errors(
+    log: str, *, max_lines: int = MAX_ERROR_LINES, max_chars: int = MAX_ERROR_CHARS
+) -> str:
+    """The error diagnostics of a compiler log, verbatim, trimmed to ``max_lines`` lines and
+    ``max_chars`` characters (a final ``... (N more lines ...)`` line says what was cut).
+
+    Falls back to the last lines of the log when no line looks like an error.
+    """
+    lines = _blocks(log, _ERROR_HEAD)
+    if not lines:
+        tail = [ln for ln in log.splitlines() if ln.strip() and not _INFO.match(ln)]
+        lines = tail[-max_lines:]
+    text = _trim(lines, max_lines, max_chars)
+    summary = [ln for ln in log.splitlines() if _SUMMARY.search(ln)]
+    if summary and summary[-1] not in text:
+        text += "\n" + summary[-1]  # keep "N errors detected ..." even when trimmed
+    return text
+
+
+def extract_warnings(log: str, *, max_lines: int = 20, max_chars: int = 2000) -> str:
+    """Warning diagnostics of a compiler log (ptxas register-limit notes included), trimmed."""
+    return _trim(_blocks(log, _WARNING_HEAD), max_lines, max_chars)
+
+
+def _clean_paths(text: str, tmpdir: str) -> str:
+    text = text.replace(tmpdir + os.sep, "").replace(tmpdir, ".")
+    return _TMPXFT.sub(lambda m: m.group(1) + (m.group(2) or ""), text)
+
+
+# ---------------------------------------------------------------------------------------
+# Build
+# ---------------------------------------------------------------------------------------
+
+
+def nvcc_command(nvcc: str, arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
+    """The nvcc command line for a candidate (run inside its build directory)."""
+    return [
+        nvcc,
+        "-O3",
+        f"-arch={arch}",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-Xptxas",
+        "-v",
+        "-lineinfo",
+        *extra_flags,
+        "-o",
+        LIB_NAME,
+        SOURCE_NAME,
+    ]
+
+
+def cache_key(source: str, arch: str, extra_flags: Sequence[str], version: str) -> str:
+    """Content hash (hex, 24 chars) of everything that determines a build."""
+    blob = json.dumps(
+        {
+            "revision": BUILD_REVISION,
+            "source": source,
+            "arch": arch,
+            "flags": list(extra_flags),
+            "nvcc": version,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _load_cached(build_dir: Path) -> BuildResult | None:
+    meta = build_dir / "build.json"
+    if not meta.is_file():
+        return None
+    try:
+        res = BuildResult.from_json(json.loads(meta.read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    lib = build_dir / LIB_NAME
+    if res.ok and not lib.is_file():
+        return None
+    return replace(
+        res, cached=True, build_dir=build_dir, lib_path=lib if res.ok else None
+    )
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+def build_candidate(
+    source: str,
+    *,
+    arch: str = "sm_90",
+    cache_root: Path,
+    timeout_s: float = 120,
+    extra_flags: Sequence[str] = (),
+    nvcc: str | None = None,
+) -> BuildResult:
+    """Compile ``source`` into ``candidate.so`` (or return the cached result).
+
+    Runs ``nvcc -O3 -arch=<arch> -shared -Xcompiler -fPIC -Xptxas -v -lineinfo
+    <extra_flags> -o candidate.so candidate.cu`` in the candidate's build directory, killing
+    nvcc and its children after ``timeout_s`` seconds.
+
+    Args:
+        source: the CUDA source text.
+        arch: SASS target such as ``"sm_90"``.
+        cache_root: directory holding one build directory per candidate (created).
+        timeout_s: wall-clock limit of the nvcc run, seconds.
+        extra_flags: more nvcc flags (part of the cache key).
+        nvcc: nvcc to use (default: see :func:`find_nvcc`).
+
+    Returns:
+        A :class:`BuildResult`; compile errors and timeouts are results, not exceptions.
+
+    Raises:
+        ToolchainError: nvcc is missing or cannot run at all.
+    """
+    nvcc_path = find_nvcc(nvcc)
+    version = nvcc_version(nvcc_path)
+    key = cache_key(source, arch, extra_flags, version)
+    cache_root = Path(cache_root)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    final_dir = cache_root / key
+
+    hit = _load_cached(final_dir)
+    if hit is not None:
+        return hit
+    if final_dir.exists():  # a broken or foreign directory: rebuild it
+        shutil.rmtree(final_dir, ignore_errors=True)
+
+    tmpdir = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_root)
+    tmp = Path(tmpdir)
+    (tmp / SOURCE_NAME).write_text(source)
+    cmd = nvcc_command(nvcc_path, arch, extra_flags)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmpdir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise ToolchainError(f"cannot run nvcc ({nvcc_path}): {exc}") from None
+    timed_out = False
+    try:
+        out_b, err_b = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        try:
+            out_b, err_b = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out_b, err_b = b"", b""
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+    seconds = time.monotonic() - t0
+    log = out_b.decode(errors="replace") + err_b.decode(errors="replace")
+    log = _clean_paths(log, tmpdir)
+
+    if timed_out:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        msg = f"nvcc did not finish within {timeout_s:g} s and was killed"
+        return BuildResult(
+            ok=False,
+            status="compile_timeout",
+            lib_path=None,
+            log=(log + "\n" if log else "") + msg,
+            errors=msg,
+            resources=parse_ptxas_report(log),
+            seconds=seconds,
+            cached=False,
+            command=cmd,
+            arch=arch,
+            build_dir=None,
+            key=key,
+        )
+
+    ok = proc.returncode == 0 and (tmp / LIB_NAME).is_file()
+    errors = ""
+    if not ok:
+        errors = extract_errors(log)
+        if not errors:
+            errors = f"nvcc exited with status {proc.returncode} and printed nothing"
+    result = BuildResult(
+        ok=ok,
+        status="ok" if ok else "compile_error",
+        lib_path=None,
+        log=log,
+        errors=errors,
+        resources=parse_ptxas_report(log),
+        seconds=seconds,
+        cached=False,
+        command=cmd,
+        arch=arch,
+        build_dir=None,
+        key=key,
+        warnings=extract_warnings(log),
+    )
+    (tmp / "build.log").write_text(log)
+    (tmp / "build.json").write_text(json.dumps(result.to_json(), indent=1))
+    try:
+        os.rename(tmpdir, final_dir)
+    except OSError:
+        # Another process finished the same build first: use its result.
+        hit = _load_cached(final_dir)
+        if hit is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            return replace(hit, cached=False)
+        # Unusable directory in the way: keep this build where it is.
+        final_dir = tmp
+    return replace(
+        result, build_dir=final_dir, lib_path=(final_dir / LIB_NAME) if ok else None
+    )
+
+
+__all__ = [
+    "BuildResult",
+    "build_candidate",
+    "cache_key",
+    "detect_arch",
+    "extract_errors",
+    "extract_warnings",
+    "find_nvcc",
+    "nvcc_command",
+    "nvcc_version",
+]

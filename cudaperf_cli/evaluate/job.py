@@ -1,0 +1,615 @@
+"""The evaluation job (parent -> worker) and its result (worker -> parent), as JSON.
+
+Everything here is plain data: the parent serialises an :class:`EvalJob` with
+:meth:`EvalJob.to_json`, the worker answers with one :class:`EvalResult` document.  See
+``docs/evaluation.md`` for the protocol and the meaning of every field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from cudaperf_cli.core import (
+    ArrayParam,
+    CProblem,
+    InitSpec,
+    ScalarKind,
+    ScalarParam,
+    param_from_json,
+    param_to_json,
+    to_jsonable,
+)
+
+# ---------------------------------------------------------------------------------------
+# Statuses
+# ---------------------------------------------------------------------------------------
+
+CORRECT = "correct"  #: every array of every trial of every config matched the reference
+WRONG = "wrong"  #: some array differs (or an input was written, or a guard was touched)
+RUNTIME_ERROR = "runtime_error"  #: the candidate returned an error / a CUDA call failed
+TIMEOUT = "timeout"  #: the worker ran past the time limit and was killed
+CRASH = "crash"  #: the worker died (signal, exit status) or wrote no valid result
+NO_DEVICE = "no_device"  #: no usable CUDA device (no driver, no GPU, none visible)
+REFERENCE_ERROR = "reference_error"  #: the reference (or init) could not be loaded or run
+REFERENCE_ONLY = "reference_only"  #: job without a candidate: reference ran, nothing compared
+
+STATUSES = (
+    CORRECT,
+    WRONG,
+    RUNTIME_ERROR,
+    TIMEOUT,
+    CRASH,
+    NO_DEVICE,
+    REFERENCE_ERROR,
+    REFERENCE_ONLY,
+)
+
+#: Array roles found by output classification (see docs/evaluation.md).
+READ_ONLY = "read-only"
+WRITE_ONLY = "write-only"
+READ_WRITE = "read-write"
+ROLES = (READ_ONLY, WRITE_ONLY, READ_WRITE)
+
+DEFAULT_BASELINE = "gcc -O3, 1 thread"
+
+#: Environment of the worker protocol (see docs/evaluation.md).
+STATE_ENV = "CUDAPERF_WORKER_STATE"  #: path of the phase file the worker keeps overwriting
+BACKEND_ENV = "CUDAPERF_WORKER_BACKEND"  #: "host": test-only device emulation
+HOOKS_ENV = "CUDAPERF_TEST_HOOKS"  #: "1": honour EvalJob.debug_hook (tests only)
+
+
+def _pick(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+def json_float(x: float | None) -> float | str | None:
+    """A float for JSON: finite values unchanged, NaN/inf as ``"nan"``/``"inf"``/``"-inf"``."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+# ---------------------------------------------------------------------------------------
+# Job
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ConfigSpec:
+    """One input configuration.
+
+    Attributes:
+        name: a label (``"small"``, ``"main"``...), unique within the job.
+        sizes: size parameter -> value; must cover every size parameter.
+        trials: verification trials, each on fresh data (or init data).
+        time: time this configuration (after every configuration verified).
+    """
+
+    name: str
+    sizes: dict[str, int]
+    trials: int = 2
+    time: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ConfigSpec":
+        kw = _pick(cls, d)
+        kw["sizes"] = {str(k): int(v) for k, v in dict(d["sizes"]).items()}
+        return cls(**kw)
+
+
+@dataclass
+class TimingSettings:
+    """How to time (see docs/evaluation.md, "Timing").
+
+    Attributes:
+        warmup_reps: untimed calls before timing.
+        min_reps: at least this many timed repetitions ...
+        max_reps: ... at most this many ...
+        min_total_ms: ... and keep repeating until the timed kernel time sums to this, ms.
+        max_total_ms: stop once the timed kernel time sums to this (after at least 3 reps),
+            even below ``min_reps``, ms.
+        flush_l2: write a flush buffer before every repetition.
+        flush_bytes: flush buffer size, bytes; None: max(2 x L2 size, 256 MiB).
+        e2e_reps: repetitions of the end-to-end measurement (one more is run as warm-up).
+        sync_reps: repetitions of the "call + device synchronize" host-clock measurement.
+    """
+
+    warmup_reps: int = 3
+    min_reps: int = 10
+    max_reps: int = 300
+    min_total_ms: float = 200.0
+    max_total_ms: float = 10_000.0
+    flush_l2: bool = True
+    flush_bytes: int | None = None
+    e2e_reps: int = 10
+    sync_reps: int = 10
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "TimingSettings":
+        return cls(**_pick(cls, d or {}))
+
+
+@dataclass
+class EvalJob:
+    """Everything the worker needs to verify and time one candidate.
+
+    Attributes:
+        ref_lib: shared library exporting the reference (host pointers).
+        ref_symbol: ``cudaperf_ref_<fn>``.
+        cand_lib: the candidate ``.so``; None runs the reference only (status
+            ``reference_only``; CPU baseline and array roles are still reported).
+        cand_symbol: ``<fn>_cuda``.
+        params: the function's parameters, :func:`cudaperf_cli.core.param_to_json` dicts.
+        configs: the input configurations, in order.
+        init_symbol: ``cudaperf_init_<fn>`` or None for seeded random data.
+        init: the :class:`~cudaperf_cli.core.InitSpec` as a dict (``name``, ``params``,
+            ``scalar_outputs``) or None.
+        seed: base seed; trial ``t`` of config ``c`` uses ``SeedSequence([seed, c, t])``.
+        tolerances: per-dtype overrides, e.g. ``{"float32": {"rtol": 1e-3, "atol": 1e-4}}``.
+        timing: :class:`TimingSettings`.
+        cpu_reps: reference repetitions for the CPU baseline (0: no CPU timing).
+        cpu_budget_s: stop the CPU baseline early once its runs sum to this, seconds
+            (at least one run is kept).
+        cpu_baseline_ms: config name -> CPU median already measured, ms (skips CPU timing
+            of that config; still used for speedups).
+        array_roles: array name -> role, skipping output classification for those arrays.
+        device: CUDA device ordinal.
+        baseline_label: names the CPU baseline in reports.
+        guard_bytes: canary bytes before and after every device array (0 disables).
+        debug_hook: test-only behaviour, honoured only with ``CUDAPERF_TEST_HOOKS=1``.
+    """
+
+    ref_lib: str
+    ref_symbol: str
+    cand_lib: str | None
+    cand_symbol: str
+    params: list[dict[str, Any]]
+    configs: list[ConfigSpec]
+    init_symbol: str | None = None
+    init: dict[str, Any] | None = None
+    seed: int = 0
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    cpu_reps: int = 5
+    cpu_budget_s: float = 5.0
+    cpu_baseline_ms: dict[str, float] = field(default_factory=dict)
+    array_roles: dict[str, str] = field(default_factory=dict)
+    device: int = 0
+    baseline_label: str = DEFAULT_BASELINE
+    guard_bytes: int = 4096
+    debug_hook: str | None = None
+
+    def __post_init__(self) -> None:
+        # Accept plain dicts (as read from JSON or written by hand) for the nested parts.
+        self.configs = [
+            c if isinstance(c, ConfigSpec) else ConfigSpec.from_json(c) for c in self.configs
+        ]
+        if not isinstance(self.timing, TimingSettings):
+            self.timing = TimingSettings.from_json(self.timing)
+        self.params = [dict(p) for p in self.params]
+        if self.init is not None and not isinstance(self.init, dict):
+            self.init = to_jsonable(self.init)  # an InitSpec
+        for k in ("ref_lib", "cand_lib"):
+            v = getattr(self, k)
+            if isinstance(v, Path):
+                setattr(self, k, str(v))
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_problem(
+        cls,
+        problem: CProblem,
+        *,
+        ref_lib: Any,
+        cand_lib: str | Path | None,
+        configs: Sequence[ConfigSpec] | None = None,
+        **kw: Any,
+    ) -> "EvalJob":
+        """A job for ``problem``: symbols from the function name, params, init spec.
+
+        ``ref_lib`` is a path, or the problems stage's ``ReferenceLib`` (anything with
+        ``lib_path``; its ``ref_symbol``, ``init_symbol`` and ``baseline_name`` are used).
+        ``configs`` defaults to one timed config ``"main"`` with ``problem.sizes``.
+        Extra keyword arguments set the other fields.
+        """
+        init = problem.init
+        ref_symbol = f"cudaperf_ref_{problem.function}"
+        init_symbol = f"cudaperf_init_{problem.function}" if init else None
+        if hasattr(ref_lib, "lib_path"):
+            ref = ref_lib
+            ref_lib = ref.lib_path
+            ref_symbol = getattr(ref, "ref_symbol", None) or ref_symbol
+            init_symbol = getattr(ref, "init_symbol", None) or init_symbol
+            if getattr(ref, "baseline_name", None):
+                kw.setdefault("baseline_label", ref.baseline_name)
+        return cls(
+            ref_lib=str(ref_lib),
+            ref_symbol=ref_symbol,
+            cand_lib=str(cand_lib) if cand_lib is not None else None,
+            cand_symbol=problem.cuda_symbol,
+            params=[param_to_json(p) for p in problem.params],
+            configs=list(configs)
+            if configs is not None
+            else [ConfigSpec("main", dict(problem.sizes), trials=2, time=True)],
+            init_symbol=init_symbol,
+            init=to_jsonable(init) if init else None,
+            **kw,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "EvalJob":
+        kw = _pick(cls, d)
+        kw["configs"] = [ConfigSpec.from_json(c) for c in d.get("configs", [])]
+        kw["timing"] = TimingSettings.from_json(d.get("timing"))
+        kw["params"] = [dict(p) for p in d.get("params", [])]
+        return cls(**kw)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def parsed_params(self) -> list[ScalarParam | ArrayParam]:
+        return [param_from_json(p) for p in self.params]
+
+    def init_spec(self) -> InitSpec | None:
+        if not self.init:
+            return None
+        return InitSpec(
+            name=self.init["name"],
+            params=tuple(self.init.get("params", ())),
+            scalar_outputs=tuple(self.init.get("scalar_outputs", ())),
+        )
+
+    def validate(self) -> None:
+        """Check the job's structure (not the files).
+
+        Raises:
+            ValueError: with a message naming the problem (a programming error upstream).
+        """
+        params = self.parsed_params()
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate parameter names in {names}")
+        if not self.configs:
+            raise ValueError("the job has no configurations")
+        cfg_names = [c.name for c in self.configs]
+        if len(set(cfg_names)) != len(cfg_names):
+            raise ValueError(f"duplicate configuration names in {cfg_names}")
+        sizes_needed = [
+            p.name for p in params if isinstance(p, ScalarParam) and p.kind is ScalarKind.SIZE
+        ]
+        for c in self.configs:
+            missing = [s for s in sizes_needed if s not in c.sizes]
+            if missing:
+                raise ValueError(f"config '{c.name}' lacks sizes for {', '.join(missing)}")
+            if c.trials < 1:
+                raise ValueError(f"config '{c.name}' needs at least one trial")
+            for p in params:
+                if isinstance(p, ArrayParam):
+                    try:
+                        shape = p.shape(c.sizes)
+                    except ValueError as exc:
+                        raise ValueError(f"array '{p.name}' in config '{c.name}': {exc}") from None
+                    if any(e < 0 for e in shape):
+                        raise ValueError(
+                            f"array '{p.name}' has a negative extent {shape} in config '{c.name}'"
+                        )
+        spec = self.init_spec()
+        if spec is not None:
+            if not self.init_symbol:
+                raise ValueError("init given without init_symbol")
+            unknown = [n for n in spec.params if n not in names]
+            if unknown:
+                raise ValueError(f"init parameters not in the function: {', '.join(unknown)}")
+        for name, role in self.array_roles.items():
+            if role not in ROLES:
+                raise ValueError(f"array_roles['{name}'] = '{role}' is not one of {ROLES}")
+
+
+# ---------------------------------------------------------------------------------------
+# Result
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ArrayCheck:
+    """Comparison of one array, candidate vs reference, in one trial.
+
+    Attributes:
+        name, dtype, shape, role: the array.
+        ok: every element within tolerance (exact for integers and read-only arrays).
+        n_elements: element count.
+        n_mismatch: elements out of tolerance.
+        n_nonfinite_mismatch: of those, elements where one side is NaN/inf and the other
+            is not the same non-finite value.
+        max_abs_err: largest ``|cand - ref|`` over elements where both are finite.
+        max_rel_err: largest ``|cand - ref| / |ref|`` over finite elements with ref != 0.
+        rtol, atol: the tolerance applied (0, 0 when exact).
+        exact: compared bit for bit.
+        first_mismatch: ``{"index": [i, j, ...], "candidate": v, "reference": v}`` at the
+            first mismatching element in C order, else None.
+        worst_mismatch: same, at the largest absolute error (finite), else None.
+    """
+
+    name: str
+    dtype: str
+    shape: list[int]
+    role: str
+    ok: bool
+    n_elements: int
+    n_mismatch: int = 0
+    n_nonfinite_mismatch: int = 0
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    rtol: float = 0.0
+    atol: float = 0.0
+    exact: bool = False
+    first_mismatch: dict[str, Any] | None = None
+    worst_mismatch: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ArrayCheck":
+        return cls(**_pick(cls, d))
+
+    def describe(self) -> str:
+        """One line for humans and models."""
+        if self.ok:
+            return f"{self.name}: ok (max abs err {self.max_abs_err:.3g})"
+        fm = self.first_mismatch or {}
+        idx = ",".join(str(i) for i in fm.get("index", []))
+        return (
+            f"{self.name}: {self.n_mismatch} of {self.n_elements} elements differ; first at "
+            f"[{idx}]: candidate {fm.get('candidate')} vs reference {fm.get('reference')}"
+            f" (max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g})"
+        )
+
+
+@dataclass
+class TimingStats:
+    """Summary of repeated measurements, all in milliseconds.
+
+    ``p25_ms``/``p75_ms`` are the quartiles (linear interpolation); IQR = p75 - p25.
+    """
+
+    n: int
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    p25_ms: float
+    p75_ms: float
+    mean_ms: float
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.p75_ms - self.p25_ms
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "TimingStats | None":
+        return cls(**_pick(cls, d)) if d else None
+
+
+@dataclass
+class ConfigTiming:
+    """Timing of one configuration.
+
+    Attributes:
+        gpu: (None for a reference-only job) kernel time from CUDA events around the ``<fn>_cuda`` call on the legacy
+            default stream, L2 flushed and writable arrays restored before each rep, ms.
+        e2e: host wall time of copies in + call + device sync + copies out, ms.
+        sync_call: host wall time of the call + device synchronize (no copies), ms.
+        cpu: reference runs on the host (None when not measured here), ms.
+        cpu_median_ms: CPU median used for speedups (measured, or given in the job), ms.
+        kernel_speedup: ``cpu_median_ms / gpu.median_ms``.
+        e2e_speedup: ``cpu_median_ms / e2e.median_ms``.
+        baseline: what the CPU baseline is (``"gcc -O3, 1 thread"``).
+        flush_bytes: size of the L2 flush buffer, bytes (0 when not flushing).
+        warmup_reps: untimed warm-up calls.
+        bytes_in: bytes copied host->device in the end-to-end measurement.
+        bytes_out: bytes copied device->host in the end-to-end measurement.
+        warnings: things worth a second look (speedup above 10x, events much shorter
+            than the synchronized call...).
+    """
+
+    gpu: TimingStats | None = None
+    e2e: TimingStats | None = None
+    sync_call: TimingStats | None = None
+    cpu: TimingStats | None = None
+    cpu_median_ms: float | None = None
+    kernel_speedup: float | None = None
+    e2e_speedup: float | None = None
+    baseline: str = DEFAULT_BASELINE
+    flush_bytes: int = 0
+    warmup_reps: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "ConfigTiming | None":
+        if not d:
+            return None
+        kw = _pick(cls, d)
+        for k in ("gpu", "e2e", "sync_call", "cpu"):
+            kw[k] = TimingStats.from_json(d.get(k))
+        kw["warnings"] = list(d.get("warnings", []))
+        return cls(**kw)
+
+
+@dataclass
+class ConfigResult:
+    """Outcome of one configuration.
+
+    Attributes:
+        name, sizes: the configuration.
+        status: ``correct``, ``wrong``, ``runtime_error``, ``reference_error``, ``skipped``
+            (not reached) or ``reference_only``.
+        message: one line saying what happened.
+        trials_run: trials completed (the failing one included).
+        failed_trial: index of the failing trial, else None.
+        seed: the seed triple of the last trial run (``[seed, config_index, trial]``).
+        array_roles: array -> role used for this configuration.
+        arrays: per-array checks of the last trial run (the failing trial when wrong).
+        guard_violations: arrays whose guard bytes (just outside the array) were written:
+            ``{"array", "side": "before"|"after", "offset": bytes from the array edge}``.
+        timing: :class:`ConfigTiming` when timed.
+        ref_ms: host wall time of one reference run during verification, ms.
+    """
+
+    name: str
+    sizes: dict[str, int]
+    status: str
+    message: str = ""
+    trials_run: int = 0
+    failed_trial: int | None = None
+    seed: list[int] = field(default_factory=list)
+    array_roles: dict[str, str] = field(default_factory=dict)
+    arrays: list[ArrayCheck] = field(default_factory=list)
+    guard_violations: list[dict[str, Any]] = field(default_factory=list)
+    timing: ConfigTiming | None = None
+    ref_ms: float | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ConfigResult":
+        kw = _pick(cls, d)
+        kw["arrays"] = [ArrayCheck.from_json(a) for a in d.get("arrays", [])]
+        kw["timing"] = ConfigTiming.from_json(d.get("timing"))
+        return cls(**kw)
+
+
+@dataclass
+class EvalResult:
+    """Outcome of :func:`cudaperf_cli.evaluate.run_evaluation`.
+
+    Attributes:
+        status: one of :data:`STATUSES`.
+        message: one line: what happened, where (config, trial, phase).
+        configs: per-configuration results (those reached).
+        array_roles: array -> role (from the first configuration).
+        device: device description (name, compute capability, driver, L2 bytes, clocks).
+        error: for ``runtime_error``/``reference_error``: ``{"source", "code", "name",
+            "string", "call", "config", "trial"}`` (fields that apply).
+        phase: the worker's last phase (``candidate``, ``reference``, ``timing.gpu``...).
+        elapsed_s: wall time of the whole evaluation, seconds.
+        exit_code: the worker's exit status (negative: killed by that signal number).
+        signal: the signal name that killed the worker (``SIGSEGV``...), else None.
+        stderr_tail: the last lines the worker (and the code it ran) wrote to stderr/stdout.
+        warnings: notable things (speedup above 10x, ...), also per config in timings.
+        details: free-form extra data (traceback of an internal error, ...).
+        summary: headline numbers, see :func:`summarize_result`.
+    """
+
+    status: str
+    message: str = ""
+    configs: list[ConfigResult] = field(default_factory=list)
+    array_roles: dict[str, str] = field(default_factory=dict)
+    device: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    phase: str | None = None
+    elapsed_s: float = 0.0
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str = ""
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the candidate is correct on every configuration."""
+        return self.status == CORRECT
+
+    def config(self, name: str) -> ConfigResult:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "EvalResult":
+        kw = _pick(cls, d)
+        kw["configs"] = [ConfigResult.from_json(c) for c in d.get("configs", [])]
+        kw["warnings"] = list(d.get("warnings", []))
+        kw["details"] = dict(d.get("details") or {})
+        kw["summary"] = dict(d.get("summary") or {})
+        return cls(**kw)
+
+
+def summarize_result(configs: Sequence[ConfigResult], baseline: str = DEFAULT_BASELINE) -> dict[str, Any]:
+    """Headline numbers of a result (None where not measured).
+
+    ``max_abs_err``/``max_rel_err``: largest over every array check reported;
+    ``gpu_ms`` (median kernel time), ``gpu_ms_iqr``, ``e2e_ms``, ``cpu_ms``,
+    ``speedup_kernel``, ``speedup_e2e``: from the last timed configuration (ms);
+    ``timed_config``: its name; ``baseline``: the CPU baseline's name.
+    """
+    checks = [a for c in configs for a in c.arrays]
+    out: dict[str, Any] = {
+        "max_abs_err": max((a.max_abs_err for a in checks), default=None),
+        "max_rel_err": max((a.max_rel_err for a in checks), default=None),
+        "gpu_ms": None,
+        "gpu_ms_iqr": None,
+        "e2e_ms": None,
+        "cpu_ms": None,
+        "speedup_kernel": None,
+        "speedup_e2e": None,
+        "timed_config": None,
+        "baseline": baseline,
+    }
+    timed = [c for c in configs if c.timing is not None]
+    if timed:
+        c = timed[-1]
+        t = c.timing
+        assert t is not None
+        out["timed_config"] = c.name
+        out["baseline"] = t.baseline
+        if t.gpu is not None:
+            out["gpu_ms"] = t.gpu.median_ms
+            out["gpu_ms_iqr"] = t.gpu.iqr_ms
+        if t.e2e is not None:
+            out["e2e_ms"] = t.e2e.median_ms
+        out["cpu_ms"] = t.cpu_median_ms
+        out["speedup_kernel"] = t.kernel_speedup
+        out["speedup_e2e"] = t.e2e_speedup
+    return out
+
+
+__all__ = [
+    "ArrayCheck",
+    "CORRECT",
+    "CRASH",
+    "ConfigResult",
+    "ConfigSpec",
+    "ConfigTiming",
+    "EvalJob",
+    "EvalResult",
+    "NO_DEVICE",
+    "READ_ONLY",
+    "READ_WRITE",
+    "REFERENCE_ERROR",
+    "REFERENCE_ONLY",
+    "ROLES",
+    "RUNTIME_ERROR",
+    "STATUSES",
+    "TIMEOUT",
+    "TimingSettings",
+    "TimingStats",
+    "WRITE_ONLY",
+    "WRONG",
+    "json_float",
+    "summarize_result",
+]

@@ -1,0 +1,114 @@
+"""Shared fixtures: GPU detection (``gpu`` marker), C/nvcc compile helpers.
+
+Tests marked ``@pytest.mark.gpu`` are skipped when no CUDA device is usable.  Detection
+runs ``cuInit``/``cuDeviceGetCount`` through cuda.bindings in a *child* process, so the
+pytest process itself never initialises CUDA (and stays fork-safe).
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+_PROBE = r"""
+import sys
+try:
+    from cuda.bindings import driver as d
+    (err,) = d.cuInit(0)
+    if int(err) != 0:
+        print("cuInit failed: %s" % (err,)); sys.exit(0)
+    err, n = d.cuDeviceGetCount()
+    if int(err) != 0 or n < 1:
+        print("no CUDA device (%s, count=%s)" % (err, n)); sys.exit(0)
+    print("OK %d" % n)
+except Exception as exc:
+    print("no usable CUDA driver: %s" % (str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_device_status() -> tuple[bool, str]:
+    """(usable, reason): probes the driver in a child process, once per session."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"device probe failed: {exc}"
+    out = (proc.stdout.strip().splitlines() or [""])[-1]
+    if out.startswith("OK"):
+        return True, out
+    return False, out or f"device probe exited with status {proc.returncode}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    ok, reason = cuda_device_status()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA device: {reason}")
+    for it in gpu_items:
+        it.add_marker(skip)
+
+
+@pytest.fixture
+def gpu() -> str:
+    """Skip the test unless a CUDA device is usable; returns the probe's answer."""
+    ok, reason = cuda_device_status()
+    if not ok:
+        pytest.skip(f"needs a CUDA device: {reason}")
+    return reason
+
+
+def requires_gpu() -> None:
+    """Call inside a test to skip it when no CUDA device is usable."""
+    ok, reason = cuda_device_status()
+    if not ok:
+        pytest.skip(f"needs a CUDA device: {reason}")
+
+
+# ---------------------------------------------------------------------------------------
+# Compile helpers
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def compile_c(tmp_path: Path) -> Callable[..., Path]:
+    """``compile_c(source, name="lib") -> Path`` of a ``cc -O3 -shared -fPIC`` library."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc)")
+
+    def build(source: str, name: str = "lib") -> Path:
+        src = tmp_path / f"{name}.c"
+        lib = tmp_path / f"{name}.so"
+        src.write_text(source)
+        proc = subprocess.run(
+            [cc, "-O3", "-shared", "-fPIC", "-o", str(lib), str(src)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return lib
+
+    return build
+
+
+@pytest.fixture
+def nvcc_path() -> str:
+    """Path of nvcc, or skip."""
+    from cudaperf_cli.build import find_nvcc
+    from cudaperf_cli.core import ToolchainError
+
+    try:
+        return find_nvcc()
+    except ToolchainError as exc:
+        pytest.skip(str(exc))

@@ -1,0 +1,1017 @@
+"""evaluate stage on the CPU: comparison rules, classification, timing statistics, the job
+and result schema, and the worker/runner protocol (crash, timeout, no device...).
+
+The worker's full pipeline runs here against a *host emulation* of the device
+(``CUDAPERF_WORKER_BACKEND=host``): the "candidate" is a C function compiled with cc that
+receives host pointers.  The same scenarios run on a real GPU in test_gpu_evaluate.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from cudaperf_cli.core import ArrayParam, CProblem, InitSpec, ScalarKind, ScalarParam, param_to_json
+from cudaperf_cli.evaluate import (
+    CORRECT,
+    CRASH,
+    NO_DEVICE,
+    READ_ONLY,
+    READ_WRITE,
+    REFERENCE_ERROR,
+    REFERENCE_ONLY,
+    RUNTIME_ERROR,
+    TIMEOUT,
+    WRITE_ONLY,
+    WRONG,
+    ConfigSpec,
+    EvalJob,
+    EvalResult,
+    TimingSettings,
+    classify_roles,
+    compare_arrays,
+    device_info,
+    flush_size,
+    need_more_reps,
+    probe_device,
+    run_evaluation,
+    summarize,
+    tolerance_for,
+)
+from cudaperf_cli.evaluate import verify
+from cudaperf_cli.evaluate.timing import speedup
+
+HOST = {"CUDAPERF_WORKER_BACKEND": "host"}
+HOOKS = {"CUDAPERF_TEST_HOOKS": "1"}
+FAST = TimingSettings(
+    warmup_reps=2, min_reps=5, max_reps=20, min_total_ms=1.0, flush_bytes=1 << 16,
+    e2e_reps=3, sync_reps=3,
+)
+
+# ---------------------------------------------------------------------------------------
+# Pure comparison rules
+# ---------------------------------------------------------------------------------------
+
+
+def test_exact_match_and_within_tolerance() -> None:
+    ref = np.linspace(0, 1, 100)
+    assert compare_arrays("a", ref.copy(), ref).ok
+    c = compare_arrays("a", ref * (1 + 5e-8), ref)  # float64 rtol 1e-7
+    assert c.ok and c.max_rel_err == pytest.approx(5e-8, rel=1e-3)
+    c = compare_arrays("a", ref * (1 + 5e-7), ref)
+    assert not c.ok and c.n_mismatch > 0
+
+
+def test_first_mismatch_index_is_multidimensional() -> None:
+    ref = np.zeros((4, 5, 6))
+    cand = ref.copy()
+    cand[2, 3, 1] = 1.0
+    cand[3, 0, 0] = 5.0
+    c = compare_arrays("T", cand, ref)
+    assert not c.ok and c.n_mismatch == 2
+    assert c.first_mismatch == {"index": [2, 3, 1], "candidate": 1.0, "reference": 0.0}
+    assert c.worst_mismatch is not None and c.worst_mismatch["index"] == [3, 0, 0]
+    assert c.max_abs_err == 5.0
+    assert "first at [2,3,1]" in c.describe()
+
+
+def test_first_mismatch_across_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "CHUNK", 7)
+    ref = np.arange(60, dtype=np.float32).reshape(6, 10)
+    cand = ref.copy()
+    cand[4, 9] = -1
+    cand[5, 2] = -100
+    c = compare_arrays("M", cand, ref)
+    assert c.first_mismatch["index"] == [4, 9]
+    assert c.worst_mismatch["index"] == [5, 2]
+    assert c.n_mismatch == 2
+
+
+def test_nan_rules() -> None:
+    ref = np.array([1.0, 2.0, np.nan, np.inf, -np.inf, 3.0])
+    same = ref.copy()
+    assert compare_arrays("a", same, ref).ok  # NaN where the reference has NaN; same infs
+    cand = ref.copy()
+    cand[1] = np.nan  # NaN where the reference is finite
+    c = compare_arrays("a", cand, ref)
+    assert not c.ok and c.n_mismatch == 1 and c.n_nonfinite_mismatch == 1
+    assert c.first_mismatch == {"index": [1], "candidate": "nan", "reference": 2.0}
+    cand = ref.copy()
+    cand[3] = -np.inf
+    assert not compare_arrays("a", cand, ref).ok
+    cand = ref.copy()
+    cand[2] = 0.0  # finite where the reference is NaN
+    assert not compare_arrays("a", cand, ref).ok
+    json.dumps(c.__dict__, allow_nan=False)  # reports stay strict JSON
+
+
+def test_poisoned_unwritten_elements_fail() -> None:
+    ref = np.random.default_rng(0).random(1000)
+    cand = ref.copy()
+    tail = cand[990:]
+    verify.poison(tail)  # the candidate "never wrote" the last 10 elements
+    assert np.isnan(cand[990:]).all()
+    c = compare_arrays("y", cand, ref, role=WRITE_ONLY)
+    assert not c.ok and c.n_mismatch == 10 and c.first_mismatch["index"] == [990]
+    assert c.n_nonfinite_mismatch == 10
+
+
+def test_integers_are_exact() -> None:
+    ref = np.arange(20, dtype=np.int32)
+    cand = ref.copy()
+    cand[7] += 1
+    c = compare_arrays("i", cand, ref)
+    assert not c.ok and c.exact and c.rtol == 0 and c.atol == 0
+    assert c.first_mismatch == {"index": [7], "candidate": 8, "reference": 7}
+    big = np.array([2**62, 5], dtype=np.int64)
+    assert not compare_arrays("b", big + np.array([1, 0], dtype=np.int64), big).ok
+    u = np.array([1, 2, 3], dtype=np.uint64)
+    assert compare_arrays("u", u.copy(), u).ok
+
+
+def test_read_only_arrays_are_bit_exact() -> None:
+    ref = np.linspace(1, 2, 10)
+    cand = ref.copy()
+    cand[4] = np.nextafter(cand[4], 3)
+    assert compare_arrays("x", cand, ref).ok  # within tolerance as an output
+    c = compare_arrays("x", cand, ref, role=READ_ONLY)
+    assert not c.ok and c.exact and c.first_mismatch["index"] == [4]
+
+
+def test_tolerances_defaults_and_overrides() -> None:
+    assert tolerance_for("float64") == (1e-7, 1e-9)
+    assert tolerance_for("float32") == (1e-4, 1e-5)
+    assert tolerance_for("int32") == (0.0, 0.0)
+    assert tolerance_for("float32", {"float": {"rtol": 1e-2}}) == (1e-2, 1e-5)
+    assert tolerance_for("float64", {"float64": {"atol": 0.5}}) == (1e-7, 0.5)
+    ref = np.ones(4, dtype=np.float32)
+    cand = ref * np.float32(1.001)
+    assert not compare_arrays("a", cand, ref).ok
+    assert compare_arrays("a", cand, ref, tolerances={"float32": {"rtol": 1e-2}}).ok
+    # atol + rtol*|ref|: near zero the absolute part decides
+    z = np.zeros(3, dtype=np.float32)
+    assert compare_arrays("z", z + np.float32(5e-6), z).ok
+    assert not compare_arrays("z", z + np.float32(5e-5), z).ok
+
+
+def test_poison_patterns() -> None:
+    f = np.ones(5, dtype=np.float32)
+    d = np.ones((2, 3))
+    i = np.ones(4, dtype=np.int32)
+    for a in (f, d):
+        verify.poison(a)
+        assert np.isnan(a).all()
+    verify.poison(i)
+    assert (i.view(np.uint8) == 0xA5).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Output classification
+# ---------------------------------------------------------------------------------------
+
+
+def _inputs(**shapes: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {k: rng.random(v) for k, v in shapes.items()}
+
+
+def test_classify_saxpy_and_matmul() -> None:
+    def saxpy(a: dict[str, np.ndarray]) -> None:
+        a["y"][:] = 2.0 * a["x"] + a["y"]
+
+    data = _inputs(x=8, y=8)
+    before = {k: v.copy() for k, v in data.items()}
+    roles = classify_roles(saxpy, data)
+    assert roles == {"x": READ_ONLY, "y": READ_WRITE}
+    assert all(np.array_equal(before[k], data[k]) for k in data)  # inputs untouched
+
+    def mm(a: dict[str, np.ndarray]) -> None:
+        a["C"][:] = a["A"] @ a["B"]
+
+    assert classify_roles(mm, _inputs(A=(3, 4), B=(4, 2), C=(3, 2))) == {
+        "A": READ_ONLY,
+        "B": READ_ONLY,
+        "C": WRITE_ONLY,
+    }
+
+
+def test_classify_partial_write_is_read_write() -> None:
+    def interior(a: dict[str, np.ndarray]) -> None:  # boundary of B must be kept
+        a["B"][1:-1] = (a["A"][:-2] + a["A"][1:-1] + a["A"][2:]) / 3
+
+    assert classify_roles(interior, _inputs(A=10, B=10)) == {"A": READ_ONLY, "B": READ_WRITE}
+
+
+def test_classify_const_and_known() -> None:
+    calls = []
+
+    def f(a: dict[str, np.ndarray]) -> None:
+        calls.append(1)
+        a["y"][:] = a["x"]
+
+    roles = classify_roles(f, _inputs(x=4, y=4), const={"x"}, known={"y": READ_WRITE})
+    assert roles == {"x": READ_ONLY, "y": READ_WRITE}
+    assert len(calls) == 1  # nothing left to test after the base run
+
+
+# ---------------------------------------------------------------------------------------
+# Timing helpers
+# ---------------------------------------------------------------------------------------
+
+
+def test_summarize() -> None:
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.n, s.median_ms, s.min_ms, s.max_ms) == (5, 3.0, 1.0, 5.0)
+    assert (s.p25_ms, s.p75_ms, s.iqr_ms, s.mean_ms) == (2.0, 4.0, 2.0, 3.0)
+    one = summarize([0.25])
+    assert one.median_ms == one.p25_ms == one.p75_ms == 0.25
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_need_more_reps() -> None:
+    ts = TimingSettings(min_reps=10, max_reps=100, min_total_ms=50.0, max_total_ms=1000.0)
+    assert need_more_reps(0, 0.0, ts)
+    assert need_more_reps(9, 500.0, ts)  # below min reps
+    assert need_more_reps(10, 10.0, ts)  # below min total time
+    assert not need_more_reps(10, 50.0, ts)
+    assert not need_more_reps(100, 1.0, ts)  # max reps caps
+    assert not need_more_reps(3, 1500.0, ts)  # a slow kernel: max total time caps
+    assert need_more_reps(2, 1500.0, ts)  # ... but at least 3 reps
+
+
+def test_flush_size_and_speedup() -> None:
+    mib = 1 << 20
+    assert flush_size(50 * mib, TimingSettings()) == 256 * mib  # H200: 60 MB L2 -> 256 MiB
+    assert flush_size(200 * mib, TimingSettings()) == 400 * mib
+    assert flush_size(50 * mib, TimingSettings(flush_bytes=1234)) == 1234
+    assert flush_size(50 * mib, TimingSettings(flush_l2=False)) == 0
+    assert speedup(10.0, 2.0) == 5.0
+    assert speedup(None, 2.0) is None and speedup(1.0, 0.0) is None
+
+
+# ---------------------------------------------------------------------------------------
+# Job / result schema
+# ---------------------------------------------------------------------------------------
+
+SAXPY_PARAMS = [
+    ScalarParam("n", "int", ScalarKind.SIZE),
+    ScalarParam("a", "float", ScalarKind.COEFFICIENT),
+    ArrayParam("x", "float", ("n",), const=True),
+    ArrayParam("y", "float", ("n",)),
+]
+
+
+def _job(ref: Path, cand: Path | None, fn: str = "saxpy", params: Any = None, **kw: Any) -> EvalJob:
+    kw.setdefault("configs", [ConfigSpec("small", {"n": 1000}, trials=2, time=False)])
+    kw.setdefault("timing", FAST)
+    kw.setdefault("cpu_reps", 3)
+    return EvalJob(
+        ref_lib=str(ref),
+        ref_symbol=f"cudaperf_ref_{fn}",
+        cand_lib=str(cand) if cand is not None else None,
+        cand_symbol=f"{fn}_cuda",
+        params=[param_to_json(p) for p in (params or SAXPY_PARAMS)],
+        **kw,
+    )
+
+
+def test_job_json_round_trip_and_validate(tmp_path: Path) -> None:
+    job = _job(tmp_path / "r.so", tmp_path / "c.so", tolerances={"float32": {"rtol": 1e-3}})
+    doc = json.loads(json.dumps(job.to_json()))
+    back = EvalJob.from_json(doc)
+    assert back == job
+    back.validate()
+    bad = _job(tmp_path / "r.so", None, configs=[ConfigSpec("a", {"m": 3})])
+    with pytest.raises(ValueError, match="lacks sizes for n"):
+        bad.validate()
+    dup = _job(tmp_path / "r.so", None, configs=[ConfigSpec("a", {"n": 3})] * 2)
+    with pytest.raises(ValueError, match="duplicate"):
+        dup.validate()
+    neg = _job(tmp_path / "r.so", None, configs=[ConfigSpec("a", {"n": -3})])
+    with pytest.raises(ValueError, match="negative"):
+        neg.validate()
+    init = _job(tmp_path / "r.so", None, init={"name": "i", "params": ["q"]}, init_symbol="x")
+    with pytest.raises(ValueError, match="init parameters"):
+        init.validate()
+    roles = _job(tmp_path / "r.so", None, array_roles={"y": "output"})
+    with pytest.raises(ValueError, match="array_roles"):
+        roles.validate()
+
+
+def test_job_accepts_plain_dicts(tmp_path: Path) -> None:
+    job = EvalJob(
+        ref_lib=tmp_path / "r.so",
+        ref_symbol="cudaperf_ref_saxpy",
+        cand_lib=tmp_path / "c.so",
+        cand_symbol="saxpy_cuda",
+        params=[param_to_json(p) for p in SAXPY_PARAMS],
+        configs=[{"name": "main", "sizes": {"n": 10}, "trials": 1, "time": True}],
+        timing={"min_reps": 3},
+        init=InitSpec("init", ("n", "x"), ()),
+        init_symbol="cudaperf_init_saxpy",
+    )
+    assert job.configs == [ConfigSpec("main", {"n": 10}, trials=1, time=True)]
+    assert job.timing == TimingSettings(min_reps=3)
+    assert job.ref_lib == str(tmp_path / "r.so") and isinstance(job.cand_lib, str)
+    assert job.init == {"name": "init", "params": ["n", "x"], "scalar_outputs": []}
+    job.validate()
+    assert EvalJob.from_json(json.loads(json.dumps(job.to_json()))) == job
+
+
+def test_job_from_problem(tmp_path: Path) -> None:
+    prob = CProblem(
+        path=tmp_path / "p.c",
+        function="daxpy",
+        params=tuple(SAXPY_PARAMS),
+        sizes={"n": 64},
+        init=InitSpec("init_array", ("n", "a", "x", "y"), ("a",)),
+    )
+    job = EvalJob.from_problem(prob, ref_lib="r.so", cand_lib="c.so")
+    assert job.ref_symbol == "cudaperf_ref_daxpy" and job.cand_symbol == "daxpy_cuda"
+    assert job.init_symbol == "cudaperf_init_daxpy"
+    assert job.init == {"name": "init_array", "params": ["n", "a", "x", "y"], "scalar_outputs": ["a"]}
+    assert job.configs == [ConfigSpec("main", {"n": 64}, trials=2, time=True)]
+    job.validate()
+
+    class Ref:  # the problems stage's ReferenceLib, duck-typed
+        lib_path = tmp_path / "libcudaperf_ref_daxpy.so"
+        ref_symbol = "cudaperf_ref_daxpy"
+        init_symbol = "cudaperf_init_daxpy"
+        baseline_name = "clang -O3, 1 thread"
+
+    job = EvalJob.from_problem(prob, ref_lib=Ref(), cand_lib=None, seed=7)
+    assert job.ref_lib == str(Ref.lib_path) and job.baseline_label == "clang -O3, 1 thread"
+    assert job.seed == 7 and job.cand_lib is None
+
+
+# ---------------------------------------------------------------------------------------
+# Worker pipeline on the host emulation
+# ---------------------------------------------------------------------------------------
+
+REF_C = r"""
+#include <stdint.h>
+void cudaperf_ref_saxpy(int n, float a, void *xv, void *yv) {
+  const float *x = xv; float *y = yv;
+  for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i];
+}
+void cudaperf_ref_mm(int n, int m, int k, void *Av, void *Bv, void *Cv) {
+  double (*A)[k] = Av; double (*B)[m] = Bv; double (*C)[m] = Cv;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) {
+      double s = 0.0;
+      for (int l = 0; l < k; l++) s += A[i][l] * B[l][j];
+      C[i][j] = s;
+    }
+}
+void cudaperf_ref_iadd(long n, void *av, void *bv, void *cv) {
+  const int32_t *a = av, *b = bv; int32_t *c = cv;
+  for (long i = 0; i < n; i++) c[i] = a[i] + 3 * b[i];
+}
+void cudaperf_ref_jacobi(int tsteps, int n, void *Av, void *Bv) {
+  double *A = Av, *B = Bv;
+  for (int t = 0; t < tsteps; t++) {
+    for (int i = 1; i < n - 1; i++) B[i] = 0.33333 * (A[i-1] + A[i] + A[i+1]);
+    for (int i = 1; i < n - 1; i++) A[i] = 0.33333 * (B[i-1] + B[i] + B[i+1]);
+  }
+}
+void cudaperf_ref_daxpy(int n, double alpha, void *xv, void *yv) {
+  const double *x = xv; double *y = yv;
+  for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+void cudaperf_init_daxpy(int n, double *alpha, void *xv, void *yv) {
+  double *x = xv, *y = yv;
+  *alpha = 2.5;
+  for (int i = 0; i < n; i++) { x[i] = (double)(i % 17) / 17.0; y[i] = 1.0 + (i % 5); }
+}
+void cudaperf_ref_crash(int n, float a, void *x, void *y) { *(volatile int *)0 = n; }
+"""
+
+SAXPY_OK = "for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i]; return 0;"
+
+
+def _saxpy(body: str, prelude: str = "") -> str:
+    return (
+        "#include <stdio.h>\n" + prelude +
+        "int saxpy_cuda(int n, float a, float *x, float *y) {\n" + body + "\n}\n"
+    )
+
+
+@pytest.fixture
+def ref_lib(compile_c: Callable[..., Path]) -> Path:
+    return compile_c(REF_C, "ref")
+
+
+def _host_run(job: EvalJob, timeout_s: float = 60, **env: str) -> EvalResult:
+    r = run_evaluation(job, timeout_s=timeout_s, env={**HOST, **env})
+    json.dumps(r.to_json())  # always serialisable
+    return r
+
+
+def test_host_correct_saxpy_with_timing(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    job = _job(ref_lib, cand, configs=[
+        ConfigSpec("small", {"n": 100}, trials=3),
+        ConfigSpec("main", {"n": 20000}, trials=1, time=True),
+    ])
+    r = _host_run(job)
+    assert r.status == CORRECT, r.message + r.stderr_tail
+    assert r.ok and r.array_roles == {"x": READ_ONLY, "y": READ_WRITE}
+    small, main = r.configs
+    assert small.trials_run == 3 and small.timing is None
+    assert small.seed == [0, 0, 2]
+    assert [a.name for a in small.arrays] == ["x", "y"]
+    assert small.arrays[0].exact and not small.arrays[1].exact
+    t = main.timing
+    assert t is not None and t.gpu is not None and t.e2e is not None and t.cpu is not None
+    assert 5 <= t.gpu.n <= 20
+    assert t.gpu.min_ms <= t.gpu.p25_ms <= t.gpu.median_ms <= t.gpu.p75_ms <= t.gpu.max_ms
+    assert t.e2e.n == 3 and t.sync_call is not None and t.sync_call.n == 3
+    assert t.cpu.n == 3 and t.cpu_median_ms == t.cpu.median_ms
+    assert t.kernel_speedup == pytest.approx(t.cpu_median_ms / t.gpu.median_ms)
+    assert t.e2e_speedup == pytest.approx(t.cpu_median_ms / t.e2e.median_ms)
+    assert t.baseline == "gcc -O3, 1 thread"
+    assert t.flush_bytes == 1 << 16 and t.warmup_reps == 2
+    assert t.bytes_in == 2 * 20000 * 4 and t.bytes_out == 20000 * 4
+    assert r.device is not None and r.device["backend"] == "host"
+    assert "correct" in r.message
+    sm = r.summary
+    assert sm["gpu_ms"] == t.gpu.median_ms and sm["gpu_ms_iqr"] == t.gpu.iqr_ms
+    assert sm["e2e_ms"] == t.e2e.median_ms and sm["cpu_ms"] == t.cpu_median_ms
+    assert sm["speedup_kernel"] == t.kernel_speedup and sm["speedup_e2e"] == t.e2e_speedup
+    assert sm["timed_config"] == "main" and sm["baseline"] == "gcc -O3, 1 thread"
+    assert sm["max_abs_err"] == max(a.max_abs_err for c in r.configs for a in c.arrays)
+    assert r.exit_code == 0 and r.phase == "done"
+
+
+def test_host_matmul_write_only_and_2d_first_index(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    params = [
+        ScalarParam("n", "int", ScalarKind.SIZE),
+        ScalarParam("m", "int", ScalarKind.SIZE),
+        ScalarParam("k", "int", ScalarKind.SIZE),
+        ArrayParam("A", "double", ("n", "k")),
+        ArrayParam("B", "double", ("k", "m")),
+        ArrayParam("C", "double", ("n", "m")),
+    ]
+    body = (
+        "int mm_cuda(int n, int m, int k, double *A, double *B, double *C) {\n"
+        "  for (int i = 0; i < n; i++) for (int j = 0; j < m; j++) {\n"
+        "    if (SKIP && i == n - 1 && j == m - 1) continue;\n"
+        "    double s = 0; for (int l = 0; l < k; l++) s += A[i*k+l] * B[l*m+j];\n"
+        "    C[i*m+j] = s; }\n  return 0; }\n"
+    )
+    cfg = [ConfigSpec("c", {"n": 7, "m": 5, "k": 3}, trials=2, time=True)]
+    good = compile_c("#define SKIP 0\n" + body, "mm_ok")
+    r = _host_run(_job(ref_lib, good, "mm", params, configs=cfg))
+    assert r.status == CORRECT, r.message
+    assert r.array_roles == {"A": READ_ONLY, "B": READ_ONLY, "C": WRITE_ONLY}
+    assert r.configs[0].timing.bytes_out == 7 * 5 * 8
+
+    bad = compile_c("#define SKIP 1\n" + body, "mm_skip")
+    r = _host_run(_job(ref_lib, bad, "mm", params, configs=cfg))
+    assert r.status == WRONG
+    c = r.configs[0]
+    assert c.failed_trial == 0 and c.timing is None
+    (wrong,) = [a for a in c.arrays if not a.ok]
+    assert wrong.name == "C" and wrong.n_mismatch == 1 and wrong.n_nonfinite_mismatch == 1
+    assert wrong.first_mismatch["index"] == [6, 4]
+    assert wrong.first_mismatch["candidate"] == "nan"  # the poison shows through
+    assert "C: 1 of 35 elements differ; first at [6,4]" in r.message
+
+
+def test_host_skip_last_element(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("for (int i = 0; i < n - 1; i++) y[i] = a * x[i] + y[i]; return 0;"))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == WRONG
+    y = [a for a in r.configs[0].arrays if a.name == "y"][0]
+    assert not y.ok and y.n_mismatch == 1 and y.first_mismatch["index"] == [999]
+    assert r.configs[0].failed_trial == 0
+
+
+def test_host_writes_an_input(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy(SAXPY_OK.replace("return 0;", "x[3] = 0.0f; return 0;")))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == WRONG
+    x = [a for a in r.configs[0].arrays if a.name == "x"][0]
+    assert not x.ok and x.role == READ_ONLY and x.first_mismatch["index"] == [3]
+    assert "input" in r.message
+
+
+def test_host_out_of_bounds_write_hits_the_guard(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    cand = compile_c(_saxpy(SAXPY_OK.replace("return 0;", "y[n + 1] = 1.0f; return 0;")))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == WRONG
+    assert r.configs[0].guard_violations == [{"array": "y", "side": "after", "offset": 4}]
+    assert "past its end" in r.message
+    assert all(a.ok for a in r.configs[0].arrays)
+
+
+def test_host_error_code_is_runtime_error(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("return 1;"))  # cudaErrorInvalidValue
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == RUNTIME_ERROR
+    assert r.error is not None and r.error["source"] == "candidate_return"
+    assert r.error["code"] == 1 and r.error["name"] == "cudaErrorInvalidValue"
+    assert r.error["config"] == "small" and r.error["trial"] == 0
+    assert "returned 1 (cudaErrorInvalidValue" in r.message
+
+
+def test_host_missing_symbol(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c("int other_cuda(void) { return 0; }", "nosym")
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == RUNTIME_ERROR and r.error["name"] == "SYMBOL_NOT_FOUND"
+    assert 'extern "C"' in r.message
+
+
+def test_host_candidate_segfault_is_a_crash(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy('printf("about to crash\\n"); *(volatile int *)0 = 1; return 0;'))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == CRASH
+    assert "about to crash" in r.stderr_tail  # C stdout is line-buffered into stderr
+    assert r.signal == "SIGSEGV" and r.exit_code == -11
+    assert r.phase == "candidate"
+    assert "SIGSEGV in the candidate call (config 'small', trial 0)" in r.message
+
+
+def test_host_infinite_loop_times_out(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("for (;;) { __asm__ volatile(\"\"); } return 0;"))
+    t0 = time.monotonic()
+    r = _host_run(_job(ref_lib, cand), timeout_s=3)
+    assert time.monotonic() - t0 < 20
+    assert r.status == TIMEOUT
+    assert 3 <= r.elapsed_s < 15
+    assert r.phase == "candidate"
+    assert re.search(r"timed out after \d+\.\d s \(limit 3 s\) in the candidate call", r.message)
+
+
+def test_host_candidate_stdout_does_not_corrupt_result(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    body = 'printf("hello from the candidate\\n"); ' + SAXPY_OK  # no fflush: the worker does
+    r = _host_run(_job(ref_lib, compile_c(_saxpy(body))))
+    assert r.status == CORRECT, r.message
+    assert "hello from the candidate" in r.stderr_tail
+
+
+def test_host_results_cached_after_a_few_calls_are_caught(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    # Correct for the first 4 calls, then skips the work (e.g. "cached by address").
+    body = "static int calls; if (++calls > 4) return 0;\n" + SAXPY_OK
+    cfg = [ConfigSpec("main", {"n": 500}, trials=2, time=True)]
+    r = _host_run(_job(ref_lib, compile_c(_saxpy(body)), configs=cfg))
+    assert r.status == WRONG, r.message
+    assert "after the timed repetitions" in r.message
+
+
+def test_host_int_arrays_and_long_size(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    params = [
+        ScalarParam("n", "long", ScalarKind.SIZE),
+        ArrayParam("a", "int", ("n",)),
+        ArrayParam("b", "int", ("n",)),
+        ArrayParam("c", "int", ("n",)),
+    ]
+    src = (
+        "#include <stdint.h>\nint iadd_cuda(long n, int32_t *a, int32_t *b, int32_t *c) {\n"
+        "  for (long i = 0; i < n; i++) c[i] = a[i] + 3 * b[i] + (i == n / 2 ? OFF : 0);\n"
+        "  return 0; }\n"
+    )
+    cfg = [ConfigSpec("c", {"n": 1001}, trials=1, time=True)]
+    r = _host_run(_job(ref_lib, compile_c("#define OFF 0\n" + src, "iok"), "iadd", params, configs=cfg))
+    assert r.status == CORRECT, r.message
+    assert r.array_roles["c"] == WRITE_ONLY
+    r = _host_run(_job(ref_lib, compile_c("#define OFF 1\n" + src, "ibad"), "iadd", params, configs=cfg))
+    assert r.status == WRONG
+    c = [a for a in r.configs[0].arrays if a.name == "c"][0]
+    assert c.exact and c.n_mismatch == 1 and c.first_mismatch["index"] == [500]
+    assert c.first_mismatch["candidate"] == c.first_mismatch["reference"] + 1
+
+
+def test_host_in_place_stencil(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    params = [
+        ScalarParam("tsteps", "int", ScalarKind.SIZE),
+        ScalarParam("n", "int", ScalarKind.SIZE),
+        ArrayParam("A", "double", ("n",)),
+        ArrayParam("B", "double", ("n",)),
+    ]
+    src = (
+        "int jacobi_cuda(int tsteps, int n, double *A, double *B) {\n"
+        "  for (int t = 0; t < tsteps; t++) {\n"
+        "    for (int i = 1; i < n - 1; i++) B[i] = 0.33333 * (A[i-1] + A[i] + A[i+1]);\n"
+        "    for (int i = 1; i < n - 1; i++) A[i] = 0.33333 * (B[i-1] + B[i] + B[i+1]);\n"
+        "  } return 0; }\n"
+    )
+    cfg = [ConfigSpec("c", {"tsteps": 4, "n": 300}, trials=2, time=True)]
+    r = _host_run(_job(ref_lib, compile_c(src, "jac"), "jacobi", params, configs=cfg))
+    assert r.status == CORRECT, r.message
+    assert r.array_roles == {"A": READ_WRITE, "B": READ_WRITE}
+
+
+def test_host_init_function_with_scalar_output(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    params = [
+        ScalarParam("n", "int", ScalarKind.SIZE),
+        ScalarParam("alpha", "double", ScalarKind.COEFFICIENT),
+        ArrayParam("x", "double", ("n",)),
+        ArrayParam("y", "double", ("n",)),
+    ]
+    src = (
+        "int daxpy_cuda(int n, double alpha, double *x, double *y) {\n"
+        "  for (int i = 0; i < n; i++) y[i] += ALPHA * x[i]; return 0; }\n"
+    )
+    kw = dict(
+        init_symbol="cudaperf_init_daxpy",
+        init={"name": "init_daxpy", "params": ["n", "alpha", "x", "y"], "scalar_outputs": ["alpha"]},
+    )
+    ok = compile_c("#define ALPHA alpha\n" + src, "dok")
+    r = _host_run(_job(ref_lib, ok, "daxpy", params, **kw))
+    assert r.status == CORRECT, r.message
+    # A candidate that ignores alpha is only caught if alpha really comes from init (2.5).
+    fixed = compile_c("#define ALPHA 1.0\n" + src, "dbad")
+    r = _host_run(_job(ref_lib, fixed, "daxpy", params, **kw))
+    assert r.status == WRONG
+    y = [a for a in r.configs[0].arrays if a.name == "y"][0]
+    assert y.first_mismatch["index"] == [1]  # x[0] == 0 in the init data
+    assert y.first_mismatch["reference"] == pytest.approx(2.0 + 2.5 / 17)
+
+
+def test_host_reference_only(ref_lib: Path) -> None:
+    cfg = [ConfigSpec("s", {"n": 100}, trials=1), ConfigSpec("m", {"n": 5000}, trials=1, time=True)]
+    r = _host_run(_job(ref_lib, None, configs=cfg))
+    assert r.status == REFERENCE_ONLY, r.message
+    assert r.array_roles == {"x": READ_ONLY, "y": READ_WRITE}
+    t = r.configs[1].timing
+    assert t is not None and t.gpu is None and t.cpu is not None and t.cpu.n == 3
+    assert r.device is None  # no device needed
+
+
+def test_given_cpu_baseline_is_used(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy(SAXPY_OK))
+    cfg = [ConfigSpec("m", {"n": 1000}, trials=1, time=True)]
+    r = _host_run(_job(ref_lib, cand, configs=cfg, cpu_baseline_ms={"m": 123.0}))
+    t = r.configs[0].timing
+    assert r.status == CORRECT and t.cpu is None and t.cpu_median_ms == 123.0
+    assert t.kernel_speedup == pytest.approx(123.0 / t.gpu.median_ms)
+    assert any("above 10x" in w for w in t.warnings)
+    assert any("above 10x" in w for w in r.warnings)
+
+
+def test_reference_crash_is_a_reference_error(
+    ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    cand = compile_c(_saxpy(SAXPY_OK))
+    job = _job(ref_lib, cand)
+    job.ref_symbol = "cudaperf_ref_crash"
+    r = _host_run(job)
+    assert r.status == REFERENCE_ERROR, r.message
+    assert r.signal == "SIGSEGV" and "before the candidate ran" in r.message
+
+
+def test_missing_reference(tmp_path: Path, ref_lib: Path) -> None:
+    r = _host_run(_job(tmp_path / "nope.so", tmp_path / "c.so"))
+    assert r.status == REFERENCE_ERROR and "cannot load the reference library" in r.message
+    job = _job(ref_lib, tmp_path / "c.so")
+    job.ref_symbol = "cudaperf_ref_missing"
+    r = _host_run(job)
+    assert r.status == REFERENCE_ERROR and "does not export cudaperf_ref_missing" in r.message
+
+
+# ---------------------------------------------------------------------------------------
+# No device, process control
+# ---------------------------------------------------------------------------------------
+
+
+def test_no_device_is_reported_cleanly(ref_lib: Path, tmp_path: Path) -> None:
+    # Real CUDA backend with no visible device (no driver here; CUDA_VISIBLE_DEVICES=""
+    # hides the GPU on a GPU machine).
+    r = run_evaluation(
+        _job(ref_lib, tmp_path / "c.so"), timeout_s=60, env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert r.status == NO_DEVICE, r.message + r.stderr_tail
+    assert r.message.startswith("no CUDA device: ")
+    assert r.exit_code == 0 and r.configs == []
+
+
+def test_probe_device_never_raises() -> None:
+    info = probe_device(timeout_s=60)
+    assert isinstance(info, dict) and "available" in info
+    if not info["available"]:
+        assert info["reason"]
+        again = device_info()
+        assert again["available"] is False and again["reason"]
+    else:
+        assert info["arch"].startswith("sm_") and info["l2_bytes"] > 0
+
+
+def _hook_job(ref_lib: Path, hook: str) -> EvalJob:
+    return _job(ref_lib, ref_lib, debug_hook=hook)
+
+
+def test_hanging_worker_is_killed_at_the_timeout(ref_lib: Path) -> None:
+    t0 = time.monotonic()
+    r = _host_run(_hook_job(ref_lib, "sleep:120"), timeout_s=2, **HOOKS)
+    assert time.monotonic() - t0 < 15
+    assert r.status == TIMEOUT and 2 <= r.elapsed_s < 12 and r.signal == "SIGKILL"
+    assert r.phase == "hook.sleep"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] == "Z"  # zombie: dead, not reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_timeout_kills_the_whole_process_group(ref_lib: Path) -> None:
+    r = _host_run(_hook_job(ref_lib, "spawn-sleep:120"), timeout_s=3, **HOOKS)
+    assert r.status == TIMEOUT
+    m = re.search(r"spawned pid (\d+)", r.stderr_tail)
+    assert m, r.stderr_tail
+    pid = int(m.group(1))
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid), f"grandchild {pid} survived the timeout"
+
+
+def test_worker_signal_is_a_crash(ref_lib: Path) -> None:
+    r = _host_run(_hook_job(ref_lib, "segv"), **HOOKS)
+    assert r.status == CRASH and r.signal == "SIGSEGV" and r.exit_code == -11
+    assert "killed by SIGSEGV" in r.message
+    r = _host_run(_hook_job(ref_lib, "abort"), **HOOKS)
+    assert r.status == CRASH and r.signal == "SIGABRT"
+
+
+def test_worker_exit_status_is_a_crash(ref_lib: Path) -> None:
+    r = _host_run(_hook_job(ref_lib, "exit:3"), **HOOKS)
+    assert r.status == CRASH and r.exit_code == 3 and r.signal is None
+    assert "exited with status 3" in r.message
+    assert "exiting on request" in r.stderr_tail
+
+
+def test_worker_garbage_output_is_a_crash(ref_lib: Path) -> None:
+    r = _host_run(_hook_job(ref_lib, "garbage"), **HOOKS)
+    assert r.status == CRASH and "without a valid result" in r.message
+    assert "this is not JSON" in r.message
+
+
+def test_stderr_tail_is_bounded(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    job = _job(ref_lib, compile_c(_saxpy(SAXPY_OK)), debug_hook="stderr:300000")
+    r = _host_run(job, **HOOKS)
+    assert r.status == CORRECT
+    assert len(r.stderr_tail) <= 4000
+    assert "last line of the test hook" in r.stderr_tail
+
+
+def test_hooks_are_ignored_without_the_env(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    job = _job(ref_lib, compile_c(_saxpy(SAXPY_OK)), debug_hook="segv")
+    assert _host_run(job).status == CORRECT
+
+
+def test_malformed_job_raises_in_the_parent(ref_lib: Path) -> None:
+    with pytest.raises(ValueError):
+        run_evaluation(_job(ref_lib, None, configs=[]), timeout_s=5)
+
+
+def test_worker_main_rejects_unreadable_job(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudaperf_cli.evaluate.worker"],
+        input="{not json", capture_output=True, text=True, timeout=60,
+        env={**os.environ, **HOST},
+    )
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == CRASH and "unreadable job" in doc["message"]
+    assert proc.stdout.count("\n") == 1  # exactly one JSON document
+
+
+# ---------------------------------------------------------------------------------------
+# CudaBackend against a fake driver (host memory behind the real cuda.bindings types)
+# ---------------------------------------------------------------------------------------
+
+
+class _FakeEvent:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __sub__(self, other: "_FakeEvent") -> float:
+        return (self.t - other.t) * 1e3
+
+
+class _FakeBuffer:
+    def __init__(self, size: int) -> None:
+        self.mem = np.zeros(size + 256, dtype=np.uint8)
+        self.handle = (self.mem.ctypes.data + 255) // 256 * 256
+        self.closed = False
+
+    def close(self, stream: Any = None) -> None:
+        self.closed = True
+
+
+class _FakeStream:
+    def record(self, event: Any = None, options: Any = None) -> Any:
+        event = event or _FakeEvent()
+        event.t = time.perf_counter()
+        return event
+
+
+class _FakeDevice:
+    buffers: list[_FakeBuffer] = []
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.ordinal = ordinal
+        self.default_stream = _FakeStream()
+
+    def set_current(self) -> None:
+        pass
+
+    def allocate(self, size: int, *, stream: Any) -> _FakeBuffer:
+        assert isinstance(stream, _FakeStream)
+        b = _FakeBuffer(size)
+        _FakeDevice.buffers.append(b)
+        return b
+
+    def create_event(self, options: Any = None) -> _FakeEvent:
+        assert options.timing_enabled
+        return _FakeEvent()
+
+
+def _fake_driver(monkeypatch: pytest.MonkeyPatch, *, count: int = 1, init_err: int = 0,
+                 sync_err: int = 0) -> dict[str, list[Any]]:
+    import ctypes
+    import types
+
+    from cuda.bindings import driver as drv
+
+    from cudaperf_cli.evaluate import backend
+
+    ok = drv.CUresult.CUDA_SUCCESS
+    calls: dict[str, list[Any]] = {}
+    monkeypatch.setattr(_FakeDevice, "buffers", [])
+
+    def log(name: str, *args: Any) -> None:
+        calls.setdefault(name, []).append(args)
+
+    def ptr(p: Any) -> int:
+        assert isinstance(p, drv.CUdeviceptr), type(p)
+        return int(p)
+
+    def stream(s: Any) -> None:
+        assert isinstance(s, drv.CUstream) and int(s) == int(drv.CU_STREAM_LEGACY)
+
+    attrs = {
+        "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 9,
+        "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
+        "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE": 50 << 20,
+        "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132,
+    }
+
+    def get_attr(attr: Any, dev: Any) -> tuple[Any, int]:
+        return ok, attrs.get(attr.name, 7)
+
+    def h2d(dst: Any, src: int, n: int) -> tuple[Any]:
+        log("h2d", n)
+        ctypes.memmove(ptr(dst), src, n)
+        return (ok,)
+
+    def d2h(dst: int, src: Any, n: int) -> tuple[Any]:
+        log("d2h", n)
+        ctypes.memmove(dst, ptr(src), n)
+        return (ok,)
+
+    def d2d(dst: Any, src: Any, n: int, s: Any) -> tuple[Any]:
+        stream(s)
+        log("d2d", n)
+        ctypes.memmove(ptr(dst), ptr(src), n)
+        return (ok,)
+
+    def memset32(dst: Any, v: int, n: int, s: Any) -> tuple[Any]:
+        stream(s)
+        log("memset32", v, n)
+        np.ctypeslib.as_array((ctypes.c_uint32 * n).from_address(ptr(dst)))[:] = v
+        return (ok,)
+
+    def memset8(dst: Any, v: int, n: int, s: Any) -> tuple[Any]:
+        stream(s)
+        log("memset8", v, n)
+        ctypes.memset(ptr(dst), v, n)
+        return (ok,)
+
+    fakes = {
+        "cuInit": lambda flags: (drv.CUresult(init_err),),
+        "cuDeviceGetCount": lambda: (ok, count),
+        "cuDeviceGet": lambda i: (ok, drv.CUdevice(i)),
+        "cuDeviceGetAttribute": get_attr,
+        "cuDeviceGetName": lambda n, d: (ok, b"Fake H200\0\0\0"),
+        "cuDeviceTotalMem": lambda d: (ok, 141 << 30),
+        "cuMemGetInfo": lambda: (ok, 140 << 30, 141 << 30),
+        "cuDriverGetVersion": lambda: (ok, 12080),
+        "cuGetErrorString": lambda e: (ok, b"fake description of " + e.name.encode()),
+        "cuMemcpyHtoD": h2d,
+        "cuMemcpyDtoH": d2h,
+        "cuMemcpyDtoDAsync": d2d,
+        "cuMemsetD32Async": memset32,
+        "cuMemsetD8Async": memset8,
+        "cuCtxSynchronize": lambda: (drv.CUresult(sync_err),),
+    }
+    for name, fn in fakes.items():
+        monkeypatch.setattr(drv, name, fn)
+    from cuda.core import EventOptions
+
+    core = types.SimpleNamespace(
+        Device=_FakeDevice, EventOptions=EventOptions, LEGACY_DEFAULT_STREAM=_FakeStream()
+    )
+    monkeypatch.setattr(backend, "_import_core", lambda: core)
+    return calls
+
+
+def _in_process(job: EvalJob) -> EvalResult:
+    from cudaperf_cli.evaluate.worker import State, Worker
+
+    return Worker(job, State(None), "cuda").run()
+
+
+def test_cuda_backend_on_a_fake_driver(
+    monkeypatch: pytest.MonkeyPatch, ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    calls = _fake_driver(monkeypatch)
+    cfg = [ConfigSpec("s", {"n": 1000}, trials=2), ConfigSpec("m", {"n": 4096}, trials=1, time=True)]
+    ts = TimingSettings(warmup_reps=1, min_reps=3, max_reps=5, min_total_ms=0.0,
+                        e2e_reps=2, sync_reps=2)
+    r = _in_process(_job(ref_lib, compile_c(_saxpy(SAXPY_OK)), configs=cfg, timing=ts))
+    assert r.status == CORRECT, r.message
+    d = r.device
+    assert d["name"] == "Fake H200" and d["arch"] == "sm_90" and d["compute_capability"] == "9.0"
+    assert d["l2_bytes"] == 50 << 20 and d["sm_count"] == 132
+    assert d["driver_cuda_version"] == "12.8" and d["memory_free_bytes"] == 140 << 30
+    t = r.configs[1].timing
+    assert t.flush_bytes == 256 << 20  # max(2 x 50 MiB, 256 MiB)
+    assert ((0, (256 << 20) // 4)) in calls["memset32"]  # the L2 flush
+    assert 3 <= t.gpu.n <= 5 and t.e2e.n == 2 and t.sync_call.n == 2
+    assert ("d2d" in calls) and all(n == 4096 * 4 for (n,) in calls["d2d"])  # restore y
+    assert (0x5C, 4096) in calls["memset8"]  # guards
+    assert all(b.closed for b in _FakeDevice.buffers)  # everything freed
+
+
+def test_cuda_backend_fake_mm_poisons_write_only(
+    monkeypatch: pytest.MonkeyPatch, ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    calls = _fake_driver(monkeypatch)
+    params = [
+        ScalarParam("n", "int", ScalarKind.SIZE),
+        ScalarParam("m", "int", ScalarKind.SIZE),
+        ScalarParam("k", "int", ScalarKind.SIZE),
+        ArrayParam("A", "double", ("n", "k")),
+        ArrayParam("B", "double", ("k", "m")),
+        ArrayParam("C", "double", ("n", "m")),
+    ]
+    src = (
+        "int mm_cuda(int n, int m, int k, double *A, double *B, double *C) {\n"
+        "  for (int i = 0; i < n; i++) for (int j = 0; j < m; j++) {\n"
+        "    if (i == 1 && j == 2) continue;\n"
+        "    double s = 0; for (int l = 0; l < k; l++) s += A[i*k+l] * B[l*m+j];\n"
+        "    C[i*m+j] = s; }\n  return 0; }\n"
+    )
+    r = _in_process(_job(ref_lib, compile_c(src, "mmf"), "mm", params,
+                         configs=[ConfigSpec("s", {"n": 3, "m": 4, "k": 5})]))
+    assert r.status == WRONG
+    c = [a for a in r.configs[0].arrays if a.name == "C"][0]
+    assert c.first_mismatch == {"index": [1, 2], "candidate": "nan", "reference": c.first_mismatch["reference"]}
+    assert (0xFFFFFFFF, 3 * 4 * 2) in calls["memset32"]  # C poisoned as 32-bit words
+
+
+def test_cuda_backend_fake_failed_synchronize(
+    monkeypatch: pytest.MonkeyPatch, ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    _fake_driver(monkeypatch, sync_err=700)
+    r = _in_process(_job(ref_lib, compile_c(_saxpy(SAXPY_OK))))
+    assert r.status == RUNTIME_ERROR
+    assert r.error["source"] == "synchronize" and r.error["name"] == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert "fake description of CUDA_ERROR_ILLEGAL_ADDRESS" in r.message
+
+
+@pytest.mark.parametrize("kw,reason", [
+    ({"count": 0}, "no CUDA device"),
+    ({"init_err": 100}, "cuInit failed: CUDA_ERROR_NO_DEVICE"),
+])
+def test_cuda_backend_fake_no_device(
+    monkeypatch: pytest.MonkeyPatch, ref_lib: Path, kw: dict[str, int], reason: str
+) -> None:
+    _fake_driver(monkeypatch, **kw)
+    r = _in_process(_job(ref_lib, ref_lib))
+    assert r.status == NO_DEVICE and reason in r.message
