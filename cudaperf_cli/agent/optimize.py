@@ -25,6 +25,9 @@ from cudaperf_cli.core import CProblem, CudaperfError, ProblemError, param_to_js
 
 EXIT_OK, EXIT_NO_CORRECT, EXIT_NO_DEVICE = 0, 1, 4
 
+#: The evaluation's measured array roles -> the copies the drop-in wrapper makes.
+ACCESS_OF_ROLE = {"read-only": "read", "write-only": "write", "read-write": "readwrite"}
+
 
 @dataclass(frozen=True)
 class OptimizeOptions:
@@ -89,16 +92,8 @@ class Evaluator:
     def job(self, lib_path: Path) -> Any:
         from cudaperf_cli.evaluate import EvalJob
 
-        ref = self.reference
-        return EvalJob(
-            ref_lib=str(ref.lib_path),
-            ref_symbol=ref.ref_symbol,
-            init_symbol=ref.init_symbol,
-            init=to_jsonable(self.problem.init) if self.problem.init else None,
-            cand_lib=str(lib_path),
-            cand_symbol=self.problem.cuda_symbol,
-            params=[param_to_json(p) for p in self.problem.params],
-            configs=self.configs,
+        return EvalJob.from_problem(
+            self.problem, ref_lib=self.reference, cand_lib=lib_path, configs=self.configs,
             seed=self.seed,
         )
 
@@ -107,7 +102,11 @@ class Evaluator:
 
         stage("compiling (nvcc)")
         built = build_candidate(
-            source, arch=self.arch, cache_root=self.cache_root, timeout_s=self.compile_timeout_s
+            source,
+            arch=self.arch,
+            cache_root=self.cache_root,
+            timeout_s=self.compile_timeout_s,
+            extra_flags=self.problem.cpp_args,
         )
         record.build = to_jsonable(built)
         record.build_dir = str(Path(built.lib_path).parent) if built.lib_path else None
@@ -157,7 +156,7 @@ def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
     ):
         if summary.get(key) is not None:
             setattr(record, key, summary[key])
-    record.access = dict(data.get("access") or {})
+    record.access = {name: ACCESS_OF_ROLE[role] for name, role in (data.get("array_roles") or {}).items()}
 
 
 def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
@@ -179,6 +178,8 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     from cudaperf_cli.problems.c import build_reference, load_c_problem
 
     console = Console(stderr=False, highlight=False)
+    if not console.is_terminal:  # logs and pipes: wide enough for the turn table
+        console = Console(stderr=False, highlight=False, width=160)
     human = not opts.json_output
 
     if not opts.file.is_file():

@@ -68,8 +68,8 @@ def turns_table(records: list[TurnRecord], title: str | None = None) -> Table:
     table.add_column("status")
     table.add_column("max rel err", justify="right")
     table.add_column("GPU ms", justify="right")
-    table.add_column("speedup\nkernel", justify="right")
-    table.add_column("speedup\nend-to-end", justify="right")
+    table.add_column("speedup kernel", justify="right")
+    table.add_column("speedup e2e", justify="right")
     table.add_column("regs", justify="right")
     table.add_column("spill B", justify="right")
     table.add_column("eval s", justify="right")
@@ -99,7 +99,9 @@ def turn_line(r: TurnRecord) -> str:
             f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
             f"{fmt_x(r.speedup_e2e)} end-to-end vs {r.baseline}; {r.description}"
         )
-    return f"{head}; {r.message or r.description}"
+    if r.status == "no_device" or not r.message:
+        return f"{head}; {r.description}"
+    return f"{head}; {r.message}"
 
 
 class RichObserver:
@@ -162,7 +164,7 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     """The final panel: the best candidate and what was written, or why there is none."""
     best = result.best
     if best is None:
-        return Panel("\n".join(lines), title="no verified kernel", border_style="red")
+        return Panel("\n".join(lines), title="no verified kernel", border_style="red", expand=False)
     body = [
         f"[bold]{best.description}[/]",
         f"GPU kernel  {fmt_ms(best.gpu_ms)} ms (median; IQR {fmt_ms(best.gpu_ms_iqr)} ms)",
@@ -174,4 +176,4 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
         f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
         *lines,
     ]
-    return Panel("\n".join(body), title=f"best: turn {best.turn + 1}", border_style="green")
+    return Panel("\n".join(body), title=f"best: turn {best.turn + 1}", border_style="green", expand=False)

@@ -24,7 +24,9 @@ def _tool(cmd: str, version_args: list[str]) -> dict[str, Any]:
         lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"path": path, "version": f"failed: {exc}", "ok": False}
-    version = lines[-1] if cmd == "nvcc" and lines else (lines[0] if lines else "")
+    if cmd == "nvcc":  # "Cuda compilation tools, release 13.0, V13.0.88"
+        lines = [ln for ln in lines if "release" in ln] or lines
+    version = lines[0] if lines else ""
     return {"path": path, "version": version.strip(), "ok": True}
 
 
@@ -37,9 +39,22 @@ def collect() -> dict[str, Any]:
         "nvcc": _tool("nvcc", ["--version"]),
         "cc": _tool(cc, ["--version"]),
     }
-    info = device_info()
-    report["gpu"] = info
+    report["gpu"] = device_info()
+    report["cuda_core"] = _cuda_core()
     return report
+
+
+def _cuda_core() -> dict[str, Any]:
+    """Whether ``cuda.core`` and ``cuda.bindings`` import here, with their versions."""
+    try:
+        import cuda.bindings
+        import cuda.core
+    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+        return {"ok": False, "detail": f"import failed: {exc}"}
+    return {
+        "ok": True,
+        "detail": f"cuda.core {cuda.core.__version__}, cuda.bindings {cuda.bindings.__version__}",
+    }
 
 
 def run_doctor(json_out: bool) -> int:
@@ -73,7 +88,7 @@ def run_doctor(json_out: bool) -> int:
         row(label, t["ok"], f"{t['path'] or 'not on PATH'}  {t['version'] or ''}".strip())
     if has_gpu:
         details = (
-            f"{gpu.get('name')}  sm_{gpu.get('compute_capability', '').replace('.', '')}  "
+            f"{gpu.get('name')}  {gpu.get('arch')}  {gpu.get('sm_count')} SMs  "
             f"driver {gpu.get('driver_version')}  "
             f"free {gpu.get('memory_free_bytes', 0) / 2**30:.1f} / "
             f"{gpu.get('memory_total_bytes', 0) / 2**30:.1f} GiB"
@@ -81,7 +96,7 @@ def run_doctor(json_out: bool) -> int:
         row("GPU", True, details)
     else:
         row("GPU", False, gpu.get("reason", "no CUDA device"), warn=True)
-    core = gpu.get("cuda_core") if gpu else None
-    row("cuda.core", bool(core and core.get("ok")), (core or {}).get("detail", "not loaded"))
+    core = report["cuda_core"]
+    row("cuda.core", core["ok"], core["detail"])
     Console().print(table)
     return code
