@@ -35,4 +35,7 @@ def feedback_for(r: TurnRecord) -> str:
         f"kernel-only and {r.speedup_e2e:.3g}x end-to-end vs {r.baseline}.",
         f"Resources: {r.registers} registers per thread, {r.spill_bytes} bytes spilled.",
     ]
+    if r.structure_score is not None:
+        lines.append(f"Structural score {r.structure_score:.2f} of 1. What to improve first:")
+        lines.extend(f"- {reason}" for reason in r.structure_reasons)
     return "\n".join(lines)

@@ -39,7 +39,9 @@ class TurnRecord:
 
     ``speedup_kernel`` = CPU reference median / GPU kernel median;
     ``speedup_e2e`` = CPU reference median / end-to-end median (copies in and out included);
-    both against ``baseline`` (e.g. "gcc -O3, 1 thread").
+    both against ``baseline`` (e.g. "gcc -O3, 1 thread").  ``structure_score`` in [0, 1] and
+    ``structure_reasons`` (most costly first) come from the static structural analysis
+    (docs/structural-score.md).
     """
 
     turn: int
@@ -64,6 +66,8 @@ class TurnRecord:
     speedup_e2e: float | None = None
     baseline: str | None = None
     access: dict[str, str] = field(default_factory=dict)
+    structure_score: float | None = None
+    structure_reasons: list[str] = field(default_factory=list)
     feedback: str = ""
     build: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)

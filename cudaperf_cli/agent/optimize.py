@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,12 +49,6 @@ class OptimizeOptions:
     json_output: bool = False
 
 
-def default_cache_root() -> Path:
-    """Build cache shared by runs: ``$XDG_CACHE_HOME/cudaperf/build`` (``~/.cache/...``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cudaperf" / "build"
-
-
 def resolve_output(opts: OptimizeOptions) -> Path:
     """The result path; refuses to overwrite an existing file without ``--force``."""
     out = opts.output or Path.cwd() / f"{opts.file.stem}.cu"
@@ -88,6 +81,7 @@ class Evaluator:
     compile_timeout_s: float
     seed: int
     device_missing: bool = False
+    reports: dict[int, Any] = field(default_factory=dict)  #: turn -> StructureReport
 
     def job(self, lib_path: Path) -> Any:
         from cudaperf_cli.evaluate import EvalJob
@@ -115,6 +109,8 @@ class Evaluator:
         if built.resources:
             record.registers = max(k.registers for k in built.resources)
             record.spill_bytes = sum(k.spill_store_bytes + k.spill_load_bytes for k in built.resources)
+        if built.ok:
+            self.score_structure(record, source, built.resources)
         if not built.ok:
             record.status = built.status
             first = (built.errors or "").strip().splitlines()
@@ -134,6 +130,24 @@ class Evaluator:
         if record.status == "no_device":
             self.device_missing = True
         return record
+
+
+    def score_structure(self, record: TurnRecord, source: str, resources: Any) -> None:
+        """Static structural analysis of a compiled candidate (never fails the turn)."""
+        from cudaperf_cli.structure import analyze_source
+        from cudaperf_cli.structure.gpus import default_gpu
+
+        try:
+            report = analyze_source(
+                source, arch=self.arch, resources=resources, gpu=default_gpu(self.arch),
+                sizes=self.problem.sizes, source_name=f"turn {record.turn + 1}",
+            )
+        except Exception as exc:  # noqa: BLE001 - analysis is advisory; the turn goes on
+            record.structure_reasons = [f"structural analysis failed: {exc}"]
+            return
+        self.reports[record.turn] = report
+        record.structure_score = report.score
+        record.structure_reasons = report.reasons(3)
 
 
 def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
@@ -174,7 +188,7 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     from rich.console import Console
 
     from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
-    from cudaperf_cli.build import detect_arch
+    from cudaperf_cli.build import default_cache_root, detect_arch
     from cudaperf_cli.problems.c import build_reference, load_c_problem
 
     console = Console(stderr=False, highlight=False)
@@ -269,6 +283,10 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, reference)
     store.write_json("summary.json", summary)
     if human:
+        if result.best is not None and result.best.turn in evaluator.reports:
+            from cudaperf_cli.structure.render import print_report
+
+            print_report(evaluator.reports[result.best.turn], console, top=3)
         console.print(best_panel(result, lines))
         console.print(f"stopped: {result.stop_reason}; run folder: {store.path}")
     else:

@@ -70,6 +70,7 @@ def turns_table(records: list[TurnRecord], title: str | None = None) -> Table:
     table.add_column("GPU ms", justify="right")
     table.add_column("speedup kernel", justify="right")
     table.add_column("speedup e2e", justify="right")
+    table.add_column("struct", justify="right")
     table.add_column("regs", justify="right")
     table.add_column("spill B", justify="right")
     table.add_column("eval s", justify="right")
@@ -83,6 +84,7 @@ def turns_table(records: list[TurnRecord], title: str | None = None) -> Table:
             fmt_ms(r.gpu_ms),
             fmt_x(r.speedup_kernel),
             fmt_x(r.speedup_e2e),
+            "-" if r.structure_score is None else f"{r.structure_score:.2f}",
             "-" if r.registers is None else str(r.registers),
             "-" if r.spill_bytes is None else str(r.spill_bytes),
             "-" if r.eval_s is None and r.compile_s is None

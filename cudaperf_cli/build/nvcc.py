@@ -101,6 +101,13 @@ class BuildResult:
 _FALLBACK_HOMES: tuple[str, ...] = ("/usr/local/cuda",)
 
 
+def default_cache_root() -> Path:
+    """Build cache shared by every command: ``$XDG_CACHE_HOME/cudaperf/build``
+    (``~/.cache/cudaperf/build`` when the variable is unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cudaperf" / "build"
+
+
 def find_nvcc(nvcc: str | None = None) -> str:
     """Path of nvcc: ``nvcc`` argument, ``$CUDAPERF_NVCC``, PATH, ``$CUDA_HOME/bin``,
     ``/usr/local/cuda/bin``.

@@ -13,6 +13,8 @@ from typing import List, Optional
 import typer
 
 from cudaperf_cli import __version__
+from cudaperf_cli.cli.common import fail, parse_sizes
+from cudaperf_cli.cli.score import score
 from cudaperf_cli.core import CudaperfError
 
 app = typer.Typer(
@@ -37,29 +39,6 @@ def _root(
     ),
 ) -> None:
     """Port hot C functions to verified, timed CUDA kernels and keep improving them."""
-
-
-def fail(err: CudaperfError) -> None:
-    """Print a known error as one line on stderr (and its hint) and exit with its code."""
-    print(f"error: {err}", file=sys.stderr)
-    if getattr(err, "hint", None):
-        print(f"hint: {err.hint}", file=sys.stderr)
-    raise typer.Exit(err.exit_code)
-
-
-def _parse_sizes(items: List[str]) -> dict[str, int]:
-    from cudaperf_cli.core import ProblemError
-
-    sizes: dict[str, int] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ProblemError(f"--size expects NAME=VALUE, got '{item}'")
-        try:
-            sizes[name.strip()] = int(value, 0)
-        except ValueError:
-            raise ProblemError(f"--size {name}: '{value}' is not an integer") from None
-    return sizes
 
 
 @app.command()
@@ -107,7 +86,7 @@ def optimize(
             file=file,
             cpp_args=tuple(cpp_args),
             function=function,
-            sizes=_parse_sizes(size),
+            sizes=parse_sizes(size),
             init=init,
             turns=turns,
             policy=policy,
@@ -139,16 +118,7 @@ def doctor(
     raise typer.Exit(run_doctor(json_out))
 
 
-def _register_optional_commands() -> None:
-    """Commands of other stages, registered when their module is present."""
-    try:
-        from cudaperf_cli.cli.score import score
-    except ImportError:
-        return
-    app.command(name="score")(score)
-
-
-_register_optional_commands()
+app.command(name="score")(score)
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ The compile and the ptxas parser are :func:`cudaperf_cli.build.build_candidate` 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Mapping
 
@@ -20,12 +19,6 @@ class CompileError(CudaperfError):
     """The file does not compile (exit code 2: bad input)."""
 
     exit_code = 2
-
-
-def default_cache_root() -> Path:
-    """Build cache shared with ``cudaperf optimize``: ``$XDG_CACHE_HOME/cudaperf/build``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cudaperf" / "build"
 
 
 def kernel_resources(
@@ -45,7 +38,7 @@ def kernel_resources(
             is one line naming the first compiler error.
         ToolchainError: nvcc is missing or cannot run.
     """
-    from ..build import build_candidate
+    from ..build import build_candidate, default_cache_root
 
     flags: tuple[str, ...] = ()
     if include_dir is not None:
@@ -124,4 +117,4 @@ def analyze_file(
     )
 
 
-__all__ = ["CompileError", "analyze_file", "default_cache_root", "kernel_resources"]
+__all__ = ["CompileError", "analyze_file", "kernel_resources"]
