@@ -1,8 +1,8 @@
 """Shared fixtures: GPU detection (``gpu`` marker), C/nvcc compile helpers.
 
 Tests marked ``@pytest.mark.gpu`` are skipped when no CUDA device is usable.  Detection
-runs ``cuInit``/``cuDeviceGetCount`` through cuda.bindings in a *child* process, so the
-pytest process itself never initialises CUDA (and stays fork-safe).
+runs in a *child* process (``cudaperf_cli.evaluate.probe_device``), so the pytest process
+itself never initialises CUDA (and stays fork-safe).
 """
 
 from __future__ import annotations
@@ -10,41 +10,20 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-_PROBE = r"""
-import sys
-try:
-    from cuda.bindings import driver as d
-    (err,) = d.cuInit(0)
-    if int(err) != 0:
-        print("cuInit failed: %s" % (err,)); sys.exit(0)
-    err, n = d.cuDeviceGetCount()
-    if int(err) != 0 or n < 1:
-        print("no CUDA device (%s, count=%s)" % (err, n)); sys.exit(0)
-    print("OK %d" % n)
-except Exception as exc:
-    print("no usable CUDA driver: %s" % (str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-"""
-
+from cudaperf_cli.evaluate import probe_device
 
 @functools.lru_cache(maxsize=1)
 def cuda_device_status() -> tuple[bool, str]:
-    """(usable, reason): probes the driver in a child process, once per session."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"device probe failed: {exc}"
-    out = (proc.stdout.strip().splitlines() or [""])[-1]
-    if out.startswith("OK"):
-        return True, out
-    return False, out or f"device probe exited with status {proc.returncode}"
+    """(usable, reason): the evaluate stage's device probe (a child process), once a session."""
+    info = probe_device()
+    if info.get("available"):
+        return True, f"{info.get('name')} ({info.get('arch')})"
+    return False, str(info.get("reason", "no CUDA device"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +86,228 @@ def test_existing_output_is_not_overwritten(tmp_path):
     assert proc.returncode == 2
     assert "--force" in proc.stderr
     assert out.read_text() == "// mine\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile and careless use: one line (and a hint), the right exit code, nothing lost
+# ---------------------------------------------------------------------------------------
+
+SCALE_1D = "// cudaperf: x[n]\nvoid f(int n, double *x) { for (int i = 0; i < n; i++) x[i] = i; }\n"
+
+
+def assert_one_error(proc: subprocess.CompletedProcess, code: int, text: str) -> None:
+    lines = error_lines(proc)
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines and lines[0].startswith("error: ") and text in lines[0], proc.stderr
+    assert all(ln.startswith("hint: ") for ln in lines[1:]), proc.stderr
+
+
+def test_non_utf8_file_is_one_line(tmp_path):
+    bad = tmp_path / "binary.c"
+    bad.write_bytes(SCALE_1D.encode() + bytes(range(128, 256)) + b"\n")
+    proc = cli("optimize", str(bad), "--size", "n=10", cwd=tmp_path)
+    assert_one_error(proc, 2, "binary.c")
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    for args, text in (
+        (["--turns", "0"], "--turns"),
+        (["--bogus"], "No such option: --bogus"),
+        (["--seed", "-1"], "--seed"),
+        (["--compile-timeout", "inf"], "--compile-timeout"),  # was an OverflowError traceback
+        (["--timeout", "inf"], "--timeout"),
+    ):
+        proc = cli("optimize", str(src), "--size", "n=10", *args, cwd=tmp_path)
+        assert_one_error(proc, 2, text)
+        assert "╭" not in proc.stderr and "--help" in error_lines(proc)[-1]
+    proc = cli("optimize", cwd=tmp_path)
+    assert_one_error(proc, 2, "Missing argument")
+
+
+def test_bad_arch_is_refused_before_any_work(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "--size", "n=10", "--arch", "sm_90; rm -rf ~", cwd=tmp_path)
+    assert_one_error(proc, 2, "--arch")
+    assert not (tmp_path / "cudaperf-runs").exists()
+
+
+def test_arch_unknown_to_nvcc_is_refused(tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "--size", "n=10", "--arch", "sm_12", cwd=tmp_path)
+    assert_one_error(proc, 2, "sm_12")
+    assert "sm_90" in error_lines(proc)[1]
+
+
+def test_unusable_outputs_are_refused_before_any_work(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    (tmp_path / "adir").mkdir()
+    os.link(src, tmp_path / "same.cu")
+    for out, text in (
+        ("adir", "is a directory"),
+        ("scale.c/out.cu", "is not a directory"),
+        ("same.cu", "is the input file"),
+    ):
+        proc = cli("optimize", str(src), "--size", "n=10", "-o", out, "--force", cwd=tmp_path)
+        assert_one_error(proc, 2, text)
+    assert src.read_text() == SCALE_1D
+    assert not (tmp_path / "cudaperf-runs").exists()
+
+
+def test_size_values_read_like_a_user_means_them():
+    from cudaperf_cli.cli.common import parse_sizes
+
+    assert parse_sizes(["n=010", "m=0x10", "k= 7 "]) == {"n": 10, "m": 16, "k": 7}
+
+
+def test_directory_as_input(tmp_path):
+    (tmp_path / "d.c").mkdir()
+    proc = cli("optimize", "d.c", cwd=tmp_path)
+    assert_one_error(proc, 2, "is a directory")
+
+
+def test_run_folder_that_cannot_be_created(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "--size", "n=10", "--run-dir", "scale.c", cwd=tmp_path)
+    assert_one_error(proc, 2, "cannot create the run folder")
+
+
+def test_sizes_too_large(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "--size", "n=99999999999", cwd=tmp_path)
+    assert_one_error(proc, 2, "does not fit its C type 'int'")
+    cube = tmp_path / "cube.c"
+    cube.write_text(
+        "void f(int n, double x[n][n][n]) { for (int i = 0; i < n; i++) x[i][0][0] = i; }\n"
+    )
+    proc = cli("optimize", str(cube), "--size", "n=100000", cwd=tmp_path)
+    assert_one_error(proc, 2, "GB")
+
+
+def test_line_breaks_in_values_stay_on_one_line(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "--function", "a\nb", cwd=tmp_path)
+    assert_one_error(proc, 2, "'a\\nb'")
+    assert len(error_lines(proc)) == 1
+
+
+def test_empty_include_value_does_not_swallow_the_next_flag(tmp_path):
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    proc = cli("optimize", str(src), "-I", "", "-D", "X", "--size", "n=10", cwd=tmp_path)
+    assert_one_error(proc, 2, "'-I' needs a value")
+
+
+def test_score_without_kernels(tmp_path):
+    (tmp_path / "empty.cu").write_text("")
+    proc = cli("score", "empty.cu", "--no-build", cwd=tmp_path)
+    assert_one_error(proc, 2, "no __global__ kernel")
+    (tmp_path / "d.cu").mkdir()
+    assert_one_error(cli("score", "d.cu", cwd=tmp_path), 2, "is a directory")
+
+
+def test_doctor_reads_cc_and_nvcc_like_the_pipeline(tmp_path):
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 99.9, V99.9'\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "CUDAPERF_NVCC": str(fake), "CC": "cc -O2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudaperf_cli", "doctor", "--json"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+    doc = json.loads(proc.stdout)
+    assert doc["nvcc"]["path"] == str(fake) and "99.9" in doc["nvcc"]["version"]
+    assert doc["cc"]["ok"], doc["cc"]
+    env["CC"] = '"cc'
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudaperf_cli", "doctor", "--json"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+    assert "Traceback" not in proc.stderr and json.loads(proc.stdout)["cc"]["ok"] is False
+
+
+# In-process checks of the optimize command's stages (no GPU, no nvcc needed).
+
+
+def _problem(tmp_path: Path):
+    from cudaperf_cli.problems.c import load_c_problem
+
+    src = tmp_path / "scale.c"
+    src.write_text(SCALE_1D)
+    return load_c_problem(src, sizes={"n": 10})
+
+
+def _options(tmp_path: Path, **kw):
+    from cudaperf_cli.agent.optimize import OptimizeOptions
+
+    return OptimizeOptions(file=tmp_path / "scale.c", run_root=tmp_path / "runs", **kw)
+
+
+def test_no_device_and_nothing_compiled_is_no_correct_candidate(tmp_path):
+    """Exit 4 promises compiled candidates; when none compiled, a GPU would not help: 1."""
+    from cudaperf_cli.agent.loop import LoopResult, TurnRecord
+    from cudaperf_cli.agent.optimize import EXIT_NO_CORRECT, EXIT_NO_DEVICE, _finish
+
+    problem = _problem(tmp_path)
+
+    class NoDevice:
+        device_missing = True
+
+    turns = [
+        TurnRecord(0, "builtin", "x", "compile_error"), TurnRecord(1, "builtin", "y", "refused")
+    ]
+    code, _, written = _finish(problem, LoopResult(turns, None, "done"), NoDevice(),
+                               tmp_path / "out.cu", "sm_90", _options(tmp_path))
+    assert code == EXIT_NO_CORRECT and written is None
+    turns[0].status = "no_device"
+    code, _, _ = _finish(problem, LoopResult(turns, None, "done"), NoDevice(),
+                         tmp_path / "out.cu", "sm_90", _options(tmp_path))
+    assert code == EXIT_NO_DEVICE
+
+
+def test_unwritable_result_is_a_clean_error(tmp_path):
+    from cudaperf_cli.agent.loop import LoopResult, TurnRecord
+    from cudaperf_cli.agent.optimize import _finish
+    from cudaperf_cli.core import CudaperfError
+
+    problem = _problem(tmp_path)
+    best = TurnRecord(0, "builtin", "x", "correct", source="// kernel\n", gpu_ms=1.0)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(CudaperfError, match="cannot write"):
+        _finish(problem, LoopResult([best], 0, "done"), object(), blocker / "sub" / "out.cu",
+                "sm_90", _options(tmp_path))
+
+
+def test_policy_exception_is_a_refused_turn(tmp_path, monkeypatch):
+    """A bug in the policy (here a RecursionError) ends its turns, not the run."""
+    import cudaperf_cli.build
+    from cudaperf_cli.agent import optimize
+
+    class Broken:
+        def propose(self, problem, turn):
+            raise RecursionError("maximum recursion depth exceeded")
+
+    _problem(tmp_path)
+    monkeypatch.setattr(optimize, "make_policy", lambda name: Broken())
+    monkeypatch.setattr(cudaperf_cli.build, "detect_arch", lambda *a, **k: None)
+    monkeypatch.setattr(cudaperf_cli.build, "default_cache_root", lambda: tmp_path / "cache")
+    code = optimize.run_optimize_command(
+        _options(tmp_path, sizes={"n": 10}, turns=2, json_output=True, output=tmp_path / "scale.cu")
+    )
+    assert code == optimize.EXIT_NO_CORRECT
+    (run,) = (tmp_path / "runs").iterdir()
+    records = [json.loads(ln) for ln in (run / "turns.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["refused"]  # a refusal ends the turns
+    assert "RecursionError" in records[0]["message"]
+    assert "RecursionError" in (run / "policy-error-turn1.txt").read_text()

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
+from tests.conftest import cuda_device_status
 from tests.test_cli import EXAMPLES, cli
-from cudaperf_cli.evaluate import probe_device
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH"),
@@ -18,7 +18,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def no_gpu():
-    if probe_device().get("available"):
+    if cuda_device_status()[0]:
         pytest.skip("a CUDA device is present: the GPU tests cover optimize there")
 
 

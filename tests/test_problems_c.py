@@ -619,3 +619,96 @@ def test_reference_compile_error(tmp_path):
     p = load_c_problem(path, sizes={"n": 4})
     with pytest.raises(ProblemError, match="undefined reference to .missing_helper"):
         build_reference(p, tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile and careless inputs (found by trying to break the CLI)
+# ---------------------------------------------------------------------------------------
+
+SCALE_1D = "// cudaperf: x[n]\nvoid f(int n, double *x) { for (int i = 0; i < n; i++) x[i] = i; }\n"
+
+
+def test_non_utf8_comment_loads_and_builds(tmp_path):
+    path = tmp_path / "latin1.c"
+    path.write_bytes(b"/* caf\xe9 */\n" + SCALE_1D.encode())
+    p = load_c_problem(path, sizes={"n": 10})
+    assert p.function == "f"
+    build_reference(p, tmp_path / "ref")
+
+
+def test_non_utf8_code_is_a_syntax_error(tmp_path):
+    path = tmp_path / "binary.c"
+    path.write_bytes(SCALE_1D.encode() + b"\xff\xfe\n")
+    with pytest.raises(ProblemError, match="syntax error"):
+        load_c_problem(path, sizes={"n": 10})
+
+
+def test_size_must_fit_its_c_type(tmp_path):
+    path = write_c(tmp_path, SCALE_1D)
+    with pytest.raises(ProblemError, match=r"n=99999999999 .* does not fit its C type 'int'"):
+        load_c_problem(path, sizes={"n": 99999999999})
+    assert load_c_problem(path, sizes={"n": 2**31 - 1}).sizes == {"n": 2**31 - 1}
+    small = write_c(
+        tmp_path,
+        "void f(unsigned char n, double x[n]) { for (int i = 0; i < n; i++) x[i] = i; }\n",
+        "uc.c",
+    )
+    with pytest.raises(ProblemError, match="at most 255"):
+        load_c_problem(small, sizes={"n": 256})
+
+
+def test_file_without_c_suffix_is_read_as_c(tmp_path):
+    path = write_c(tmp_path, SCALE_1D, "kernel_source")
+    assert load_c_problem(path, sizes={"n": 4}).function == "f"
+
+
+def test_quote_in_file_name_still_builds_the_reference(tmp_path):
+    path = write_c(tmp_path, SCALE_1D, "we'ird \"name\".c")
+    p = load_c_problem(path, sizes={"n": 4})
+    ref = build_reference(p, tmp_path / "ref")
+    fn, _ = load_ref(ref, p)
+    x = np.zeros(4)
+    fn(4, x.ctypes.data)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_comment_closer_in_path_does_not_break_the_wrapper(tmp_path):
+    folder = tmp_path / "a*"  # the absolute path holds "*/"
+    folder.mkdir()
+    path = write_c(folder, SCALE_1D, "x.c")
+    build_reference(load_c_problem(path, sizes={"n": 4}), tmp_path / "ref")
+
+
+def test_newline_in_file_name_is_refused(tmp_path):
+    path = write_c(tmp_path, SCALE_1D, "two\nlines.c")
+    with pytest.raises(ProblemError, match="newline"):
+        load_c_problem(path, sizes={"n": 4})
+
+
+def test_unbalanced_quote_in_cc_is_a_toolchain_error(tmp_path):
+    path = write_c(tmp_path, SCALE_1D)
+    with pytest.raises(ToolchainError, match="No closing quotation"):
+        load_c_problem(path, sizes={"n": 4}, cc='"gcc')
+
+
+def test_include_of_dev_stdin_does_not_wait(tmp_path):
+    """The preprocessor gets no stdin: a file including /dev/stdin cannot hang the CLI."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_c(tmp_path, '#include "/dev/stdin"\n' + SCALE_1D)
+    code = (
+        "import sys; from pathlib import Path; from cudaperf_cli.problems.c import load_c_problem;"
+        "print(load_c_problem(Path(sys.argv[1]), sizes={'n': 4}).function)"
+    )
+    read_end, write_end = os.pipe()  # held open: reading it would block
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(path)], stdin=read_end, capture_output=True,
+            text=True, timeout=60, check=False,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert proc.returncode == 0 and proc.stdout.strip() == "f", proc.stderr

@@ -119,8 +119,8 @@ def run_loop(
     """Run up to ``turns`` turns of ``run_turn(turn, history)``; keep the best correct one.
 
     ``run_turn`` does propose -> build -> evaluate for one turn and returns its record (see
-    :func:`cudaperf_cli.agent.optimize.make_turn`).  Stops early when the policy has no more
-    candidates (a ``refused`` turn after at least one earlier turn).
+    ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).  Stops early
+    when the policy refuses (no candidate, or no more candidates).
     """
     records: list[TurnRecord] = []
     best: int | None = None
@@ -133,7 +133,10 @@ def run_loop(
         observer.turn_done(record)
         if is_better(record, None if best is None else records[best]):
             best = t
-        if record.status == "refused" and t > 0:
-            stop_reason = f"the policy had no more candidates after {t} turn(s)"
+        if record.status == "refused":  # the built-in policy's refusals are final
+            stop_reason = (
+                f"the policy had no more candidates after {t} turn(s)" if t
+                else f"the policy produced no candidate: {record.message}"
+            )
             break
     return LoopResult(records, best, stop_reason)

@@ -13,10 +13,12 @@ import contextlib
 import json
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudaperf_cli.agent.checks import check_arch, check_memory, resolve_output
 from cudaperf_cli.agent.feedback import feedback_for
 from cudaperf_cli.agent.loop import LoopResult, TurnRecord, run_loop
 from cudaperf_cli.agent.store import RunStore
@@ -47,16 +49,6 @@ class OptimizeOptions:
     compile_timeout_s: float = 120.0
     seed: int = 0
     json_output: bool = False
-
-
-def resolve_output(opts: OptimizeOptions) -> Path:
-    """The result path; refuses to overwrite an existing file without ``--force``."""
-    out = opts.output or Path.cwd() / f"{opts.file.stem}.cu"
-    if out.resolve() == opts.file.resolve():
-        raise CudaperfError(f"the output {out} is the input file; choose another with -o")
-    if out.exists() and not opts.force:
-        raise CudaperfError(f"{out} exists; pass --force to overwrite it, or -o to write elsewhere")
-    return out
 
 
 def make_policy(name: str) -> Any:
@@ -196,14 +188,19 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
         console = Console(stderr=False, highlight=False, width=160)
     human = not opts.json_output
 
+    if opts.file.is_dir():
+        raise ProblemError(f"{opts.file} is a directory, not a C file")
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
     out_path = resolve_output(opts)
     policy = make_policy(opts.policy)
+    if opts.arch is not None:
+        check_arch(opts.arch)
 
     problem = load_c_problem(
         opts.file, function=opts.function, cpp_args=opts.cpp_args, sizes=opts.sizes, init=opts.init
     )
+    check_memory(problem)
     configs = verification_configs(problem)
     detected = detect_arch()
     arch = opts.arch or detected or "sm_90"
@@ -259,6 +256,13 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
             record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=str(refusal))
             record.feedback = feedback_for(record)
             return record
+        except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
+            log = store.path / f"policy-error-turn{turn + 1}.txt"
+            log.write_text("".join(traceback.format_exception(exc)))
+            why = f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} (see {log.name})"
+            record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why)
+            record.feedback = feedback_for(record)
+            return record
         record = TurnRecord(
             turn, proposal.policy, proposal.description, "pending",
             source=proposal.source, mapping=dict(proposal.mapping),
@@ -306,13 +310,19 @@ def _finish(
 
     best = result.best
     if best is None:
-        if evaluator.device_missing:
+        if evaluator.device_missing and any(r.status == "no_device" for r in result.turns):
             return EXIT_NO_DEVICE, ["No CUDA device: nothing was verified, nothing written."], None
         return EXIT_NO_CORRECT, ["No candidate passed verification; nothing written."], None
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     if out_path.exists() and not opts.force:  # appeared while we worked
         raise CudaperfError(f"{out_path} appeared during the run; pass --force to overwrite it")
-    out_path.write_text(result_source(problem, best.source or "", best.access))
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(result_source(problem, best.source or "", best.access))
+    except OSError as exc:
+        raise CudaperfError(
+            f"cannot write {out_path}: {exc.strerror or exc}",
+            hint=f"turn {best.turn + 1}'s source is kept in the run folder (turns.jsonl)",
+        ) from None
     how = build_instructions(problem, out_path, arch)
     lines = [
         f"written     {out_path}",

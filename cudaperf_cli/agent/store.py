@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudaperf_cli.core import to_jsonable
+from cudaperf_cli.core import CudaperfError, to_jsonable
 
 
 class RunStore:
@@ -31,7 +31,13 @@ class RunStore:
         while path.exists():
             k += 1
             path = base.with_name(f"{base.name}-{k}")
-        path.mkdir(parents=True)
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise CudaperfError(
+                f"cannot create the run folder {path}: {exc.strerror or exc}",
+                hint="choose another place with --run-dir DIR",
+            ) from None
         self.path = path
 
     def write_json(self, name: str, obj: Any) -> Path:

@@ -11,8 +11,12 @@ from cudaperf_cli.core import CudaperfError, ProblemError
 
 
 def fail(err: CudaperfError) -> NoReturn:
-    """Print a known error as one line on stderr (and its hint) and exit with its code."""
-    print(f"error: {err}", file=sys.stderr)
+    """Print a known error as one line on stderr (and its hint) and exit with its code.
+
+    Line breaks in the message (from a file name or an option value) are shown as ``\\n``.
+    """
+    message = str(err).replace("\r", "\\r").replace("\n", "\\n")
+    print(f"error: {message}", file=sys.stderr)
     if getattr(err, "hint", None):
         print(f"hint: {err.hint}", file=sys.stderr)
     raise typer.Exit(err.exit_code)
@@ -32,5 +36,8 @@ def parse_sizes(items: Iterable[str]) -> dict[str, int]:
         try:
             sizes[name.strip()] = int(value, 0)
         except ValueError:
-            raise ProblemError(f"--size {name}: '{value}' is not an integer") from None
+            try:  # "010": Python's base 0 refuses leading zeros; the user means ten
+                sizes[name.strip()] = int(value, 10)
+            except ValueError:
+                raise ProblemError(f"--size {name}: '{value}' is not an integer") from None
     return sizes

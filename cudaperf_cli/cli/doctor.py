@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from typing import Any
 
 
-def _tool(cmd: str, version_args: list[str]) -> dict[str, Any]:
-    path = shutil.which(cmd)
+def _tool(cmd: str, version_args: list[str], path: str | None = None) -> dict[str, Any]:
+    path = path or shutil.which(cmd)
     if path is None:
         return {"path": None, "version": None, "ok": False}
     try:
@@ -32,11 +33,20 @@ def _tool(cmd: str, version_args: list[str]) -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     """Facts about this machine as a JSON-ready dict (tools, GPU, Python packages)."""
+    from cudaperf_cli.build import find_nvcc
+    from cudaperf_cli.core import ToolchainError
     from cudaperf_cli.evaluate import device_info
 
-    cc = os.environ.get("CC", "cc")
+    try:  # where the build stage looks: $CUDAPERF_NVCC, PATH, $CUDA_HOME/bin, ...
+        nvcc: str | None = find_nvcc()
+    except ToolchainError:
+        nvcc = None
+    try:  # as the C stages read $CC
+        cc = (shlex.split(os.environ.get("CC") or "") or ["cc"])[0]
+    except ValueError:
+        cc = os.environ.get("CC") or "cc"
     report: dict[str, Any] = {
-        "nvcc": _tool("nvcc", ["--version"]),
+        "nvcc": _tool("nvcc", ["--version"], nvcc),
         "cc": _tool(cc, ["--version"]),
     }
     report["gpu"] = device_info()

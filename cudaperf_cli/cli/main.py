@@ -15,7 +15,7 @@ import typer
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes
 from cudaperf_cli.cli.score import score
-from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.core import CudaperfError, ProblemError
 
 app = typer.Typer(
     name="cudaperf",
@@ -69,18 +69,23 @@ def optimize(
         Path("cudaperf-runs"), "--run-dir", help="Folder for run folders (sources, logs, JSONL)."
     ),
     timeout: float = typer.Option(
-        300.0, "--timeout", min=1.0, help="Time limit of one candidate's evaluation, seconds."
+        300.0, "--timeout", min=1.0, max=86400.0,
+        help="Time limit of one candidate's evaluation, seconds.",
     ),
     compile_timeout: float = typer.Option(
-        120.0, "--compile-timeout", min=1.0, help="Time limit of one nvcc compile, seconds."
+        120.0, "--compile-timeout", min=1.0, max=86400.0,
+        help="Time limit of one nvcc compile, seconds.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random input data."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random input data."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
 ) -> None:
     """Port a C function to CUDA: build, verify and time candidates over several turns."""
     from cudaperf_cli.agent.optimize import OptimizeOptions, run_optimize_command
 
     try:
+        for flag, values in (("-I", include), ("-D", define)):
+            if any(not v.strip() for v in values):  # '-I ""' would swallow the next flag
+                raise ProblemError(f"'{flag}' needs a value")
         cpp_args = [f"-I{d}" for d in include] + [f"-D{d}" for d in define]
         opts = OptimizeOptions(
             file=file,
@@ -102,6 +107,8 @@ def optimize(
         code = run_optimize_command(opts)
     except CudaperfError as err:
         fail(err)
+    except OSError as exc:  # a file or folder the checks above could not foresee
+        fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     except KeyboardInterrupt:
         print("interrupted: the run folder keeps what was done", file=sys.stderr)
         raise typer.Exit(130)
@@ -122,8 +129,25 @@ app.command(name="score")(score)
 
 
 def main() -> None:
-    """Entry point of the ``cudaperf`` script and ``python -m cudaperf_cli``."""
-    app()
+    """Entry point of the ``cudaperf`` script and ``python -m cudaperf_cli``.
+
+    A usage error (unknown option, bad option value, missing argument) is one ``error:``
+    line and a ``hint:`` line naming ``--help``, exit code 2, like every other bad input.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except Exception as exc:  # Typer's (click's) usage errors, recognised by their shape
+        message = getattr(exc, "format_message", None)
+        exit_code = getattr(exc, "exit_code", None)
+        if not callable(message) or not isinstance(exit_code, int):
+            raise
+        if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help
+            print(f"error: {message()}", file=sys.stderr)
+            ctx = getattr(exc, "ctx", None)
+            if ctx is not None:
+                print(f"hint: see '{ctx.command_path} --help'", file=sys.stderr)
+        sys.exit(exit_code)
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

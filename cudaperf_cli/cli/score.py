@@ -56,6 +56,8 @@ def score(
     try:
         if gpu is None:
             gpu = default_gpu(arch)
+        if kernel.is_dir():
+            raise CudaperfError(f"{kernel} is a directory, not a CUDA source file")
         if not kernel.is_file():
             raise CudaperfError(f"no such file: {kernel}")
         cfg = LaunchConfig.parse(launch) if launch else None
@@ -67,6 +69,8 @@ def score(
         except ToolchainError as err:
             print(f"warning: {err}; scoring without the ptxas report", file=sys.stderr)
             report = analyze_file(kernel, arch=arch, launch=cfg, gpu=gpu, sizes=sizes, build=False)
+        if not report.kernels and not report.not_analysed:
+            raise CudaperfError(f"{kernel} defines no __global__ kernel: nothing to score")
     except CudaperfError as err:
         fail(err)
     if json_out:

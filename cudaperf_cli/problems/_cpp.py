@@ -31,13 +31,16 @@ def compiler_command(cc: str | None) -> list[str]:
         ToolchainError: the compiler is not found on ``PATH``.
     """
     text = cc or os.environ.get("CC") or "cc"
-    argv = shlex.split(text)
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:  # CC='"gcc' (no closing quotation)
+        raise ToolchainError(f"cannot read the C compiler command '{text}': {exc}") from None
     if not argv:
         raise ToolchainError("empty C compiler command (check $CC)")
     if shutil.which(argv[0]) is None:
         raise ToolchainError(
             f"C compiler '{argv[0]}' not found",
-            hint="install gcc or point $CC (or --cc) at a C compiler",
+            hint="install gcc or point $CC at a C compiler",
         )
     return argv
 
@@ -134,11 +137,16 @@ def preprocess(path: Path, cpp_args: Sequence[str], cc: str | None) -> Preproces
         "-C",
         *cpp_args,
         f"-I{path.parent}",
+        "-x",  # C whatever the file is named (gcc skips a file without a .c suffix)
+        "c",
         str(path),
     ]
     try:
+        # No stdin (#include "/dev/stdin" must not wait); a byte that is not UTF-8 (a Latin-1
+        # comment) must not abort decoding.
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=_CPP_TIMEOUT_S, check=False
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+            timeout=_CPP_TIMEOUT_S, check=False,
         )
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"the C preprocessor timed out after {_CPP_TIMEOUT_S:.0f} s") from None

@@ -95,6 +95,8 @@ def load_c_problem(
     path = Path(path).expanduser()
     if not path.is_file():
         raise ProblemError(f"C file not found: {path}")
+    if "\n" in str(path.resolve()):  # the preprocessor's line markers cannot name it
+        raise ProblemError(f"{str(path)!r}: a file name with a newline is not supported; rename it")
     path = path.resolve()
     cpp = normalize_cpp_args(cpp_args)
     pre = preprocess(path, cpp, cc)
@@ -668,8 +670,24 @@ def _resolve_sizes(
                 f"size {name}={value} (from {origin}) must be positive",
                 hint=f"pass --size {name}=VALUE with VALUE > 0",
             )
+    for p in params:  # a value the C type cannot hold would wrap (int n = 99999999999)
+        if isinstance(p, ScalarParam) and p.name in merged:
+            top = _int_max(p.dtype)
+            if merged[p.name] > top:
+                origin = "--size" if p.name in cli else "main"
+                raise ProblemError(
+                    f"size {p.name}={merged[p.name]} (from {origin}) does not fit its C type "
+                    f"'{p.ctype}' (at most {top})",
+                    hint=f"pass --size {p.name}=VALUE with VALUE <= {top}",
+                )
     source = "cli+main" if used_cli and used_main else ("cli" if used_cli else "main")
     return merged, source
+
+
+def _int_max(dtype: str) -> int:
+    """Largest value of an integer dtype name (``int32`` -> 2**31 - 1)."""
+    bits = int(dtype.lstrip("uint"))
+    return 2**bits - 1 if dtype.startswith("u") else 2 ** (bits - 1) - 1
 
 
 def _check_shapes(params: list[Param], sizes: Mapping[str, int], fn: str) -> None:
