@@ -1,0 +1,618 @@
+"""Where each part of the function runs: host, parallel kernels, one-thread kernels.
+
+:func:`analyze` walks the top level of the function body (and, recursively, the bodies of
+loops kept on the host) and decides, in program order:
+
+* a loop whose iterations are independent (:meth:`Dependence.parallel`) becomes a kernel
+  *site*; so does a sum reduction into a scalar or an invariant element (``grid_reduce``)
+  and a perfect 2-deep nest whose inner loop is parallel over the whole nest (interchanged);
+* any other loop that contains a site stays on the host: its header runs on the CPU and
+  every kernel inside is launched once per iteration, with the index passed by value;
+* a loop with nothing parallel inside runs in a one-thread kernel (only when something
+  else in the function is parallel);
+* statements outside loops run on the host when they only compute scalars from scalars,
+  otherwise in a one-thread kernel, in program order.  A scalar assigned on the device
+  (in a one-thread kernel or by a reduction) lives on from then on in a ``__device__``
+  variable; later statements that read it run on the device as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from cudaperf_cli.core import CProblem
+from cudaperf_cli.policies.base import PolicyRefusal
+from cudaperf_cli.policies.builtin.dependence import (
+    Dependence,
+    Reduction,
+    Verdict,
+)
+from cudaperf_cli.policies.builtin.ir import (
+    MATH_FUNCS,
+    Call,
+    Decl,
+    Expr,
+    For,
+    Function,
+    If,
+    Index,
+    Jump,
+    Name,
+    Stmt,
+    accesses,
+    affine,
+    arrays_written,
+    calls_in,
+    has_loop,
+    iter_expr,
+    names_in,
+    own_exprs,
+    own_jumps,
+    parse_function,
+    scalars_read,
+    scalars_written,
+    walk,
+)
+from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
+
+# ---------------------------------------------------------------------------------------
+# Host program
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Site:
+    """A loop nest that becomes a kernel (two for ``grid_reduce``: reset + reduce).
+
+    Attributes:
+        id: index in program order.
+        root: the loop mapped onto the grid (a synthesised loop when interchanged).
+        kind: ``"parallel"`` or ``"reduction"``.
+        host_loops: enclosing loops kept on the host, outermost first.
+        interchanged: ``(outer, inner)`` index names of the original nest when swapped.
+        reduction: the reduction (``grid_reduce`` sites).
+        options: applicable mappings, best first, each with its default block.
+        dev_reads: scalars read by the kernel that live in ``__device__`` variables.
+        red_var: the ``__device__`` scratch of a reduction site (``cp_red0``).
+    """
+
+    id: int
+    root: For
+    kind: str
+    host_loops: tuple[str, ...]
+    interchanged: tuple[str, str] | None = None
+    reduction: Reduction | None = None
+    options: list[NestMapping] = field(default_factory=list)
+    dev_reads: set[str] = field(default_factory=set)
+    red_var: str = ""
+
+
+@dataclass(eq=False)
+class HostStmt:
+    """A statement run on the CPU (scalars only)."""
+
+    stmt: Stmt
+
+
+@dataclass(eq=False)
+class HostLoop:
+    """A loop kept on the CPU; ``body`` is scheduled recursively."""
+
+    loop: For
+    body: list[Op]
+    why: str = ""
+
+
+@dataclass(eq=False)
+class HostIf:
+    """An ``if`` with a host-computable condition around scheduled branches."""
+
+    cond: Expr
+    then: list[Op]
+    orelse: list[Op]
+
+
+@dataclass(eq=False)
+class HostReturn:
+    """``return;`` on the host (an early exit such as ``if (n <= 0) return;``)."""
+
+
+@dataclass(eq=False)
+class Launch:
+    """Launch of the kernel(s) of a site."""
+
+    site: Site
+
+
+@dataclass(eq=False)
+class Serial:
+    """Statements run in program order by a one-thread kernel.
+
+    Attributes:
+        stmts: the statements (a ``grid_reduce`` combination may be among them).
+        dev_in: scalars living on the device when the kernel starts.
+        store: scalars written here that later code reads (kept in ``__device__`` copies).
+        notes: why these statements are here.
+    """
+
+    stmts: list[Stmt]
+    dev_in: set[str]
+    store: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    id: int = 0
+
+
+Op = HostStmt | HostLoop | HostIf | HostReturn | Launch | Serial
+
+
+@dataclass
+class Analysis:
+    """The scheduled function.
+
+    Attributes:
+        problem: the input problem.
+        fn: the IR.
+        dep: the dependence tester (cached verdicts).
+        ops: the host program.
+        sites: the kernel sites in program order.
+        serials: the one-thread kernels in program order.
+        reasons: why loops could not be parallelised (``"loop j: ..."``), deduplicated.
+        device_scalars: scalars with a ``__device__`` copy.
+        prefix: prefix of generated identifiers (``cp_``), not used by the C code.
+        red_vars: per reduction site id, the ``__device__`` accumulator of partial sums.
+    """
+
+    problem: CProblem
+    fn: Function
+    dep: Dependence
+    ops: list[Op]
+    sites: list[Site]
+    serials: list[Serial]
+    reasons: list[str]
+    device_scalars: set[str]
+    prefix: str
+    red_vars: dict[int, str]
+
+    def loop_report(self) -> list[str]:
+        """One line per loop of the function (program order): what the dependence test
+        says, e.g. ``loop j (line 5): sum reduction into y[i]; not parallel: y[i] is
+        written in every iteration (loop-carried dependence)``."""
+        out = []
+        for L in walk(self.fn.body):
+            if not isinstance(L, For):
+                continue
+            v = self.dep.parallel(L)
+            head = f"loop {L.var or '?'} (line {L.line})"
+            if v.parallel:
+                out.append(f"{head}: parallel")
+                continue
+            why = "; ".join(r.split(": ", 1)[-1] for r in v.reasons)
+            red, _ = self.dep.reduction(L) if L.canonical else (None, "")
+            if red is not None:
+                out.append(f"{head}: sum reduction into {red.acc_text}; not parallel: {why}")
+            else:
+                out.append(f"{head}: not parallel: {why}")
+        return out
+
+    def host_loop_names(self) -> tuple[str, ...]:
+        """Indices of the loops kept on the host, in program order."""
+        out: list[str] = []
+
+        def visit(ops: Sequence[Op]) -> None:
+            for op in ops:
+                if isinstance(op, HostLoop):
+                    out.append(op.loop.var or "?")
+                    visit(op.body)
+                elif isinstance(op, HostIf):
+                    visit(op.then)
+                    visit(op.orelse)
+
+        visit(self.ops)
+        return tuple(dict.fromkeys(out))
+
+
+# ---------------------------------------------------------------------------------------
+# Scheduling
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    device: set[str] = field(default_factory=set)
+
+    def copy(self) -> _State:
+        return _State(set(self.device))
+
+
+def _choose_prefix(fn: Function) -> str:
+    names = set(fn.scalar_params) | set(fn.locals) | set(fn.arrays)
+    for p in ("cp_", "cpf_", "cudaperf_", "cp0_", "cp1_"):
+        if not any(n.startswith(p) for n in names):
+            return p
+    raise PolicyRefusal("identifiers clash with the generated names (cp_...)")
+
+
+class _Scheduler:
+    def __init__(self, problem: CProblem, fn: Function):
+        self.problem = problem
+        self.fn = fn
+        self.dep = Dependence(fn)
+        self.prefix = _choose_prefix(fn)
+        self.reasons: list[str] = []
+        self.scalars = set(fn.scalar_params) | set(fn.locals)
+        self._site_count = 0
+        self._red_count = 0
+
+    # -- predicates ---------------------------------------------------------------------
+
+    def expr_host_ok(self, e: Expr | None, st: _State) -> bool:
+        if e is None:
+            return True
+        for x in iter_expr(e):
+            if isinstance(x, Index):
+                return False
+            if isinstance(x, Call) and x.func not in MATH_FUNCS:
+                return False
+        return not (names_in(e) & st.device) and names_in(e) <= self.scalars
+
+    def stmt_host_ok(self, s: Stmt, st: _State) -> bool:
+        if accesses([s]) or any(c.func not in MATH_FUNCS for c in calls_in([s])):
+            return False
+        if has_loop([s]) or any(isinstance(x, Jump) for x in walk([s])):
+            return False
+        touched = scalars_read([s]) | scalars_written([s])
+        return not (touched & st.device)
+
+    def bounds_host_ok(self, loop: For, st: _State) -> bool:
+        return loop.canonical and self.expr_host_ok(loop.first, st) and self.expr_host_ok(loop.bound, st)
+
+    def note(self, reasons: Sequence[str]) -> None:
+        for r in reasons:
+            if r not in self.reasons:
+                self.reasons.append(r)
+
+    # -- the walk -----------------------------------------------------------------------
+
+    def schedule(self, stmts: Sequence[Stmt], host_loops: tuple[str, ...], st: _State) -> list[Op]:
+        ops: list[Op] = []
+        for s in stmts:
+            if isinstance(s, For):
+                ops.extend(self.loop(s, host_loops, st))
+            elif isinstance(s, If) and has_loop([s]) and self.expr_host_ok(s.cond, st):
+                st1, st2 = st.copy(), st.copy()
+                then = self.schedule(s.then, host_loops, st1)
+                orelse = self.schedule(s.orelse, host_loops, st2)
+                st.device = st1.device | st2.device
+                ops.append(HostIf(s.cond, then, orelse))
+            elif isinstance(s, Jump) and s.kind == "return" and not host_loops:
+                ops.append(HostReturn())
+            elif (isinstance(s, If) and not host_loops and self.expr_host_ok(s.cond, st)
+                  and all(isinstance(x, Jump) and x.kind == "return" for x in s.then + s.orelse)):
+                ops.append(HostIf(s.cond, [HostReturn()] if s.then else [],
+                                  [HostReturn()] if s.orelse else []))
+            elif isinstance(s, Jump):
+                raise PolicyRefusal(f"line {s.line}: '{s.kind}' outside a loop is not supported")
+            elif self.stmt_host_ok(s, st):
+                ops.append(HostStmt(s))
+            else:
+                bad = [c.func for c in calls_in([s]) if c.func not in MATH_FUNCS]
+                if bad:
+                    raise PolicyRefusal(
+                        f"line {s.line}: calls {bad[0]}(), which cannot run on the GPU"
+                    )
+                self.serial(ops, s, st, "touches array data or device-side scalars")
+        return ops
+
+    def serial(self, ops: list[Op], s: Stmt, st: _State, note: str) -> None:
+        if ops and isinstance(ops[-1], Serial):
+            grp = ops[-1]
+        else:
+            grp = Serial([], set(st.device))
+            ops.append(grp)
+        grp.stmts.append(s)
+        grp.notes.append(note)
+        live = self.dep.live.after(s)
+        written = scalars_written([s]) & self.scalars
+        # a declaration nested in a loop or branch is scoped there
+        nested_decl = set()
+        for x in walk([s]):
+            if x is not s and isinstance(x, Decl):
+                nested_decl.add(x.name)
+        if isinstance(s, For) and s.ctype is not None:
+            nested_decl.add(s.var)
+        written -= nested_decl
+        grp.store = {n for n in (grp.store | written) if n in live}
+        st.device |= written
+        st.device &= live  # a dead value needs no device copy
+
+    def loop(self, L: For, host_loops: tuple[str, ...], st: _State) -> list[Op]:
+        verdict = self.dep.parallel(L)
+        if verdict.parallel and self.bounds_host_ok(L, st):
+            return [Launch(self.new_site(L, "parallel", host_loops, st, verdict=verdict))]
+        if verdict.parallel:
+            self.note([f"loop {L.var}: its bounds cannot be computed on the host"])
+        else:
+            self.note(verdict.reasons)
+        red, _why = self.dep.reduction(L) if L.canonical else (None, "")
+        if red is not None and self.bounds_host_ok(L, st) and self.dep.atomic_ok(red):
+            site = self.new_site(L, "reduction", host_loops, st, reduction=red)
+            site.red_var = f"{self.prefix}red{self._red_count}"
+            self._red_count += 1
+            ops: list[Op] = [Launch(site)]
+            combine = red.combine(site.red_var, line=L.line)
+            self.dep.live.alias(combine, L)
+            self.serial(ops, combine, st, f"combines the sum of loop {L.var} into {red.acc_text}")
+            return ops
+        ok, why = self.dep.interchange(L)
+        if ok and self.bounds_host_ok(L, st) and self.bounds_host_ok(L.body[0], st):  # type: ignore[arg-type]
+            inner = L.body[0]
+            assert isinstance(inner, For)
+            new_inner = For(L.line, L.var, L.ctype, L.init, L.cond, L.update, inner.body,
+                            L.canonical, L.reason, L.first, L.cmp, L.bound, L.step)
+            new_outer = For(inner.line, inner.var, inner.ctype, inner.init, inner.cond,
+                            inner.update, [new_inner], inner.canonical, inner.reason,
+                            inner.first, inner.cmp, inner.bound, inner.step)
+            self.dep.live.alias(new_outer, L)
+            self.dep.live.alias(new_inner, L, inner)
+            site = self.new_site(new_outer, "parallel", host_loops, st,
+                                 interchanged=(L.var or "?", inner.var or "?"))
+            return [Launch(site)]
+        # keep on the host when something inside is parallel
+        if (
+            L.var is not None
+            and not own_jumps(L.body)
+            and L.var not in scalars_written(L.body)
+            and self.expr_host_ok(L.cond, st)
+            and all(self.expr_host_ok(e, st) for h in (L.init, L.update) if h is not None
+                    for e in own_exprs(h))
+        ):
+            inner_loops = (*host_loops, L.var)
+            saved = (self._site_count, self._red_count)
+            trial_st = st.copy()
+            body = self.schedule(L.body, inner_loops, trial_st)
+            if _has_launch(body):
+                # the device set at the end of an iteration flows into the next one
+                for _ in range(4):
+                    if trial_st.device <= st.device:
+                        break
+                    st.device |= trial_st.device
+                    self._site_count, self._red_count = saved
+                    trial_st = st.copy()
+                    body = self.schedule(L.body, inner_loops, trial_st)
+                st.device |= trial_st.device
+                why = verdict.reasons[0] if verdict.reasons else ""
+                return [HostLoop(L, body, why)]
+            self._site_count, self._red_count = saved
+        ops2: list[Op] = []
+        why = verdict.reasons[0] if verdict.reasons else f"loop {L.var} is not parallel"
+        self.serial(ops2, L, st, why)
+        return ops2
+
+    # -- sites --------------------------------------------------------------------------
+
+    def new_site(self, root: For, kind: str, host_loops: tuple[str, ...], st: _State,
+                 verdict: Verdict | None = None, reduction: Reduction | None = None,
+                 interchanged: tuple[str, str] | None = None) -> Site:
+        site = Site(self._site_count, root, kind, host_loops, interchanged, reduction)
+        self._site_count += 1
+        site.dev_reads = (scalars_read([root]) | scalars_written([root])) & st.device
+        if reduction is not None and isinstance(reduction.acc, Name):
+            site.dev_reads.discard(reduction.acc.name)  # the kernel only adds to a scratch
+        site.options = self.options(site, st)
+        return site
+
+    def options(self, site: Site, st: _State) -> list[NestMapping]:
+        P = site.root
+        p = P.var or "?"
+        hl = site.host_loops
+        if site.kind == "reduction":
+            red = site.reduction
+            assert red is not None
+            seq = tuple(x.var or "?" for x in _loops_below(P))
+            return [NestMapping(site.id, "grid_reduce", BLOCKS["grid_reduce"][0], ((p, "grid"),),
+                                seq, hl, None, red.acc_text)]
+        body = P.body
+        opts: dict[str, NestMapping] = {}
+        top_loops = [s for s in body if isinstance(s, For)]
+        others = [s for s in body if not isinstance(s, For)]
+        p_continue = any(j.kind == "continue" for j in own_jumps(body))
+        # grid2d: perfectly nested parallel pair
+        if len(body) == 1 and isinstance(body[0], For):
+            Q = body[0]
+            q = Q.var or "?"
+            vq = self.dep.parallel(Q)
+            if (vq.parallel and p not in Q.header_names() and self.bounds_host_ok(Q, st)
+                    and not (Q.header_names() & scalars_written(body))):
+                x, y = (q, p) if self._x_score(Q, p, q) >= 0 else (p, q)
+                seq = tuple(s.var or "?" for s in _loops_below(Q))
+                opts["grid2d"] = NestMapping(site.id, "grid2d", BLOCKS["grid2d"][0],
+                                             ((y, "y"), (x, "x")), seq, hl, site.interchanged)
+        if len(top_loops) == 1 and not any(has_loop([s]) for s in others) and not p_continue:
+            Q = top_loops[0]
+            q = Q.var or "?"
+            idx = body.index(Q)
+            pre = body[:idx]
+            split_ok = all(not (arrays_written([s]) and scalars_written([s])) for s in pre)
+            seq = tuple(s.var or "?" for s in _loops_below(Q))
+            if split_ok and Q.canonical:
+                if self.dep.parallel(Q).parallel:
+                    opts["block_per_row"] = NestMapping(
+                        site.id, "block_per_row", BLOCKS["block_per_row"][0],
+                        ((p, "block"), (q, "thread")), seq, hl, site.interchanged)
+                else:
+                    red, _ = self.dep.reduction(Q)
+                    if red is not None:
+                        opts["warp_reduce"] = NestMapping(
+                            site.id, "warp_reduce", BLOCKS["warp_reduce"][0],
+                            ((p, "warp"), (q, "lane")), seq, hl, site.interchanged,
+                            red.acc_text)
+        seq = tuple(s.var or "?" for s in _loops_below(P))
+        opts["grid1d"] = NestMapping(site.id, "grid1d", BLOCKS["grid1d"][0], ((p, "x"),), seq,
+                                     hl, site.interchanged)
+        order = ["grid2d"]
+        if "warp_reduce" in opts and self._row_reduction(opts, P):
+            order += ["warp_reduce", "block_per_row", "grid1d"]
+        else:
+            order += ["block_per_row", "grid1d", "warp_reduce"]
+        return [opts[k] for k in order if k in opts]
+
+    def _row_reduction(self, opts: dict[str, NestMapping], P: For) -> bool:
+        """The reduction loop walks arrays contiguously: every direct access that depends
+        on its index has it, with coefficient +-1, in the last subscript only (indirect
+        accesses such as ``x[col[k]]`` are ignored)."""
+        R = next(s for s in P.body if isinstance(s, For))
+        r = R.var or "?"
+        found = False
+        for a in accesses(R.body):
+            subs = a.index.subs
+            direct = [names_in(x) if not any(isinstance(y, Index) for y in iter_expr(x)) else set()
+                      for x in subs]
+            if not any(r in d for d in direct):
+                continue
+            f = affine(subs[-1])
+            if any(r in d for d in direct[:-1]) or f is None or abs(f.coeff(r)) != 1:
+                return False
+            found = True
+        return found
+
+    @staticmethod
+    def _x_score(Q: For, p: str, q: str) -> int:
+        score = 0
+        for a in accesses(Q.body):
+            last = names_in(a.index.subs[-1])
+            w = 2 if a.write else 1
+            if q in last:
+                score += w
+            if p in last:
+                score -= w
+        return score
+
+
+def _loops_below(loop: For) -> list[For]:
+    out: list[For] = []
+    for s in walk(loop.body):
+        if isinstance(s, For) and s.var not in [x.var for x in out]:
+            out.append(s)
+    return out
+
+
+def _has_launch(ops: Sequence[Op]) -> bool:
+    for op in ops:
+        if isinstance(op, Launch):
+            return True
+        if isinstance(op, HostLoop) and _has_launch(op.body):
+            return True
+        if isinstance(op, HostIf) and (_has_launch(op.then) or _has_launch(op.orelse)):
+            return True
+    return False
+
+
+def _collect(ops: Sequence[Op], sites: list[Site], serials: list[Serial]) -> None:
+    for op in ops:
+        if isinstance(op, Launch):
+            sites.append(op.site)
+        elif isinstance(op, Serial):
+            op.id = len(serials)
+            serials.append(op)
+        elif isinstance(op, HostLoop):
+            _collect(op.body, sites, serials)
+        elif isinstance(op, HostIf):
+            _collect(op.then, sites, serials)
+            _collect(op.orelse, sites, serials)
+
+
+def analyze(problem: CProblem) -> Analysis:
+    """Parse and schedule ``problem``'s function.
+
+    Raises:
+        PolicyRefusal: unsupported source, or no loop can run in parallel (the message lists
+            the reason for every loop).
+    """
+    fn = parse_function(problem)
+    _check_supported(fn)
+    sch = _Scheduler(problem, fn)
+    st = _State()
+    ops = sch.schedule(fn.body, (), st)
+    sites: list[Site] = []
+    serials: list[Serial] = []
+    _collect(ops, sites, serials)
+    if not sites:
+        if not any(isinstance(s, For) for s in walk(fn.body)):
+            raise PolicyRefusal(f"'{fn.name}' has no loop to parallelise")
+        lines = "\n".join("  " + r for r in sch.reasons) or "  (no parallel loop found)"
+        raise PolicyRefusal(f"no loop of '{fn.name}' can run in parallel:\n{lines}")
+    for i, s in enumerate(sites):
+        s.id = i
+        s.options = [_renumber(o, i) for o in s.options]
+    device_scalars: set[str] = set()
+    for g in serials:
+        device_scalars |= g.store | (g.dev_in & _touched(g.stmts))
+    for s in sites:
+        device_scalars |= s.dev_reads
+    red_vars = {s.id: s.red_var for s in sites if s.kind == "reduction"}
+    return Analysis(problem, fn, sch.dep, ops, sites, serials, sch.reasons, device_scalars,
+                    sch.prefix, red_vars)
+
+
+def _check_supported(fn: Function) -> None:
+    """Refuse functions that use unknown identifiers (globals), call anything but known
+    math functions, or return from inside a loop."""
+    known = set(fn.scalar_params) | set(fn.locals)
+    for s in walk(fn.body):
+        for e in own_exprs(s):
+            for x in iter_expr(e):
+                if isinstance(x, Name) and x.name not in known:
+                    raise PolicyRefusal(
+                        f"line {s.line}: '{x.name}' is neither a parameter nor a local variable "
+                        "(global variables are not supported)"
+                    )
+    allowed = set()
+    for s in fn.body:
+        if isinstance(s, Jump):
+            allowed.add(id(s))
+        elif isinstance(s, If) and all(isinstance(x, Jump) and x.kind == "return"
+                                       for x in s.then + s.orelse):
+            allowed |= {id(x) for x in s.then + s.orelse}
+    for s in walk(fn.body):
+        if isinstance(s, Jump) and s.kind == "return" and id(s) not in allowed:
+            raise PolicyRefusal(
+                f"line {s.line}: 'return' inside a loop or nested block is not supported "
+                "(the rest of the function would still run on the GPU)"
+            )
+    for s in walk(fn.body):
+        for e in own_exprs(s):
+            for x in iter_expr(e):
+                if isinstance(x, Call) and x.func not in MATH_FUNCS:
+                    dep = Dependence(fn)
+                    reasons = []
+                    for L in walk(fn.body):
+                        if isinstance(L, For) and any(c is x for c in calls_in(L.body)):
+                            reasons += [r for r in dep.parallel(L).reasons if x.func in r]
+                    lines = "".join(f"\n  {r}" for r in reasons)
+                    raise PolicyRefusal(
+                        f"'{fn.name}' calls {x.func}() (line {s.line}); the built-in policy only "
+                        f"calls known math functions (sqrt, exp, fabs, ...) on the GPU{lines}"
+                    )
+
+
+def _renumber(o: NestMapping, i: int) -> NestMapping:
+    return replace(o, site=i)
+
+
+def _touched(stmts: Sequence[Stmt]) -> set[str]:
+    return scalars_read(stmts) | scalars_written(stmts)
+
+
+__all__ = [
+    "Analysis",
+    "HostIf",
+    "HostLoop",
+    "HostReturn",
+    "HostStmt",
+    "Launch",
+    "Op",
+    "Serial",
+    "Site",
+    "analyze",
+]

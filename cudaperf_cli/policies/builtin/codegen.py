@@ -1,0 +1,925 @@
+"""CUDA source generation for a scheduled function and one :class:`Mapping`.
+
+The output is one ``.cu`` text: a header comment (which loop maps to which grid
+dimension, block shapes, what stays sequential in each thread, what stays on the host),
+the kernels, and ``extern "C" int <fn>_cuda(...)`` which launches them on the default
+stream and returns the CUDA error code.
+
+Expressions are copied as written (literals, casts and the usual arithmetic conversions
+of C are kept), with three rewrites: array accesses become row-major offsets into flat
+pointers (``A[i][j]`` with extents ``(n, m)`` -> ``A[(size_t)i * m + j]``); calls of C's
+double-precision math functions get ``(double)`` casts of their arguments when the problem
+uses ``float`` (C++ overloads would otherwise compute them in single precision); and the
+accumulator of a reduction is replaced by a per-thread partial sum.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from cudaperf_cli.core import ArrayParam, ScalarParam, normalize_ctype
+from cudaperf_cli.policies.base import PolicyRefusal
+from cudaperf_cli.policies.builtin.analysis import (
+    Analysis,
+    HostIf,
+    HostLoop,
+    HostReturn,
+    HostStmt,
+    Launch,
+    Op,
+    Serial,
+    Site,
+)
+from cudaperf_cli.policies.builtin.dependence import exposed_reads
+from cudaperf_cli.policies.builtin.ir import (
+    MATH_FUNCS,
+    MATH_RETURNS,
+    Assign,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Decl,
+    Expr,
+    ExprStmt,
+    For,
+    If,
+    Index,
+    Jump,
+    Name,
+    Paren,
+    Printer,
+    Stmt,
+    Ternary,
+    Unary,
+    accesses,
+    arrays_written,
+    declared_in,
+    names_in,
+    scalars_read,
+    scalars_written,
+    walk,
+)
+from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
+
+IND = "    "
+_MAX_GRID_X = 1048576  # grid-stride loops cover the rest
+_MAX_GRID_Y = 65535
+_MAX_REDUCE_BLOCKS = 1024
+
+_ARITH = {"+", "-", "*", "/", "%"}
+
+#: integer types by conversion rank, for the usual arithmetic conversions
+_INT_RANK = ("int", "unsigned int", "long", "unsigned long", "long long",
+             "unsigned long long")
+#: C type spellings -> the type they behave as in arithmetic (LP64)
+_ALIASES = {"unsigned": "unsigned int", "signed int": "int", "long int": "long",
+            "long long int": "long long", "size_t": "unsigned long", "int32_t": "int",
+            "uint32_t": "unsigned int", "int64_t": "long", "uint64_t": "unsigned long",
+            "short": "int", "unsigned short": "int", "char": "int", "signed char": "int",
+            "unsigned char": "int", "int8_t": "int", "uint8_t": "int", "int16_t": "int",
+            "uint16_t": "int"}
+
+
+def _is_atom(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return not e.text.startswith("-")
+    return isinstance(e, (Name, Index, Call, Paren))
+
+
+def _ext(text: str) -> str:
+    t = text.strip()
+    return t if re.fullmatch(r"[A-Za-z_]\w*|\d+", t) else f"({t})"
+
+
+class DevicePrinter(Printer):
+    """Prints expressions for device code: flat row-major array accesses, math calls with
+    C's argument types, optional renaming of scalars."""
+
+    def __init__(self, an: Analysis, rename: dict[str, str] | None = None):
+        self.an = an
+        self.rename = rename or {}
+
+    def name(self, e: Name) -> str:
+        """The identifier, renamed when asked."""
+        return self.rename.get(e.name, e.name)
+
+    def wrap(self, e: Expr) -> str:
+        """``e`` as an operand of a cast or product (parenthesised unless atomic)."""
+        t = self.expr(e)
+        return t if _is_atom(e) else f"({t})"
+
+    def index(self, e: Index) -> str:
+        """Row-major offset into the flat pointer: ``A[(size_t)i * m + j]``."""
+        arr = self.an.fn.arrays[e.array]
+        if len(e.subs) == 1:
+            return f"{e.array}[{self.expr(e.subs[0])}]"
+        off = f"(size_t){self.wrap(e.subs[0])}"
+        for d in range(1, len(e.subs)):
+            if d > 1:
+                off = f"({off})"
+            off = f"{off} * {_ext(arr.extents[d])} + {self.wrap(e.subs[d])}"
+        return f"{e.array}[{off}]"
+
+    def call(self, e: Call) -> str:
+        """Math calls: arguments are cast to the C parameter type when their type differs
+        (C converts them implicitly; CUDA C++ would pick another overload)."""
+        ptype = MATH_FUNCS.get(e.func, "")
+        args = []
+        for a in e.args:
+            at = self.type_of(a)
+            if ptype in ("double", "int", "long", "long long") and at != ptype:
+                args.append(f"({ptype}){self.wrap(a)}")
+            else:
+                args.append(self.expr(a))
+        return f"{e.func}(" + ", ".join(args) + ")"
+
+    # -- C types of expressions (enough to keep C's conversions at math calls) ---------
+
+    def _norm(self, t: str | None) -> str | None:
+        if t is None:
+            return None
+        t = normalize_ctype(t)
+        return _ALIASES.get(t, t)
+
+    def _usual(self, a: str | None, b: str | None) -> str | None:
+        if a is None or b is None:
+            return None
+        for f in ("long double", "double", "float"):
+            if f in (a, b):
+                return f
+        if a in _INT_RANK and b in _INT_RANK:
+            return max(a, b, key=_INT_RANK.index)
+        return None
+
+    def type_of(self, e: Expr) -> str | None:
+        """The C type of ``e`` after the usual conversions (None when unknown)."""
+        if isinstance(e, Name):
+            return self._norm(self.an.fn.ctype_of(e.name))
+        if isinstance(e, Const):
+            t = e.text.lower()
+            if t.startswith("'"):
+                return "int"
+            if re.fullmatch(r"-?(0x[0-9a-f]+|\d+)[ul]*", t):
+                suf = re.sub(r"^-?(0x[0-9a-f]+|\d+)", "", t)
+                return {"": "int", "u": "unsigned int", "l": "long", "ul": "unsigned long",
+                        "lu": "unsigned long", "ll": "long long", "ull": "unsigned long long",
+                        "llu": "unsigned long long"}.get(suf)
+            if t.endswith("f"):
+                return "float"
+            if t.endswith("l"):
+                return "long double"
+            return "double"
+        if isinstance(e, Index):
+            return self._norm(self.an.fn.arrays[e.array].ctype)
+        if isinstance(e, Paren):
+            return self.type_of(e.inner)
+        if isinstance(e, Cast):
+            return self._norm(e.ctype)
+        if isinstance(e, Call):
+            return MATH_RETURNS.get(e.func)
+        if isinstance(e, Unary):
+            if e.op == "!":
+                return "int"
+            return self._usual(self.type_of(e.operand), "int")
+        if isinstance(e, Binary):
+            if e.op in ("<", "<=", ">", ">=", "==", "!=", "&&", "||"):
+                return "int"
+            if e.op in ("<<", ">>"):
+                return self._usual(self.type_of(e.left), "int")
+            return self._usual(self.type_of(e.left), self.type_of(e.right))
+        if isinstance(e, Ternary):
+            return self._usual(self.type_of(e.then), self.type_of(e.other))
+        return None
+
+
+class StmtWriter:
+    """Prints statements with a printer; ``subst`` replaces statements (by identity)."""
+
+    def __init__(self, printer: Printer, subst: dict[int, Stmt] | None = None):
+        self.p = printer
+        self.subst = subst or {}
+
+    def header_part(self, s: Stmt | None) -> str:
+        """A declaration or assignment without its semicolon (for ``for`` headers)."""
+        if s is None:
+            return ""
+        if isinstance(s, Decl):
+            init = f" = {self.p.expr(s.init)}" if s.init is not None else ""
+            return f"{s.ctype} {s.name}{init}"
+        assert isinstance(s, Assign)
+        return self.assign(s)
+
+    def assign(self, s: Assign) -> str:
+        """An assignment without its semicolon."""
+        t = self.p.expr(s.target)
+        if s.op in ("++", "--"):
+            return f"{s.op}{t}" if s.prefix else f"{t}{s.op}"
+        return f"{t} {s.op} {self.p.expr(s.value)}"  # type: ignore[arg-type]
+
+    def stmts(self, stmts: Sequence[Stmt], ind: str) -> list[str]:
+        """Lines of ``stmts`` at indentation ``ind``."""
+        out: list[str] = []
+        for s in stmts:
+            out += self.stmt(s, ind)
+        return out
+
+    def stmt(self, s: Stmt, ind: str) -> list[str]:
+        """Lines of one statement (after substitution)."""
+        s = self.subst.get(id(s), s)
+        if isinstance(s, Decl):
+            return [ind + self.header_part(s) + ";"]
+        if isinstance(s, Assign):
+            return [ind + self.assign(s) + ";"]
+        if isinstance(s, ExprStmt):
+            return [ind + self.p.expr(s.expr) + ";"]
+        if isinstance(s, Jump):
+            return [ind + s.kind + ";"]
+        if isinstance(s, If):
+            out = [ind + f"if ({self.p.expr(s.cond)}) {{"]
+            out += self.stmts(s.then, ind + IND)
+            cur = s
+            while len(cur.orelse) == 1 and isinstance(cur.orelse[0], If) and id(cur.orelse[0]) not in self.subst:
+                cur = cur.orelse[0]
+                out.append(ind + f"}} else if ({self.p.expr(cur.cond)}) {{")
+                out += self.stmts(cur.then, ind + IND)
+            if cur.orelse:
+                out.append(ind + "} else {")
+                out += self.stmts(cur.orelse, ind + IND)
+            out.append(ind + "}")
+            return out
+        if isinstance(s, For):
+            return self.for_loop(s, ind, self.header_part(s.init), self.p.expr(s.cond) if s.cond else "",
+                                 self.header_part(s.update))
+        raise TypeError(s)
+
+    def for_loop(self, s: For, ind: str, init: str, cond: str, update: str) -> list[str]:
+        """Lines of a ``for`` loop with the given header parts."""
+        out = [ind + f"for ({init}; {cond}; {update}) {{"]
+        out += self.stmts(s.body, ind + IND)
+        out.append(ind + "}")
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------------------
+
+
+class _Gen:
+    def __init__(self, an: Analysis, mapping: Mapping):
+        self.an = an
+        self.fn = an.fn
+        self.m = mapping
+        self.P = an.prefix
+        self.MAC = an.prefix.upper()
+        self.kernels: list[str] = []
+        self.globals: list[str] = []
+        self.choice: dict[int, NestMapping] = {n.site: n for n in mapping.nests}
+        self.host_used: set[str] = set()
+        self.kernel_names: dict[int, str] = {}
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def ctype(self, name: str) -> str:
+        t = self.fn.ctype_of(name)
+        if t is None:
+            raise PolicyRefusal(f"cannot find the type of '{name}'")
+        return t
+
+    def dp(self, rename: dict[str, str] | None = None) -> DevicePrinter:
+        return DevicePrinter(self.an, rename)
+
+    def extent_names(self, arrays: set[str]) -> set[str]:
+        out: set[str] = set()
+        for a in arrays:
+            for e in self.fn.arrays[a].extents[1:]:
+                out |= set(re.findall(r"[A-Za-z_]\w*", e))
+        return out & (set(self.fn.scalar_params) | set(self.fn.locals))
+
+    def kernel_params(
+        self, stmts: Sequence[Stmt], exclude: set[str], skip_arrays: set[str] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """(declarations, argument names) of a kernel that runs ``stmts``."""
+        accs = accesses(stmts)
+        used_arrays = {a.array for a in accs} - (skip_arrays or set())
+        written_arrays = {a.array for a in accs if a.write}
+        scalars = (scalars_read(stmts) | self.extent_names(used_arrays)) - exclude
+        decls: list[str] = []
+        names: list[str] = []
+        for p in self.fn.params:
+            if isinstance(p, ArrayParam) and p.name in used_arrays:
+                const = "const " if (p.const or p.name not in written_arrays) else ""
+                decls.append(f"{const}{normalize_ctype(p.ctype)} *__restrict__ {p.name}")
+                names.append(p.name)
+            elif isinstance(p, ScalarParam) and p.name in scalars:
+                decls.append(f"{normalize_ctype(p.ctype)} {p.name}")
+                names.append(p.name)
+        for n in self.fn.locals:
+            if n in scalars and n not in self.fn.scalar_params:
+                decls.append(f"{self.ctype(n)} {n}")
+                names.append(n)
+        self.host_used |= set(names)
+        return decls, names
+
+    def site_params(self, site: Site) -> tuple[list[str], list[str]]:
+        """(declarations, argument names) of the kernel of ``site``."""
+        root = site.root
+        exclude = scalars_written([root]) | site.dev_reads
+        skip: set[str] = set()
+        red = site.reduction
+        if red is not None and isinstance(red.acc, Index):
+            skip.add(red.acc.array)  # only the one-thread combination touches it
+        return self.kernel_params([root], exclude, skip_arrays=skip)
+
+    def signature(self, name: str, decls: list[str], threads: int | None) -> list[str]:
+        lb = f" __launch_bounds__({threads})" if threads else ""
+        params = ", ".join(decls) if decls else "void"
+        head = f"__global__ void{lb}\n{name}("
+        if len(params) + len(name) > 80 and decls:
+            return [head + "\n" + ",\n".join(IND + d for d in decls) + ")"]
+        return [head + params + ")"]
+
+    def trip(self, loop: For, printer: Printer) -> str:
+        """Iteration count of a canonical loop (``long long``)."""
+        f, b = loop.first, loop.bound
+        assert f is not None and b is not None
+
+        def ll(e: Expr) -> str:
+            t = printer.expr(e)
+            return f"(long long){t}" if _is_atom(e) else f"(long long)({t})"
+
+        plus = " + 1" if loop.cmp in ("<=", ">=") else ""
+        if loop.step > 0:
+            if isinstance(f, Const) and f.text == "0":
+                return ll(b) + plus
+            return f"{ll(b)} - {ll(f)}{plus}"
+        return f"{ll(f)} - {ll(b)}{plus}"
+
+    def var_decl(self, loop: For, t: str, printer: Printer) -> str:
+        """``const int i = (int)(first + t);`` for the iteration ``t`` of ``loop``."""
+        var = loop.var or "?"
+        T = loop.ctype or self.ctype(var)
+        f = loop.first
+        assert f is not None
+        ftxt = printer.expr(f)
+        if not (_is_atom(f) or (isinstance(f, Binary) and f.op in _ARITH)):
+            ftxt = f"({ftxt})"
+        if loop.step > 0:
+            val = t if (isinstance(f, Const) and f.text == "0") else f"{ftxt} + {t}"
+        else:
+            val = f"{ftxt} - {t}"
+        return f"const {T} {var} = ({T})({val});" if " " in val else f"const {T} {var} = ({T}){val};"
+
+    def offset_header(self, loop: For, printer: Printer, offset: str, stride: str) -> tuple[str, str, str]:
+        """(init, cond, update) of ``loop`` started at ``first +/- offset`` with ``stride``."""
+        var = loop.var or "?"
+        T = loop.ctype or self.ctype(var)
+        f = loop.first
+        assert f is not None
+        ftxt = printer.expr(f)
+        if not (_is_atom(f) or (isinstance(f, Binary) and f.op in _ARITH)):
+            ftxt = f"({ftxt})"
+        sign = "+" if loop.step > 0 else "-"
+        if isinstance(f, Const) and f.text == "0" and sign == "+":
+            init_val = offset
+        else:
+            init_val = f"{ftxt} {sign} {offset}"
+        init = f"{T} {var} = {init_val}" if isinstance(loop.init, Decl) else f"{var} = {init_val}"
+        cond = printer.expr(loop.cond) if loop.cond is not None else ""
+        update = f"{var} {sign}= {stride}"
+        return init, cond, update
+
+    def private_decls(self, region: Sequence[Stmt], exclude: set[str], ind: str) -> list[str]:
+        """Declarations of scalars written in ``region`` but declared outside it."""
+        names = scalars_written(region) - declared_in(region) - exclude
+        out = []
+        for n in self.fn.locals:
+            if n in names:
+                out.append(f"{ind}{self.ctype(n)} {n};")
+        for n in self.fn.scalar_params:
+            if n in names:
+                out.append(f"{ind}{self.fn.scalar_params[n]} {n};")
+        return out
+
+    def dev_loads(self, site: Site, written: set[str], ind: str) -> list[str]:
+        return [
+            f"{ind}const {self.ctype(n)} {n} = {self.P}dev_{n};"
+            for n in sorted(site.dev_reads - written)
+        ]
+
+    # -- sites --------------------------------------------------------------------------
+
+    def site_kernel(self, site: Site) -> None:
+        nm = self.choice[site.id]
+        kind = nm.kind
+        name = f"{self.fn.name}_k{site.id}_{kind}"
+        self.kernel_names[site.id] = name
+        root = site.root
+        written = scalars_written([root])
+        decls, _ = self.site_params(site)
+        threads = 1
+        for b in nm.block:
+            threads *= b
+        comment = self.site_comment(site, nm, name)
+        body = getattr(self, f"body_{kind}")(site, nm)
+        loads = self.dev_loads(site, written, IND)
+        if kind == "grid_reduce":
+            red = site.reduction
+            assert red is not None
+            self.globals.append(
+                f"static __device__ {red.ctype} {site.red_var};  "
+                f"/* sum of the updates to {red.acc_text} in loop {root.var} */"
+            )
+            self.kernels.append(
+                f"/* Kernel {site.id} (reset): zeroes {site.red_var} before the reduction. */\n"
+                f"__global__ void {name}_reset(void)\n{{\n{IND}{site.red_var} = 0;\n}}\n"
+            )
+        src = comment + self.signature(name, decls, threads) + ["{"] + loads + body + ["}", ""]
+        self.kernels.append("\n".join(src))
+
+    def site_comment(self, site: Site, nm: NestMapping, name: str) -> list[str]:
+        root = site.root
+        roles = dict(nm.roles)
+        lines = [f"/* Kernel {site.id} ({nm.kind}), block {block_text(nm.block)}:"]
+        role_text = {
+            "x": "threadIdx.x/blockIdx.x (grid x)",
+            "y": "threadIdx.y/blockIdx.y (grid y)",
+            "block": "one block per iteration (blockIdx.x, grid-stride)",
+            "thread": "the threads of the block (stride blockDim.x)",
+            "warp": "one warp per iteration (grid-stride over warps)",
+            "lane": "the 32 lanes of the warp, combined with __shfl_down_sync",
+            "grid": "all threads of the grid (grid-stride), block sums atomicAdd-ed",
+        }
+        loops = {root.var: root.line}
+        for s in walk(root.body):
+            if isinstance(s, For):
+                loops.setdefault(s.var, s.line)
+        for v, r in nm.roles:
+            lines.append(f" *   loop {v} (line {loops.get(v, '?')}) -> {role_text[r]}")
+        if nm.sequential:
+            lines.append(f" *   sequential in each thread: loop {', loop '.join(nm.sequential)}")
+        if site.interchanged:
+            o, i = site.interchanged
+            lines.append(
+                f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each element keeps"
+            )
+            lines.append(f" *   its updates in the original order of {o}")
+        if nm.kind == "warp_reduce":
+            lines.append(f" *   lane 0 adds the warp's sum to {nm.accumulator} and runs the rest of the")
+            lines.append(f" *   body of loop {root.var} in program order")
+        if nm.kind == "grid_reduce":
+            lines.append(f" *   the sum goes to {site.red_var}; a one-thread kernel combines it into "
+                         f"{nm.accumulator}")
+        if site.host_loops:
+            lines.append(f" *   launched once per iteration of host loop {', '.join(site.host_loops)}")
+        lines.append(" */")
+        del roles
+        return lines
+
+    def body_grid1d(self, site: Site, nm: NestMapping) -> list[str]:
+        root = site.root
+        dp = self.dp()
+        P = self.P
+        w = StmtWriter(dp)
+        i2 = IND * 2
+        out = [
+            f"{IND}const long long {P}trip = {self.trip(root, dp)};",
+            f"{IND}const long long {P}stride = (long long)gridDim.x * blockDim.x;",
+            (f"{IND}for (long long {P}t = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+             f"{P}t < {P}trip; {P}t += {P}stride) {{"),
+            i2 + self.var_decl(root, f"{P}t", dp),
+        ]
+        out += self.private_decls(root.body, {root.var or ""}, i2)
+        out += w.stmts(root.body, i2)
+        out.append(IND + "}")
+        return out
+
+    def body_grid2d(self, site: Site, nm: NestMapping) -> list[str]:
+        P_loop = site.root
+        Q = P_loop.body[0]
+        assert isinstance(Q, For)
+        roles = dict(nm.roles)
+        X = Q if roles[Q.var] == "x" else P_loop
+        Y = P_loop if X is Q else Q
+        dp = self.dp()
+        w = StmtWriter(dp)
+        P = self.P
+        i2, i3 = IND * 2, IND * 3
+        out = [
+            f"{IND}const long long {P}trip_y = {self.trip(Y, dp)};  /* loop {Y.var} */",
+            f"{IND}const long long {P}trip_x = {self.trip(X, dp)};  /* loop {X.var} */",
+            (f"{IND}for (long long {P}ty = (long long)blockIdx.y * blockDim.y + threadIdx.y; "
+             f"{P}ty < {P}trip_y;"),
+            f"{IND}     {P}ty += (long long)gridDim.y * blockDim.y) {{",
+            i2 + self.var_decl(Y, f"{P}ty", dp),
+            (f"{i2}for (long long {P}tx = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+             f"{P}tx < {P}trip_x;"),
+            f"{i2}     {P}tx += (long long)gridDim.x * blockDim.x) {{",
+            i3 + self.var_decl(X, f"{P}tx", dp),
+        ]
+        out += self.private_decls(Q.body, {P_loop.var or "", Q.var or ""}, i3)
+        out += w.stmts(Q.body, i3)
+        out += [i2 + "}", IND + "}"]
+        return out
+
+    def _split_pre(self, pre: Sequence[Stmt], w: StmtWriter, ind: str, leader: str,
+                   sync: str) -> tuple[list[str], bool]:
+        """Statements before the inner loop: array writes by the leader thread between
+        barriers, scalar work by every thread.  Returns (lines, whether array reads by all
+        threads happened since the last barrier)."""
+        out: list[str] = []
+        group: list[Stmt] = []
+        pending_reads = False
+
+        def flush() -> None:
+            nonlocal group, pending_reads
+            if group:
+                if pending_reads:
+                    out.append(ind + f"{sync};  /* the reads above come before these writes */")
+                out.append(ind + f"if ({leader}) {{")
+                out.extend(w.stmts(group, ind + IND))
+                out.append(ind + "}")
+                out.append(ind + f"{sync};")
+                group = []
+                pending_reads = False
+
+        for s in pre:
+            if arrays_written([s]):
+                group.append(s)
+            else:
+                flush()
+                out.extend(w.stmts([s], ind))
+                if accesses([s]):
+                    pending_reads = True
+        flush()
+        return out, pending_reads
+
+    def body_block_per_row(self, site: Site, nm: NestMapping) -> list[str]:
+        Pl = site.root
+        body = Pl.body
+        Q = next(s for s in body if isinstance(s, For))
+        k = body.index(Q)
+        pre, post = body[:k], body[k + 1 :]
+        dp = self.dp()
+        w = StmtWriter(dp)
+        P = self.P
+        i2, i3 = IND * 2, IND * 3
+        out = [
+            f"{IND}const long long {P}trip = {self.trip(Pl, dp)};",
+            f"{IND}for (long long {P}b = blockIdx.x; {P}b < {P}trip; {P}b += gridDim.x) {{",
+            i2 + self.var_decl(Pl, f"{P}b", dp),
+        ]
+        out += self.private_decls(body, {Pl.var or ""}, i2)
+        pre_lines, pending = self._split_pre(pre, w, i2, "threadIdx.x == 0", "__syncthreads()")
+        out += pre_lines
+        written_arrays = {a.array for a in accesses(body) if a.write}
+        if pending and any(a.array in written_arrays for a in accesses(pre)):
+            out.append(i2 + "__syncthreads();  /* the reads above happen before the loop's writes */")
+        T = Q.ctype or self.ctype(Q.var or "?")
+        init, cond, upd = self.offset_header(Q, dp, f"({T})threadIdx.x", f"({T})blockDim.x")
+        out.append(f"{i2}for ({init}; {cond}; {upd}) {{")
+        out += w.stmts(Q.body, i3)
+        out.append(i2 + "}")
+        if post:
+            out.append(i2 + "__syncthreads();")
+            out.append(i2 + "if (threadIdx.x == 0) {")
+            out += w.stmts(post, i3)
+            out.append(i2 + "}")
+        out.append(IND + "}")
+        return out
+
+    def body_warp_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        Pl = site.root
+        body = Pl.body
+        R = next(s for s in body if isinstance(s, For))
+        red, _ = self.an.dep.reduction(R)
+        assert red is not None
+        k = body.index(R)
+        pre, post = body[:k], body[k + 1 :]
+        P = self.P
+        part = f"{P}part"
+        dp = self.dp()
+        subst = {id(u): red.rewrite(u, part) for u in red.updates}
+        w = StmtWriter(dp, subst)
+        plain = StmtWriter(dp)
+        i2, i3 = IND * 2, IND * 3
+        out = [
+            f"{IND}const int {P}lane = threadIdx.x & 31;",
+            f"{IND}const long long {P}nwarps = ((long long)gridDim.x * blockDim.x) >> 5;",
+            f"{IND}const long long {P}trip = {self.trip(Pl, dp)};",
+            (f"{IND}for (long long {P}w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; "
+             f"{P}w < {P}trip; {P}w += {P}nwarps) {{"),
+            i2 + self.var_decl(Pl, f"{P}w", dp),
+        ]
+        out += self.private_decls(body, {Pl.var or ""}, i2)
+        pre_lines, _ = self._split_pre(pre, plain, i2, f"{P}lane == 0", "__syncwarp()")
+        out += pre_lines
+        out.append(f"{i2}{red.ctype} {part} = 0;  /* this lane's share of the updates to {red.acc_text} */")
+        init, cond, upd = self.offset_header(R, dp, f"{P}lane", "32")
+        out.append(f"{i2}for ({init}; {cond}; {upd}) {{")
+        out += w.stmts(R.body, i3)
+        out.append(i2 + "}")
+        out.append(f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1)")
+        out.append(f"{i3}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);")
+        out.append(f"{i2}if ({P}lane == 0) {{")
+        out += plain.stmts([red.combine(part)], i3)
+        out += plain.stmts(post, i3)
+        out.append(i2 + "}")
+        out.append(IND + "}")
+        return out
+
+    def body_grid_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        R = site.root
+        red = site.reduction
+        assert red is not None
+        P = self.P
+        part = f"{P}part"
+        T = red.ctype
+        dp = self.dp()
+        subst = {id(u): red.rewrite(u, part) for u in red.updates}
+        w = StmtWriter(dp, subst)
+        i2, i3 = IND * 2, IND * 3
+        out = [
+            f"{IND}__shared__ {T} {P}warp_sums[32];",
+            f"{IND}{T} {part} = 0;  /* this thread's share of the updates to {red.acc_text} */",
+            f"{IND}const long long {P}trip = {self.trip(R, dp)};",
+            f"{IND}const long long {P}stride = (long long)gridDim.x * blockDim.x;",
+            (f"{IND}for (long long {P}t = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+             f"{P}t < {P}trip; {P}t += {P}stride) {{"),
+            i2 + self.var_decl(R, f"{P}t", dp),
+        ]
+        excl = {R.var or ""}
+        if isinstance(red.acc, Name):
+            excl.add(red.acc.name)
+        out += self.private_decls(R.body, excl, i2)
+        out += w.stmts(R.body, i2)
+        out.append(IND + "}")
+        out += [
+            f"{IND}/* block sum: shuffles within each warp, then the first warp adds the warp sums */",
+            f"{IND}for (int {P}off = 16; {P}off > 0; {P}off >>= 1)",
+            f"{i2}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);",
+            f"{IND}if ((threadIdx.x & 31) == 0)",
+            f"{i2}{P}warp_sums[threadIdx.x >> 5] = {part};",
+            f"{IND}__syncthreads();",
+            f"{IND}if (threadIdx.x < 32) {{",
+            f"{i2}{part} = threadIdx.x < (blockDim.x >> 5) ? {P}warp_sums[threadIdx.x] : ({T})0;",
+            f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1)",
+            f"{i3}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);",
+            f"{i2}if (threadIdx.x == 0)",
+            f"{i3}{self.atomic_add(T, site.red_var, part)};",
+            f"{IND}}}",
+        ]
+        return out
+
+    @staticmethod
+    def atomic_add(T: str, var: str, val: str) -> str:
+        if T in ("float", "double", "int", "unsigned int", "unsigned", "int32_t", "uint32_t",
+                 "signed int", "unsigned long long"):
+            return f"atomicAdd(&{var}, {val})"
+        # 64-bit integers: two's complement addition through the unsigned overload
+        return f"atomicAdd((unsigned long long *)&{var}, (unsigned long long){val})"
+
+    # -- host side ----------------------------------------------------------------------
+
+    def launch_site(self, site: Site, ind: str) -> list[str]:
+        nm = self.choice[site.id]
+        name = self.kernel_names[site.id]
+        root = site.root
+        hp = self.dp()
+        _, args = self.site_params(site)
+        call_args = ", ".join(args)
+        self.host_used |= (root.header_names())
+        P, MAC = self.P, self.MAC
+        i2 = ind + IND
+        out = [ind + f"{{   /* kernel {site.id}: {nm.describe()} */"]
+        if nm.kind == "grid2d":
+            Q = root.body[0]
+            assert isinstance(Q, For)
+            self.host_used |= Q.header_names()
+            roles = dict(nm.roles)
+            X = Q if roles[Q.var] == "x" else root
+            Y = root if X is Q else Q
+            bx, by = nm.block
+            out += [
+                f"{i2}const long long {P}trip_y = {self.trip(Y, hp)};  /* loop {Y.var} */",
+                f"{i2}const long long {P}trip_x = {self.trip(X, hp)};  /* loop {X.var} */",
+                f"{i2}if ({P}trip_x > 0 && {P}trip_y > 0) {{",
+                f"{i2}{IND}const dim3 {P}block({bx}, {by});",
+                (f"{i2}{IND}const dim3 {P}grid({P}blocks({P}trip_x, {bx}, {_MAX_GRID_X}), "
+                 f"{P}blocks({P}trip_y, {by}, {_MAX_GRID_Y}));"),
+                f"{i2}{IND}{name}<<<{P}grid, {P}block>>>({call_args});",
+                f"{i2}{IND}{MAC}CHECK_LAUNCH();",
+                f"{i2}}}",
+            ]
+        else:
+            b = nm.block[0]
+            if nm.kind == "grid1d":
+                grid = f"{P}blocks({P}trip, {b}, {_MAX_GRID_X})"
+            elif nm.kind == "block_per_row":
+                grid = f"{P}blocks({P}trip, 1, {_MAX_GRID_X})"
+            elif nm.kind == "warp_reduce":
+                grid = f"{P}blocks({P}trip, {b // 32}, {_MAX_GRID_X})"
+            else:
+                grid = f"{P}blocks({P}trip, {b}, {_MAX_REDUCE_BLOCKS})"
+            if nm.kind == "grid_reduce":
+                out += [f"{i2}{name}_reset<<<1, 1>>>();", f"{i2}{MAC}CHECK_LAUNCH();"]
+            out += [
+                f"{i2}const long long {P}trip = {self.trip(root, hp)};  /* loop {root.var} */",
+                f"{i2}if ({P}trip > 0) {{",
+                f"{i2}{IND}{name}<<<{grid}, {b}>>>({call_args});",
+                f"{i2}{IND}{MAC}CHECK_LAUNCH();",
+                f"{i2}}}",
+            ]
+        out.append(ind + "}")
+        return out
+
+    def serial_kernel(self, g: Serial) -> list[str]:
+        """Emit the one-thread kernel of ``g``; return its launch lines (unindented)."""
+        name = f"{self.fn.name}_serial{g.id}"
+        P = self.P
+        stmts = g.stmts
+        red_globals = {v for v in self.an.red_vars.values()}
+        declared = declared_in(stmts)
+        exposed, _ = exposed_reads(stmts)
+        touched = (scalars_read(stmts) | scalars_written(stmts)) - red_globals
+        free = touched - declared
+        host_in = {n for n in free if n not in g.dev_in and n in exposed}
+        decls, args = self.kernel_params(stmts, (free - host_in) | declared | red_globals)
+        dp = self.dp()
+        w = StmtWriter(dp)
+        body: list[str] = []
+        order = [n for n in list(self.fn.scalar_params) + list(self.fn.locals) if n in free and n not in host_in]
+        for n in dict.fromkeys(order):
+            if n in g.dev_in and n in exposed:
+                body.append(f"{IND}{self.ctype(n)} {n} = {P}dev_{n};")
+            else:
+                body.append(f"{IND}{self.ctype(n)} {n};")
+        body += w.stmts(stmts, IND)
+        for n in sorted(g.store):
+            body.append(f"{IND}{P}dev_{n} = {n};  /* read later on the device */")
+        lines = sorted({s.line for s in stmts})
+        what = "; ".join(dict.fromkeys(g.notes))
+        comment = [
+            (f"/* One-thread kernel {g.id}: line{'s' if len(lines) > 1 else ''} "
+             f"{', '.join(map(str, lines))} of the C function, in program order"),
+            f" * ({what}). */",
+        ]
+        self.kernels.append("\n".join(comment + self.signature(name, decls, 1) + ["{"] + body + ["}", ""]))
+        return [f"{name}<<<1, 1>>>({', '.join(args)});", f"{self.MAC}CHECK_LAUNCH();"]
+
+    def host_ops(self, ops: Sequence[Op], ind: str) -> list[str]:
+        out: list[str] = []
+        hp = self.dp()  # no array on the host; math calls keep C's argument types
+        hw = StmtWriter(hp)
+        for op in ops:
+            if isinstance(op, HostStmt):
+                out += hw.stmts([op.stmt], ind)
+                if not (isinstance(op.stmt, Decl) and op.stmt.init is None):
+                    self.host_used |= scalars_read([op.stmt]) | scalars_written([op.stmt])
+            elif isinstance(op, HostLoop):
+                L = op.loop
+                self.host_used |= {L.var or ""} | L.header_names()
+                why = op.why.split(": ", 1)[-1] if op.why else ""
+                why = f" ({why})" if why else ""
+                out.append(ind + f"/* loop {L.var} stays on the host{why} */")
+                init, cond, upd = hw.header_part(L.init), hp.expr(L.cond) if L.cond else "", hw.header_part(L.update)
+                out.append(ind + f"for ({init}; {cond}; {upd}) {{")
+                out += self.host_ops(op.body, ind + IND)
+                out.append(ind + "}")
+            elif isinstance(op, HostIf):
+                self.host_used |= names_in(op.cond)
+                out.append(ind + f"if ({hp.expr(op.cond)}) {{")
+                out += self.host_ops(op.then, ind + IND)
+                if op.orelse:
+                    out.append(ind + "} else {")
+                    out += self.host_ops(op.orelse, ind + IND)
+                out.append(ind + "}")
+            elif isinstance(op, HostReturn):
+                out.append(ind + "return (int)cudaGetLastError();")
+            elif isinstance(op, Launch):
+                self.site_kernel(op.site)
+                out += self.launch_site(op.site, ind)
+            elif isinstance(op, Serial):
+                out += [ind + x for x in self.serial_kernel(op)]
+        return out
+
+    # -- the file -----------------------------------------------------------------------
+
+    def file_header(self) -> list[str]:
+        an = self.an
+        prob = an.problem
+        lines = [
+            f"/* {self.fn.name}_cuda: generated by cudaperf's built-in policy from {self.fn.name}()"
+            + (f" in {prob.path.name}" if prob.path else "") + ".",
+            f" * Mapping: {self.m.describe()}",
+            " *",
+        ]
+        for nm in self.m.nests:
+            site = an.sites[nm.site]
+            roles = ", ".join(f"loop {v} -> {r}" for v, r in nm.roles)
+            text = f" *   kernel {nm.site} ({nm.kind}): {roles}; block {block_text(nm.block)}"
+            lines.append(text)
+            seq = f"sequential in each thread: loop {', loop '.join(nm.sequential)}" if nm.sequential else "nothing sequential in a thread"
+            lines.append(f" *     {seq}")
+            if site.interchanged:
+                lines.append(f" *     loops {site.interchanged[0]}, {site.interchanged[1]} interchanged")
+        host = an.host_loop_names()
+        if host:
+            lines.append(f" *   on the host: loop {', loop '.join(host)} (one launch of each kernel inside per iteration)")
+        else:
+            lines.append(" *   on the host: only the launches")
+        if an.serials:
+            lines.append(f" *   one-thread kernels: {len(an.serials)} (statements outside the parallel loops, in program order)")
+        lines.append(" *")
+        lines.append(" * Dependence test (line numbers count from the function's first line):")
+        for r in an.loop_report():
+            lines += _wrap_comment(r, " *   ", " *     ")
+        lines += [
+            " *",
+            " * Arrays are flat device pointers, indexed row-major from their extents.  Array",
+            " * parameters are assumed not to alias each other (hence __restrict__).  Kernels run",
+            " * on the default stream in program order; the function returns the CUDA error code.",
+            " */",
+        ]
+        return lines
+
+    def generate(self) -> str:
+        P, MAC = self.P, self.MAC
+        body = self.host_ops(self.an.ops, IND)
+        # device copies of scalars assigned on the device
+        for n in sorted(self.an.device_scalars):
+            self.globals.insert(0, f"static __device__ {self.ctype(n)} {P}dev_{n};  /* {n}, assigned on the device */")
+        params = []
+        for p in self.fn.params:
+            if isinstance(p, ArrayParam):
+                const = "const " if p.const else ""
+                params.append(f"{const}{normalize_ctype(p.ctype)} *{p.name}")
+            else:
+                params.append(f"{normalize_ctype(p.ctype)} {p.name}")
+        out = self.file_header()
+        out += [
+            "#include <cuda_runtime.h>",
+            "#include <stddef.h>",
+            "#include <stdint.h>",
+            "#include <math.h>",
+            "",
+            "/* Return the error of the last launch, if any (no synchronisation). */",
+            f"#define {MAC}CHECK_LAUNCH() \\",
+            "    do { \\",
+            f"        cudaError_t {P}err = cudaGetLastError(); \\",
+            f"        if ({P}err != cudaSuccess) \\",
+            f"            return (int){P}err; \\",
+            "    } while (0)",
+            "",
+            "/* Blocks needed for `work` items at `per_block` items per block, at most `cap`",
+            " * (the kernels' grid-stride loops cover the rest). */",
+            f"static inline unsigned int {P}blocks(long long work, long long per_block, long long cap)",
+            "{",
+            f"{IND}long long b = (work + per_block - 1) / per_block;",
+            f"{IND}return (unsigned int)(b < cap ? b : cap);",
+            "}",
+            "",
+        ]
+        if self.globals:
+            out += self.globals + [""]
+        out += self.kernels
+        out.append(f'extern "C" int {self.fn.name}_cuda({", ".join(params)})')
+        out.append("{")
+        out += self._prune_host_decls(body)
+        out.append(f"{IND}return (int)cudaGetLastError();")
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+    def _prune_host_decls(self, body: list[str]) -> list[str]:
+        """Drop host declarations without initialiser of scalars the host never uses."""
+        out = []
+        for line in body:
+            m = re.fullmatch(r"\s*(?:const\s+)?[\w ]+?\s+(\w+);", line)
+            if m and "=" not in line and m.group(1) not in self.host_used:
+                continue
+            out.append(line)
+        return out
+
+
+def _wrap_comment(text: str, first: str, rest: str, width: int = 92) -> list[str]:
+    text = text.replace("*/", "* /")
+    words = text.split()
+    lines: list[str] = []
+    cur = first
+    for w in words:
+        if len(cur) + len(w) + 1 > width and cur.strip(" *"):
+            lines.append(cur.rstrip())
+            cur = rest
+        cur += w + " "
+    lines.append(cur.rstrip())
+    return lines
+
+
+def generate(an: Analysis, mapping: Mapping) -> str:
+    """The complete ``.cu`` source for ``an`` mapped with ``mapping``."""
+    return _Gen(an, mapping).generate()
+
+
+__all__ = ["DevicePrinter", "StmtWriter", "generate"]

@@ -1,0 +1,678 @@
+"""Conservative dependence tests on the loop-nest IR.
+
+Three questions, each answered with human-readable reasons:
+
+* :meth:`Dependence.parallel` -- may the iterations of a loop run in any order, at once?
+  (a) every array written in the body is, in every access inside the body, subscripted in
+  one dimension by exactly ``v + c`` (same dimension, same ``c``), except reads whose
+  subscript in that dimension is invariant in the loop and provably outside the written
+  range (``A[k][k]`` read in ``for (i = k + 1; ...)`` which writes rows ``A[i]``);
+  (b) every scalar written in the body is private: declared in the body, an inner loop's
+  index, or assigned before any read on every path through the body and not used after the
+  loop; (c) no calls except known math functions, no ``break``/``return``/``goto``.
+  Array parameters are assumed not to alias each other.
+* :meth:`Dependence.reduction` -- is a loop a sum reduction ``acc += expr`` into one scalar
+  or one array element whose subscripts do not change in the loop?
+* :meth:`Dependence.interchange` -- may a perfect 2-deep nest ``for i: for j:`` be swapped
+  so that ``j`` becomes the parallel outer loop?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cudaperf_cli.core import normalize_ctype
+from cudaperf_cli.policies.builtin.ir import (
+    MATH_FUNCS,
+    Affine,
+    Assign,
+    Binary,
+    Decl,
+    Expr,
+    ExprStmt,
+    For,
+    Function,
+    If,
+    Index,
+    Jump,
+    Name,
+    Paren,
+    Stmt,
+    accesses,
+    affine,
+    c_text,
+    calls_in,
+    declared_in,
+    iter_expr,
+    loops_in,
+    names_in,
+    own_exprs,
+    own_jumps,
+    scalars_written,
+    stmt_reads,
+    stmt_writes,
+    strip_parens,
+    walk,
+)
+
+# ---------------------------------------------------------------------------------------
+# Liveness of scalars (backward data flow on the structured IR)
+# ---------------------------------------------------------------------------------------
+
+
+class Liveness:
+    """Scalars live after each statement of a function (conservative: jumps make every
+    scalar live)."""
+
+    def __init__(self, fn: Function):
+        self.all = set(fn.scalar_params) | set(fn.locals)
+        self.out: dict[int, set[str]] = {}
+        self._list(fn.body, set())
+
+    def after(self, s: Stmt) -> set[str]:
+        """Scalars possibly read after ``s`` before being reassigned."""
+        return self.out.get(id(s), self.all)
+
+    def alias(self, new: Stmt, *olds: Stmt) -> None:
+        """Give a synthesised statement the union of the live-out sets of ``olds``."""
+        acc: set[str] = set()
+        for o in olds:
+            acc |= self.after(o)
+        self.out[id(new)] = acc
+
+    def _list(self, stmts: Sequence[Stmt], out: set[str]) -> set[str]:
+        live = set(out)
+        for s in reversed(stmts):
+            self.out.setdefault(id(s), set()).update(live)
+            live = self._stmt(s, live)
+        return live
+
+    def _stmt(self, s: Stmt, out: set[str]) -> set[str]:
+        if isinstance(s, Decl):
+            return (out - {s.name}) | names_in(s.init)
+        if isinstance(s, Assign):
+            if isinstance(s.target, Name) and s.op == "=":
+                return (out - {s.target.name}) | names_in(s.value)
+            return out | stmt_reads(s)
+        if isinstance(s, ExprStmt):
+            return out | names_in(s.expr)
+        if isinstance(s, If):
+            return names_in(s.cond) | self._list(s.then, out) | self._list(s.orelse, out)
+        if isinstance(s, Jump):
+            return set(self.all)
+        if isinstance(s, For):
+            cond = names_in(s.cond)
+            upd_w = stmt_writes(s.update) if s.update is not None else set()
+            upd_r = stmt_reads(s.update) if s.update is not None else set()
+            head = cond | out
+            while True:
+                after_body = (head - upd_w) | upd_r
+                body_in = self._list(s.body, after_body)
+                new = cond | out | body_in
+                if new == head:
+                    break
+                head = new
+            if s.init is None:
+                return head
+            return (head - stmt_writes(s.init)) | stmt_reads(s.init)
+        return set(out)
+
+
+def exposed_reads(stmts: Sequence[Stmt], assigned: set[str] | None = None) -> tuple[set[str], set[str]]:
+    """(scalars read before being assigned on some path, scalars assigned on every path)."""
+    a = set(assigned or ())
+    exp: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Decl):
+            exp |= names_in(s.init) - a
+            a.add(s.name)
+        elif isinstance(s, Assign):
+            exp |= stmt_reads(s) - a
+            if isinstance(s.target, Name):
+                a.add(s.target.name)
+        elif isinstance(s, If):
+            exp |= names_in(s.cond) - a
+            e1, a1 = exposed_reads(s.then, a)
+            e2, a2 = exposed_reads(s.orelse, a)
+            exp |= e1 | e2
+            a = a1 & a2
+        elif isinstance(s, For):
+            if s.init is not None:
+                exp |= stmt_reads(s.init) - a
+                a |= stmt_writes(s.init)
+            inner = set(a)
+            exp |= names_in(s.cond) - inner
+            e_b, a_b = exposed_reads(s.body, inner)
+            exp |= e_b
+            if s.update is not None:
+                exp |= stmt_reads(s.update) - a_b
+        elif isinstance(s, ExprStmt):
+            exp |= names_in(s.expr) - a
+    return exp, a
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """Result of the parallelism test of one loop.
+
+    Attributes:
+        loop: the loop tested.
+        parallel: its iterations are independent.
+        reasons: why not (empty when parallel); each starts with ``"loop <v>: "``.
+        private: scalars written in the body that each iteration (thread) keeps private.
+    """
+
+    loop: For
+    parallel: bool
+    reasons: list[str] = field(default_factory=list)
+    private: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Reduction:
+    """A sum reduction loop: every update of ``acc`` in the body is an accumulation.
+
+    Attributes:
+        loop: the reduction loop.
+        acc: the accumulator (a scalar, or an array element invariant in the loop).
+        ctype: the accumulator's C type.
+        updates: the accumulation statements (``acc += e``, ``acc -= e``,
+            ``acc = acc + e ...``).
+        form: ``"+="``, ``"-="``, ``"="`` when all updates are written alike, else
+            ``"mixed"``; decides how the partial sum is combined into ``acc``.
+    """
+
+    loop: For
+    acc: Name | Index
+    ctype: str
+    updates: list[Assign]
+    form: str
+
+    @property
+    def acc_text(self) -> str:
+        """The accumulator as written (``s``, ``y[i]``)."""
+        return self.acc.name if isinstance(self.acc, Name) else (self.acc.text or c_text(self.acc))
+
+    def rewrite(self, stmt: Assign, partial: str) -> Assign:
+        """The update ``stmt`` applied to the partial sum ``partial`` instead of ``acc``."""
+        p = Name(partial)
+        if self.form == "-=":
+            return Assign(stmt.line, p, "+=", stmt.value)
+        if stmt.op in ("+=", "-="):
+            return Assign(stmt.line, p, stmt.op, stmt.value)
+        new = replace_acc_leaf(stmt.value, self.acc, p)
+        assert new is not None
+        return Assign(stmt.line, p, "=", new)
+
+    def combine(self, partial: str, line: int = 0) -> Assign:
+        """``acc += partial`` (or the form the C code uses) as a statement."""
+        p = Name(partial)
+        if self.form == "-=":
+            return Assign(line, self.acc, "-=", p)
+        if self.form == "=":
+            return Assign(line, self.acc, "=", Binary("+", self.acc, p))
+        return Assign(line, self.acc, "+=", p)
+
+
+def _same_acc(e: Expr, acc: Name | Index) -> bool:
+    e = strip_parens(e)
+    return e == acc
+
+
+def replace_acc_leaf(value: Expr | None, acc: Name | Index, new: Expr) -> Expr | None:
+    """``value`` with the accumulator replaced by ``new`` when ``value`` is ``acc + e``,
+    ``acc - e`` (a left-associated chain such as ``acc + a - b``), or ``e + acc``; None
+    otherwise."""
+    if value is None:
+        return None
+    v = value
+    if isinstance(v, Binary) and v.op in ("+", "-"):
+        if _same_acc(v.left, acc):
+            return Binary(v.op, new, v.right)
+        left = v.left
+        if isinstance(left, Binary) and left.op in ("+", "-"):
+            inner = replace_acc_leaf(left, acc, new)
+            if inner is not None:
+                return Binary(v.op, inner, v.right)
+        if v.op == "+" and _same_acc(v.right, acc) and not isinstance(v.left, Paren):
+            return Binary("+", v.left, new)
+    return None
+
+
+def _mentions_acc(e: Expr | None, acc: Name | Index) -> bool:
+    if e is None:
+        return False
+    for x in iter_expr(e):
+        if isinstance(acc, Name) and isinstance(x, Name) and x.name == acc.name:
+            return True
+        if isinstance(acc, Index) and isinstance(x, Index) and x.array == acc.array:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------
+
+_ATOMIC_TYPES = {
+    "float", "double", "int", "signed int", "unsigned", "unsigned int", "long", "long int",
+    "long long", "long long int", "unsigned long", "unsigned long long", "size_t",
+    "int32_t", "uint32_t", "int64_t", "uint64_t",
+}  # fmt: skip
+
+
+class Dependence:
+    """Dependence tests for the loops of one function (results cached per loop)."""
+
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.live = Liveness(fn)
+        self._verdicts: dict[int, Verdict] = {}
+        self._reductions: dict[int, tuple[Reduction | None, str]] = {}
+
+    # -- parallel -----------------------------------------------------------------------
+
+    def parallel(self, loop: For, outer: For | None = None) -> Verdict:
+        """Test whether the iterations of ``loop`` are independent.
+
+        ``outer`` (interchange test) is an enclosing loop whose index must be treated as
+        changing inside ``loop`` (it becomes an inner loop).
+        """
+        key = id(loop)
+        if outer is None and key in self._verdicts:
+            return self._verdicts[key]
+        v = self._parallel(loop, outer)
+        if outer is None:
+            self._verdicts[key] = v
+        return v
+
+    def _parallel(self, loop: For, outer: For | None) -> Verdict:
+        extra_variant = frozenset({outer.var}) if outer is not None and outer.var else frozenset()
+        var = loop.var or "?"
+        pre = f"loop {var}: "
+        reasons: list[str] = []
+        if not loop.canonical:
+            reasons.append(loop.reason if loop.reason.startswith("loop") else pre + loop.reason)
+            return Verdict(loop, False, reasons)
+        body = loop.body
+        reasons += self._control_reasons(pre, body, allow_continue=True)
+        written = scalars_written(body)
+        if var in written:
+            reasons.append(pre + f"the index {var} is modified in the body")
+        hdr = loop.header_names()
+        changed = sorted(hdr & written)
+        if changed:
+            reasons.append(pre + f"its bound uses {', '.join(changed)}, which the body modifies")
+        if var in self.live.after(loop):
+            reasons.append(pre + f"the final value of {var} is used after the loop")
+        variant = written | {var} | set(extra_variant)
+        reasons += self._array_reasons(pre, loop, body, var, variant,
+                                       [outer] if outer is not None else [])
+        priv, sreasons = self._scalar_reasons(pre, loop, body, written - {var}, extra_variant)
+        reasons += sreasons
+        return Verdict(loop, not reasons, reasons, priv)
+
+    def _control_reasons(self, pre: str, body: Sequence[Stmt], allow_continue: bool) -> list[str]:
+        out: list[str] = []
+        for j in own_jumps(body):
+            if j.kind == "continue" and allow_continue:
+                continue
+            out.append(pre + f"contains '{j.kind}' (line {j.line})")
+        seen: set[str] = set()
+        for c in calls_in(body):
+            if c.func not in MATH_FUNCS and c.func not in seen:
+                seen.add(c.func)
+                out.append(pre + f"calls {c.func}(), which may have side effects")
+        return out
+
+    def _array_reasons(
+        self, pre: str, loop: For, body: Sequence[Stmt], var: str, variant: set[str],
+        extra_loops: Sequence[For] = (),
+    ) -> list[str]:
+        acc_list = accesses(body)
+        reasons: list[str] = []
+        ranges = _loop_ranges([loop, *extra_loops, *loops_in(body)])
+        fixed = variant - set(ranges)  # scalars that change in the loop but are no loop index
+        for arr in sorted({a.array for a in acc_list if a.write}):
+            accs = [a for a in acc_list if a.array == arr]
+            writes = [a for a in accs if a.write]
+            # reads that provably never touch an element written anywhere in the loop
+            relevant = writes + [
+                a for a in accs
+                if not a.write and not _never_written(a.index, writes, ranges, fixed)
+            ]
+            ndim = len(accs[0].index.subs)
+            if any(self._dim_ok(relevant, d, var, variant)
+                   or self._rows_ok(relevant, d, var, variant, ranges) for d in range(ndim)):
+                continue
+            reasons.append(pre + self._explain(relevant, var, variant))
+        return reasons
+
+    @staticmethod
+    def _is_var_plus_c(sub: Expr, var: str) -> int | None:
+        f = affine(sub)
+        if f is not None and f.symbols == {var} and f.coeff(var) == 1:
+            return f.const
+        return None
+
+    def _dim_ok(self, accs, d: int, var: str, variant: set[str]) -> bool:
+        """Every access has ``var + g`` in dimension ``d`` with the same ``g``, which does
+        not change in the loop (a constant, or e.g. ``i * m`` in ``A[i * m + j]`` for the
+        ``j`` loop)."""
+        g0 = None
+        one = Affine.make({var: 1}, 0)
+        for a in accs:
+            f = affine(a.index.subs[d])
+            if f is None or f.coeff(var) != 1:
+                return False
+            g = f - one
+            if g.variables & variant:
+                return False
+            if g0 is not None and g != g0:
+                return False
+            g0 = g
+        return True
+
+    def _rows_ok(self, accs, d: int, var: str, variant: set[str], ranges) -> bool:
+        """Delinearised rows of a flat array: every access is ``var * S + r`` with the same
+        symbol ``S`` (invariant) and ``0 <= r <= S - 1`` provable from the loop bounds, so
+        iteration ``var`` only touches row ``var`` (``A[i * m + j]`` for ``0 <= j < m``)."""
+        S0 = None
+        fixed = variant - set(ranges)
+        for a in accs:
+            f = affine(a.index.subs[d])
+            if f is None:
+                return False
+            rows = [(k, c) for k, c in f.coeffs if var in k.split("*")]
+            if len(rows) != 1 or rows[0][1] != 1 or "*" not in rows[0][0]:
+                return False
+            factors = rows[0][0].split("*")
+            factors.remove(var)
+            S = factors[0]
+            if S in variant or (S0 is not None and S != S0):
+                return False
+            S0 = S
+            r = f - Affine.make({rows[0][0]: 1}, 0)
+            if var in r.variables or r.variables & fixed:
+                return False
+            lo, hi = _extreme(r, ranges, False), _extreme(r, ranges, True)
+            if lo is None or hi is None:
+                return False
+            top = Affine.make({S: 1}, -1) - hi  # S - 1 - max(r) >= 0
+            if not (lo.is_const() and lo.const >= 0 and top.is_const() and top.const >= 0):
+                return False
+        return True
+
+    def _explain(self, accs, var: str, variant: set[str]) -> str:
+        writes = [a for a in accs if a.write]
+        for w in writes:
+            if not any(var in names_in(s) for s in w.index.subs):
+                return f"{_t(w.index)} is written in every iteration (loop-carried dependence)"
+        for w in writes:
+            if not any(self._is_var_plus_c(s, var) is not None for s in w.index.subs):
+                return (
+                    f"subscripts of {_t(w.index)} are not of the form {var} + constant; cannot "
+                    "prove that iterations write different elements"
+                )
+        # find a conflicting pair
+        for w in writes:
+            for a in accs:
+                if a is w or _t(a.index) == _t(w.index):
+                    continue
+                kind = "written" if a.write else "read"
+                return (
+                    f"{_t(w.index)} is written and {_t(a.index)} is {kind} by other iterations "
+                    "(loop-carried dependence)"
+                )
+        return f"{_t(writes[0].index)}: cannot prove that iterations write different elements"
+
+    def _scalar_reasons(
+        self, pre: str, loop: For, body: Sequence[Stmt], written: set[str],
+        extra_variant: frozenset[str],
+    ) -> tuple[set[str], list[str]]:
+        declared = declared_in(body)
+        exposed, _ = exposed_reads(body)
+        after = self.live.after(loop)
+        priv: set[str] = set()
+        reasons: list[str] = []
+        for s in sorted(written):
+            if s in declared:
+                priv.add(s)
+            elif s in exposed:
+                reasons.append(
+                    pre + f"scalar {s} carries a value from one iteration to the next "
+                    "(read before it is assigned; loop-carried dependence)"
+                )
+            elif s in after and s not in extra_variant:
+                reasons.append(pre + f"scalar {s} is used after the loop (its last value is needed)")
+            else:
+                priv.add(s)
+        return priv, reasons
+
+    # -- reduction ----------------------------------------------------------------------
+
+    def reduction(self, loop: For) -> tuple[Reduction | None, str]:
+        """(the reduction, '') when ``loop`` is a sum reduction, else (None, why not)."""
+        key = id(loop)
+        if key not in self._reductions:
+            self._reductions[key] = self._reduction(loop)
+        return self._reductions[key]
+
+    def _reduction(self, loop: For) -> tuple[Reduction | None, str]:
+        var = loop.var or "?"
+        pre = f"loop {var}: "
+        if not loop.canonical:
+            return None, pre + "not canonical"
+        body = loop.body
+        ctrl = self._control_reasons(pre, body, allow_continue=False)
+        if ctrl:
+            return None, ctrl[0]
+        updates: list[Assign] = []
+        acc: Name | Index | None = None
+        for s in walk(body):
+            if not isinstance(s, Assign):
+                continue
+            form = _acc_form(s)
+            if form is None:
+                continue
+            if s.op == "=" and not isinstance(s.target, (Name, Index)):
+                continue
+            if isinstance(s.target, Name) and s.target.name == var:
+                continue
+            updates.append(s)
+        declared = declared_in(body)
+        written = scalars_written(body) - {var}
+        cands = []
+        for u in updates:
+            t = u.target
+            if isinstance(t, Name) and t.name in declared:
+                continue
+            if t not in cands:
+                cands.append(t)
+        if len(cands) != 1:
+            why = "no accumulation 'acc += expr'" if not cands else "several accumulators"
+            return None, pre + why
+        acc = cands[0]
+        updates = [u for u in updates if u.target == acc]
+        # updates must be +/- accumulations that do not read acc otherwise
+        forms = set()
+        for u in updates:
+            if u.op in ("+=", "-="):
+                if _mentions_acc(u.value, acc):
+                    return None, pre + f"{c_text(u.value)} reads the accumulator"
+                forms.add(u.op)
+            elif u.op == "=":
+                rest = replace_acc_leaf(u.value, acc, Name("\0"))
+                if rest is None or _mentions_acc(rest, acc):
+                    return None, pre + f"'{c_text(u.value)}' is not an accumulation into {_t(acc)}"
+                forms.add("=")
+            else:
+                return None, pre + f"{_t(acc)} is updated with {u.op}"
+        upd_ids = {id(u) for u in updates}
+        # acc must not be read or written anywhere else
+        for s in walk(body):
+            if id(s) in upd_ids:
+                if isinstance(acc, Index) and any(_mentions_acc(x, acc) for x in acc.subs):
+                    return None, pre + f"subscripts of {_t(acc)} read the accumulator"
+                continue
+            if isinstance(s, Assign) and s.target == acc:
+                return None, pre + f"{_t(acc)} is assigned other than by accumulation"
+            for e in own_exprs(s):
+                if _mentions_acc(e, acc):
+                    return None, pre + f"{_t(acc)} is read in the loop"
+        # other writes: private scalars only; no array writes except the accumulator
+        for a in accesses(body):
+            if a.write and not (isinstance(acc, Index) and a.index == acc):
+                return None, pre + f"{_t(a.index)} is written in the loop"
+        if isinstance(acc, Index):
+            subs_names: set[str] = set()
+            for x in acc.subs:
+                subs_names |= names_in(x)
+            if subs_names & (written | {var}):
+                return None, pre + f"the subscripts of {_t(acc)} change in the loop"
+            if any(isinstance(y, Index) for x in acc.subs for y in iter_expr(x)):
+                return None, pre + f"the subscripts of {_t(acc)} read array data"
+        exposed, _ = exposed_reads(body)
+        after = self.live.after(loop)
+        for s in sorted(written - declared):
+            if isinstance(acc, Name) and s == acc.name:
+                continue
+            if s in exposed or s in after:
+                return None, pre + f"scalar {s} carries a value between iterations"
+        if isinstance(acc, Name):
+            if acc.name == var or acc.name in declared:
+                return None, pre + "the accumulator is private to the body"
+            ctype = self.fn.ctype_of(acc.name)
+        else:
+            ctype = normalize_ctype(self.fn.arrays[acc.array].ctype)
+        if ctype is None:
+            return None, pre + f"unknown type of {_t(acc)}"
+        form = forms.pop() if len(forms) == 1 else "mixed"
+        return Reduction(loop, acc, ctype, updates, form), ""
+
+    def atomic_ok(self, red: Reduction) -> bool:
+        """The accumulator's type has a device ``atomicAdd`` (directly or via a cast)."""
+        return red.ctype in _ATOMIC_TYPES
+
+    # -- interchange --------------------------------------------------------------------
+
+    def interchange(self, outer: For) -> tuple[bool, str]:
+        """May the perfect nest ``outer { inner }`` run as ``inner { outer }`` with the new
+        outer loop parallel?  (True, '') or (False, why not)."""
+        pre = f"loop {outer.var}: "
+        if len(outer.body) != 1 or not isinstance(outer.body[0], For):
+            return False, pre + "not a perfect 2-deep nest (no interchange)"
+        inner = outer.body[0]
+        if not (outer.canonical and inner.canonical):
+            return False, pre + "non-canonical header (no interchange)"
+        if outer.var in inner.header_names():
+            return False, pre + f"the bounds of loop {inner.var} depend on {outer.var} (no interchange)"
+        if any(isinstance(x, Index) for e in (inner.first, inner.bound) for x in iter_expr(e)):
+            return False, pre + f"the bounds of loop {inner.var} read array data"
+        v = self.parallel(inner, outer=outer)
+        if not v.parallel:
+            return False, v.reasons[0]
+        written = scalars_written(inner.body)
+        if outer.header_names() & (written | {inner.var}):
+            return False, pre + "its bounds change inside the nest"
+        if own_jumps(inner.body):
+            return False, pre + "jumps inside the nest"
+        if outer.var in self.live.after(outer) or inner.var in self.live.after(outer):
+            return False, pre + "loop indices are used after the nest"
+        for s in written - {inner.var}:
+            if s in self.live.after(outer) and s not in declared_in(inner.body):
+                return False, pre + f"scalar {s} is used after the nest"
+        return True, ""
+
+
+def _loop_ranges(loops: Sequence[For]) -> dict[str, tuple[Affine, Affine]]:
+    """index -> (lowest, highest) value as affine forms, for canonical loops with affine
+    bounds; an index used by two loops with different ranges gets none."""
+    out: dict[str, tuple[Affine, Affine]] = {}
+    bad: set[str] = set()
+    for L in loops:
+        if L.var is None:
+            continue
+        r = L.range_affine() if L.canonical else None
+        if r is None or (L.var in out and out[L.var] != r):
+            bad.add(L.var)
+        else:
+            out[L.var] = r
+    for b in bad:
+        out.pop(b, None)
+    return out
+
+
+def _extreme(f: Affine, ranges: dict[str, tuple[Affine, Affine]], want_max: bool,
+             depth: int = 0) -> Affine | None:
+    """The least (greatest) value of ``f`` over the loop ranges, as an affine form in
+    symbols that are not loop indices; None when loop indices cannot be eliminated."""
+    if depth > 8:
+        return None
+    res = Affine.make({}, f.const)
+    again = False
+    for sym, c in f.coeffs:
+        if "*" in sym and set(sym.split("*")) & set(ranges):
+            return None  # a product with a loop index: no linear bound
+        if sym in ranges:
+            lo, hi = ranges[sym]
+            pick = hi if (c > 0) == want_max else lo
+            res = res + pick.scale(c)
+            again = True
+        else:
+            res = res + Affine.make({sym: c}, 0)
+    if again and res.symbols & set(ranges):
+        return _extreme(res, ranges, want_max, depth + 1)
+    return res
+
+
+def _never_written(read: Index, writes, ranges, fixed: set[str]) -> bool:
+    """In some dimension, the read's subscript range lies strictly below or above the
+    range of every write's subscript (so no element it reads is ever written)."""
+    for d in range(len(read.subs)):
+        fr = affine(read.subs[d])
+        if fr is None or fr.variables & fixed:
+            continue
+        rlo, rhi = _extreme(fr, ranges, False), _extreme(fr, ranges, True)
+        if rlo is None or rhi is None:
+            continue
+        ok = True
+        for w in writes:
+            fw = affine(w.index.subs[d])
+            if fw is None or fw.variables & fixed:
+                ok = False
+                break
+            wlo, whi = _extreme(fw, ranges, False), _extreme(fw, ranges, True)
+            if wlo is None or whi is None:
+                ok = False
+                break
+            below, above = wlo - rhi, rlo - whi
+            if not ((below.is_const() and below.const > 0) or (above.is_const() and above.const > 0)):
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
+
+def _acc_form(s: Assign) -> str | None:
+    if s.op in ("+=", "-="):
+        return s.op
+    if s.op == "=" and replace_acc_leaf(s.value, s.target, Name("\0")) is not None:
+        return "="
+    return None
+
+
+def _t(e: Expr) -> str:
+    if isinstance(e, Index) and e.text:
+        return " ".join(e.text.split())
+    return c_text(e)
+
+
+__all__ = ["Dependence", "Liveness", "Reduction", "Verdict", "exposed_reads", "replace_acc_leaf"]

@@ -1,0 +1,125 @@
+"""How loops map onto the GPU: :class:`NestMapping` (one kernel site) and :class:`Mapping`
+(the whole function: one choice per site)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: Kinds of kernel mapping, with the block shapes tried for each (default first).
+BLOCKS: dict[str, tuple[tuple[int, ...], ...]] = {
+    "grid2d": ((32, 8), (32, 4), (16, 16), (64, 4)),
+    "warp_reduce": ((128,), (256,)),
+    "block_per_row": ((128,), (256,)),
+    "grid1d": ((256,), (128,), (512,)),
+    "grid_reduce": ((256,), (512,)),
+}
+
+#: Preference between kinds when several apply (best first).
+KIND_ORDER = ("grid2d", "warp_reduce", "block_per_row", "grid1d", "grid_reduce")
+
+
+def block_text(block: tuple[int, ...]) -> str:
+    """``32x8`` or ``256``."""
+    return "x".join(str(b) for b in block)
+
+
+@dataclass(frozen=True)
+class NestMapping:
+    """How one kernel site (a loop nest that becomes a kernel) is mapped.
+
+    Attributes:
+        site: index of the site in program order (0-based).
+        kind: ``grid2d``, ``grid1d``, ``block_per_row``, ``warp_reduce`` or ``grid_reduce``.
+        block: threads per block (``(32, 8)`` or ``(256,)``).
+        roles: ``(loop index, role)`` pairs; roles are ``x``/``y`` (grid2d), ``x``
+            (grid1d), ``block``/``thread`` (block_per_row), ``warp``/``lane``
+            (warp_reduce), ``grid`` (grid_reduce).
+        sequential: loops that stay sequential inside each thread.
+        host_loops: enclosing loops that stay on the host (one launch per iteration).
+        interchanged: ``(outer, inner)`` when the nest was interchanged, else None.
+        accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None.
+    """
+
+    site: int
+    kind: str
+    block: tuple[int, ...]
+    roles: tuple[tuple[str, str], ...]
+    sequential: tuple[str, ...] = ()
+    host_loops: tuple[str, ...] = ()
+    interchanged: tuple[str, str] | None = None
+    accumulator: str | None = None
+
+    def with_block(self, block: tuple[int, ...]) -> NestMapping:
+        """The same mapping with another block shape."""
+        return replace(self, block=block)
+
+    def describe(self) -> str:
+        """One line, e.g. ``grid2d i->y j->x block 32x8; k sequential``."""
+        roles = " ".join(f"{v}->{r}" for v, r in self.roles)
+        text = f"{self.kind} {roles} block {block_text(self.block)}"
+        if self.kind == "warp_reduce":
+            text += f" (shuffle sum into {self.accumulator})"
+        elif self.kind == "grid_reduce":
+            text += f" (atomicAdd sum into {self.accumulator})"
+        if self.interchanged:
+            text += f" (loops {self.interchanged[0]}, {self.interchanged[1]} interchanged)"
+        if self.sequential:
+            text += f"; {', '.join(self.sequential)} sequential"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "site": self.site,
+            "kind": self.kind,
+            "block": list(self.block),
+            "roles": {v: r for v, r in self.roles},
+            "sequential": list(self.sequential),
+            "host_loops": list(self.host_loops),
+            "interchanged": list(self.interchanged) if self.interchanged else None,
+            "accumulator": self.accumulator,
+        }
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A complete mapping of the function: one :class:`NestMapping` per kernel site.
+
+    Attributes:
+        kind: the kind this alternative was built around (the first site's kind when every
+            site uses its preferred kind).
+        block: the block shape used for the sites of that kind.
+        nests: one entry per kernel site, in program order.
+        host_loops: every loop kept on the host (one launch per iteration).
+        serial: statements or loops that run in one-thread kernels (short descriptions).
+    """
+
+    kind: str
+    block: tuple[int, ...]
+    nests: tuple[NestMapping, ...]
+    host_loops: tuple[str, ...] = ()
+    serial: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``."""
+        parts: list[str] = []
+        if self.host_loops:
+            parts.append("host loop " + ", ".join(self.host_loops))
+        parts += [n.describe() for n in self.nests]
+        if self.serial:
+            parts.append("1-thread kernel: " + "; ".join(self.serial))
+        return " | ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (what :class:`~cudaperf_cli.policies.base.Proposal` carries)."""
+        return {
+            "kind": self.kind,
+            "block": list(self.block),
+            "nests": [n.to_json() for n in self.nests],
+            "host_loops": list(self.host_loops),
+            "serial": list(self.serial),
+        }
+
+
+__all__ = ["BLOCKS", "KIND_ORDER", "Mapping", "NestMapping", "block_text"]

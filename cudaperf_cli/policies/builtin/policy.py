@@ -1,0 +1,143 @@
+"""The model-free built-in policy: dependence analysis + fixed loop-to-grid mappings.
+
+``BuiltinPolicy().plan(problem)`` lists every applicable :class:`Mapping`, best first;
+``propose(problem, turn)`` generates the CUDA source of the ``turn``-th one.  See
+``docs/builtin-policy.md`` for what is accepted and refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cudaperf_cli.core import CProblem
+from cudaperf_cli.policies.base import PolicyRefusal, Proposal
+from cudaperf_cli.policies.builtin.analysis import Analysis, Serial, analyze
+from cudaperf_cli.policies.builtin.codegen import StmtWriter, generate
+from cudaperf_cli.policies.builtin.ir import For, Printer
+from cudaperf_cli.policies.builtin.mapping import (
+    BLOCKS,
+    KIND_ORDER,
+    Mapping,
+    NestMapping,
+)
+
+
+def _serial_text(g: Serial) -> str:
+    parts = []
+    w = StmtWriter(Printer())
+    for s in g.stmts:
+        if isinstance(s, For):
+            parts.append(f"loop {s.var} (line {s.line})")
+        else:
+            parts.append(" ".join(" ".join(w.stmt(s, "")).split()).rstrip(";"))
+    text = "; ".join(parts)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def build_mappings(an: Analysis) -> list[Mapping]:
+    """All function-level mappings for a scheduled function, best first.
+
+    Entry 0 gives every site its preferred mapping.  Then, for each mapping kind in order
+    of preference (a kind ranks by the best position it has in any site's list), every
+    site that supports the kind uses it and the others keep their preferred one.  Block
+    shape variants follow all default-shape entries.
+    """
+    sites = an.sites
+    host = an.host_loop_names()
+    serial = tuple(_serial_text(g) for g in an.serials)
+
+    def make(kind: str, block: tuple[int, ...], nests: list[NestMapping]) -> Mapping:
+        return Mapping(kind, block, tuple(nests), host, serial)
+
+    best = [s.options[0] for s in sites]
+    out: list[Mapping] = [make(best[0].kind, best[0].block, best)]
+    rank: dict[str, tuple[int, int]] = {}
+    for s in sites:
+        for pos, o in enumerate(s.options):
+            key = (pos, KIND_ORDER.index(o.kind))
+            rank[o.kind] = min(rank.get(o.kind, key), key)
+    for kind in sorted(rank, key=lambda k: rank[k]):
+        nests = [next((o for o in s.options if o.kind == kind), s.options[0]) for s in sites]
+        out.append(make(kind, BLOCKS[kind][0], nests))
+    defaults = _dedupe(out)
+    variants: list[Mapping] = []
+    for m in defaults:
+        for b in BLOCKS[m.kind][1:]:
+            nests = [n.with_block(b) if n.kind == m.kind else n for n in m.nests]
+            variants.append(make(m.kind, b, nests))
+    return _dedupe(defaults + variants)
+
+
+def _dedupe(ms: list[Mapping]) -> list[Mapping]:
+    seen: set[Any] = set()
+    out = []
+    for m in ms:
+        if m.nests not in seen:
+            seen.add(m.nests)
+            out.append(m)
+    return out
+
+
+class BuiltinPolicy:
+    """Model-free policy: ports loop nests with a conservative dependence test and a
+    fixed menu of mappings (grid2d, warp_reduce, block_per_row, grid1d, grid_reduce)."""
+
+    name = "builtin"
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, tuple[Analysis, list[Mapping]]] = {}
+
+    def _key(self, problem: CProblem) -> Any:
+        return (problem.function, problem.function_source, problem.params)
+
+    def analysis(self, problem: CProblem) -> tuple[Analysis, list[Mapping]]:
+        """The scheduled function and its mappings (cached per problem).
+
+        Raises:
+            PolicyRefusal: unsupported source or nothing to parallelise.
+        """
+        key = self._key(problem)
+        if key not in self._cache:
+            try:
+                an = analyze(problem)
+            except RecursionError:
+                raise PolicyRefusal(
+                    f"'{problem.function}' nests expressions or statements too deeply to analyse"
+                ) from None
+            self._cache[key] = (an, build_mappings(an))
+        return self._cache[key]
+
+    def plan(self, problem: CProblem) -> list[Mapping]:
+        """Every applicable mapping of ``problem``, best first.
+
+        Raises:
+            PolicyRefusal: nothing can be parallelised (the message gives each loop's
+                reason) or the source is outside the supported subset.
+        """
+        return list(self.analysis(problem)[1])
+
+    def source(self, problem: CProblem, mapping: Mapping) -> str:
+        """The ``.cu`` source of ``problem`` with ``mapping``."""
+        an, _ = self.analysis(problem)
+        return generate(an, mapping)
+
+    def propose(self, problem: CProblem, turn: int) -> Proposal:
+        """The candidate of the ``turn``-th mapping of :meth:`plan` (turn 0 = the best).
+
+        Raises:
+            PolicyRefusal: ``"no more mappings to try"`` once ``turn`` passes the plan, or
+                the reasons nothing can be parallelised.
+        """
+        an, plan = self.analysis(problem)
+        if turn < 0 or turn >= len(plan):
+            raise PolicyRefusal("no more mappings to try")
+        m = plan[turn]
+        return Proposal(
+            source=generate(an, m),
+            description=m.describe(),
+            mapping=m.to_json(),
+            policy=self.name,
+        )
+
+
+__all__ = ["BuiltinPolicy", "build_mappings"]

@@ -1,0 +1,1106 @@
+"""Tests of the built-in policy (CPU only).
+
+Three layers:
+
+* the plan: which mappings each test function gets, in which order, and the reasons for
+  refusals (from the dependence test);
+* the generated source: every mapping of every test function compiles with
+  ``nvcc -arch=sm_90 -shared -Xcompiler -fPIC`` (skipped when nvcc is absent), the first
+  ones with ``sm_80`` too, plus structural checks and a golden matmul kernel;
+* numerics without a GPU: each generated source is also compiled as C++ against a small
+  CPU emulation of the CUDA features it uses (threads of a block run as OS threads with
+  real barriers, warps shuffle through a shared buffer, launches run block after block)
+  and its results are compared with the C function compiled by gcc.  Skipped when g++
+  (C++20 ``<barrier>``) or gcc is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cudaperf_cli.core import (
+    ArrayParam,
+    CProblem,
+    ProblemError,
+    ScalarKind,
+    ScalarParam,
+)
+from cudaperf_cli.policies.base import PolicyRefusal, Proposal
+from cudaperf_cli.policies.builtin import BuiltinPolicy, Mapping
+from cudaperf_cli.policies.builtin.analysis import analyze
+from cudaperf_cli.policies.builtin.dependence import Dependence
+from cudaperf_cli.policies.builtin.ir import For, parse_function, walk
+
+# ---------------------------------------------------------------------------------------
+# Test problems
+# ---------------------------------------------------------------------------------------
+
+
+def size(name: str, ctype: str = "int") -> ScalarParam:
+    return ScalarParam(name, ctype, ScalarKind.SIZE)
+
+
+def coef(name: str, ctype: str = "double") -> ScalarParam:
+    return ScalarParam(name, ctype, ScalarKind.COEFFICIENT)
+
+
+def arr(name: str, extents, ctype: str = "double", const: bool = False,
+        source: str = "c99") -> ArrayParam:
+    return ArrayParam(name, ctype, tuple(extents), const, source)
+
+
+def problem(fn: str, params, src: str, sizes: dict[str, int]) -> CProblem:
+    return CProblem(Path(f"{fn}.c"), fn, tuple(params), dict(sizes),
+                    function_source=textwrap.dedent(src).strip() + "\n")
+
+
+MATMUL = problem(
+    "gemm",
+    [size("ni"), size("nj"), size("nk"), coef("alpha"), coef("beta"), arr("C", ("ni", "nj")),
+     arr("A", ("ni", "nk"), const=True), arr("B", ("nk", "nj"), const=True)],
+    """
+    void gemm(int ni, int nj, int nk, double alpha, double beta,
+              double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
+    {
+    #pragma scop
+        for (int i = 0; i < ni; i++)
+            for (int j = 0; j < nj; j++) {
+                C[i][j] *= beta;
+                for (int k = 0; k < nk; k++)
+                    C[i][j] += alpha * A[i][k] * B[k][j];
+            }
+    #pragma endscop
+    }
+    """,
+    {"ni": 37, "nj": 29, "nk": 23},
+)
+
+MATVEC_ROW = problem(
+    "matvec_row",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("x", ("m",), const=True),
+     arr("y", ("n",))],
+    """
+    void matvec_row(int n, int m, const double A[n][m], const double x[m], double y[n])
+    {
+        for (int i = 0; i < n; i++) {
+            y[i] = 0.0;
+            for (int j = 0; j < m; j++)
+                y[i] += A[i][j] * x[j];
+        }
+    }
+    """,
+    {"n": 37, "m": 45},
+)
+
+MATVEC_COL = problem(  # flat pointers with annotated extents, C89 declarations
+    "matvec_col",
+    [size("n"), size("m"), arr("A", ("n*m",), const=True, source="annotation"),
+     arr("x", ("n",), const=True, source="annotation"), arr("y", ("m",), source="annotation")],
+    """
+    // cudaperf: A[n*m] x[n] y[m]
+    void matvec_col(int n, int m, const double *A, const double *x, double *y)
+    {
+        int i, j;
+        for (j = 0; j < m; j++)
+            y[j] = 0.0;
+        for (i = 0; i < n; i++)
+            for (j = 0; j < m; j++)
+                y[j] += A[i * m + j] * x[i];
+    }
+    """,
+    {"n": 41, "m": 33},
+)
+
+JACOBI = problem(
+    "jacobi_2d",
+    [size("tsteps"), size("n"), arr("A", ("n", "n")), arr("B", ("n", "n"))],
+    """
+    void jacobi_2d(int tsteps, int n, double A[n][n], double B[n][n])
+    {
+        for (int t = 0; t < tsteps; t++) {
+            for (int i = 1; i < n - 1; i++)
+                for (int j = 1; j < n - 1; j++)
+                    B[i][j] = 0.2 * (A[i][j] + A[i][j - 1] + A[i][j + 1] + A[i + 1][j] + A[i - 1][j]);
+            for (int i = 1; i < n - 1; i++)
+                for (int j = 1; j < n - 1; j++)
+                    A[i][j] = 0.2 * (B[i][j] + B[i][j - 1] + B[i][j + 1] + B[i + 1][j] + B[i - 1][j]);
+        }
+    }
+    """,
+    {"tsteps": 4, "n": 35},
+)
+
+SUM_SQUARES = problem(
+    "sum_squares",
+    [size("n"), arr("x", ("n",), "float", const=True, source="annotation"),
+     arr("out", ("1",), source="annotation")],
+    """
+    // cudaperf: x[n] out[1]
+    void sum_squares(int n, const float *x, double *out)
+    {
+        double s = 0.0;
+        for (int i = 0; i < n; i++)
+            s += (double)x[i] * x[i];
+        out[0] = s;
+    }
+    """,
+    {"n": 1000},
+)
+
+TRIANGULAR = problem(
+    "syrk_lower",
+    [size("n"), size("m"), coef("alpha"), coef("beta"), arr("C", ("n", "n")),
+     arr("A", ("n", "m"), const=True)],
+    """
+    void syrk_lower(int n, int m, double alpha, double beta, double C[n][n], const double A[n][m])
+    {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                C[i][j] *= beta;
+                for (int k = 0; k < m; k++)
+                    C[i][j] += alpha * A[i][k] * A[j][k];
+            }
+    }
+    """,
+    {"n": 37, "m": 21},
+)
+
+AXPY = problem(  # elementwise map, single precision
+    "saxpy",
+    [size("n"), coef("a", "float"), arr("x", ("n",), "float", const=True), arr("y", ("n",), "float")],
+    """
+    void saxpy(int n, float a, const float x[n], float y[n])
+    {
+        for (int i = 0; i < n; i++)
+            y[i] = a * x[i] + y[i];
+    }
+    """,
+    {"n": 1001},
+)
+
+LU = problem(
+    "lu",
+    [size("n"), arr("A", ("n", "n"))],
+    """
+    void lu(int n, double A[n][n])
+    {
+        int i, j, k;
+        for (k = 0; k < n; k++) {
+            for (i = k + 1; i < n; i++) {
+                A[i][k] /= A[k][k];
+                for (j = k + 1; j < n; j++)
+                    A[i][j] -= A[i][k] * A[k][j];
+            }
+        }
+    }
+    """,
+    {"n": 33},
+)
+
+MAGNITUDE = problem(  # examples/elementwise.c: float math, static function
+    "magnitude",
+    [size("n"), coef("scale", "float"), arr("u", ("n",), "float", const=True),
+     arr("v", ("n",), "float", const=True), arr("out", ("n",), "float")],
+    """
+    static void magnitude(int n, float scale, const float u[n], const float v[n], float out[n])
+    {
+        for (int i = 0; i < n; i++)
+            out[i] = scale * sqrtf(u[i] * u[i] + v[i] * v[i]) + sqrt(u[i]);
+    }
+    """,
+    {"n": 777},
+)
+
+NORMALIZE = problem(  # a reduction whose result a later parallel loop reads
+    "normalize",
+    [size("n"), arr("x", ("n",))],
+    """
+    void normalize(int n, double *x)
+    {
+        double s = 0;
+        if (n <= 0)
+            return;
+        for (int i = 0; i < n; i++)
+            s += x[i] * x[i];
+        s = sqrt(s);
+        for (int i = n - 1; i >= 0; i--)
+            x[i] /= s;
+    }
+    """,
+    {"n": 300},
+)
+
+CHOLESKY = problem(  # one-thread statement + two kernels inside a host loop
+    "cholesky",
+    [size("n"), arr("A", ("n", "n"))],
+    """
+    void cholesky(int n, double A[n][n])
+    {
+        for (int k = 0; k < n; k++) {
+            A[k][k] = sqrt(A[k][k]);
+            for (int i = k + 1; i < n; i++)
+                A[i][k] /= A[k][k];
+            for (int i = k + 1; i < n; i++)
+                for (int j = k + 1; j <= i; j++)
+                    A[i][j] -= A[i][k] * A[j][k];
+        }
+    }
+    """,
+    {"n": 29},
+)
+
+SPMV = problem(  # CSR: inner bounds read arrays, indirect gather
+    "spmv",
+    [size("n"), size("nnz"), arr("rowptr", ("n + 1",), "int", const=True),
+     arr("col", ("nnz",), "int", const=True), arr("val", ("nnz",), const=True),
+     arr("x", ("n",), const=True), arr("y", ("n",))],
+    """
+    void spmv(int n, int nnz, const int *rowptr, const int *col, const double *val,
+              const double *x, double *y)
+    {
+        for (int i = 0; i < n; i++) {
+            double sum = 0.0;
+            for (int k = rowptr[i]; k < rowptr[i + 1]; k++)
+                sum += val[k] * x[col[k]];
+            y[i] = sum;
+        }
+    }
+    """,
+    {"n": 40, "nnz": 120},
+)
+
+TRANSPOSE = problem(  # grid2d with the outer loop on x (it indexes the written row)
+    "transpose",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("B", ("m", "n"))],
+    """
+    void transpose(int n, int m, const double A[n][m], double B[m][n])
+    {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++)
+                B[j][i] = A[i][j];
+    }
+    """,
+    {"n": 37, "m": 19},
+)
+
+SCAN_THEN_SCALE = problem(  # a sequential loop (one-thread kernel) before a parallel one
+    "scan_scale",
+    [size("n"), arr("x", ("n",)), arr("y", ("n",))],
+    """
+    void scan_scale(int n, double *x, double *y)
+    {
+        int i;
+        for (i = 1; i < n; i++)
+            x[i] = x[i - 1] + x[i];
+        for (i = 0; i < n; i++)
+            y[i] = 2.0 * x[i];
+    }
+    """,
+    {"n": 100},
+)
+
+DECAY = problem(  # a time loop around an elementwise update: interchanged
+    "decay",
+    [size("n"), size("steps"), arr("x", ("n",))],
+    """
+    void decay(int n, int steps, double *x)
+    {
+        for (int t = 0; t < steps; t++)
+            for (int i = 0; i < n; i++)
+                x[i] = x[i] * 0.5 + 1.0;
+    }
+    """,
+    {"n": 300, "steps": 5},
+)
+
+FLAT_MATMUL = problem(  # annotated flat pointers: rows delinearised by the dependence test
+    "flat_matmul",
+    [size("n"), size("m"), size("p"), arr("C", ("n*m",), source="annotation"),
+     arr("A", ("n*p",), const=True, source="annotation"),
+     arr("B", ("p*m",), const=True, source="annotation")],
+    """
+    // cudaperf: C[n*m] A[n*p] B[p*m]
+    void flat_matmul(int n, int m, int p, double *C, const double *A, const double *B)
+    {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++) {
+                double acc = 0.0;
+                for (int k = 0; k < p; k++)
+                    acc += A[i * p + k] * B[k * m + j];
+                C[i * m + j] = acc;
+            }
+    }
+    """,
+    {"n": 23, "m": 31, "p": 17},
+)
+
+PREFIX_SUM = problem(
+    "prefix_sum",
+    [size("n"), arr("x", ("n",))],
+    """
+    void prefix_sum(int n, double *x)
+    {
+        for (int i = 1; i < n; i++)
+            x[i] = x[i - 1] + x[i];
+    }
+    """,
+    {"n": 10},
+)
+
+UNKNOWN_CALL = problem(
+    "apply",
+    [size("n"), arr("x", ("n",))],
+    """
+    void apply(int n, double *x)
+    {
+        for (int i = 0; i < n; i++)
+            x[i] = transform(x[i]);
+    }
+    """,
+    {"n": 10},
+)
+
+BREAK = problem(
+    "clip",
+    [size("n"), arr("x", ("n",))],
+    """
+    void clip(int n, double *x)
+    {
+        for (int i = 0; i < n; i++) {
+            if (x[i] < 0.0)
+                break;
+            x[i] = 2.0 * x[i];
+        }
+    }
+    """,
+    {"n": 10},
+)
+
+
+def _lu_init(data, sizes):
+    data["A"] += np.eye(sizes["n"]) * sizes["n"]
+
+
+def _chol_init(data, sizes):
+    a = data["A"]
+    data["A"][:] = a @ a.T + np.eye(sizes["n"]) * sizes["n"]
+
+
+def _spmv_init(data, sizes):
+    data["rowptr"][:] = np.arange(sizes["n"] + 1) * (sizes["nnz"] // sizes["n"])
+    data["col"][:] = np.random.default_rng(1).integers(0, sizes["n"], sizes["nnz"])
+
+
+#: name -> (problem, data fix-up or None)
+PORTABLE = {
+    "matmul": (MATMUL, None),
+    "matvec_row": (MATVEC_ROW, None),
+    "matvec_col": (MATVEC_COL, None),
+    "jacobi": (JACOBI, None),
+    "sum_squares": (SUM_SQUARES, None),
+    "triangular": (TRIANGULAR, None),
+    "axpy": (AXPY, None),
+    "lu": (LU, _lu_init),
+    "magnitude": (MAGNITUDE, None),
+    "normalize": (NORMALIZE, None),
+    "cholesky": (CHOLESKY, _chol_init),
+    "spmv": (SPMV, _spmv_init),
+    "transpose": (TRANSPOSE, None),
+    "scan_scale": (SCAN_THEN_SCALE, None),
+    "decay": (DECAY, None),
+    "flat_matmul": (FLAT_MATMUL, None),
+}
+
+POLICY = BuiltinPolicy()
+
+
+def descriptions(p: CProblem) -> list[str]:
+    return [m.describe() for m in POLICY.plan(p)]
+
+
+# ---------------------------------------------------------------------------------------
+# The plan: mappings chosen, best first
+# ---------------------------------------------------------------------------------------
+
+
+def test_matmul_plan():
+    plan = POLICY.plan(MATMUL)
+    assert [m.kind for m in plan[:3]] == ["grid2d", "block_per_row", "grid1d"]
+    assert plan[0].describe() == "grid2d i->y j->x block 32x8; k sequential"
+    # block-shape variants come after every default-shape mapping
+    assert [m.block for m in plan[3:6]] == [(32, 4), (16, 16), (64, 4)]
+    assert descriptions(MATMUL)[6:] == [
+        "block_per_row i->block j->thread block 256; k sequential",
+        "grid1d i->x block 128; j, k sequential",
+        "grid1d i->x block 512; j, k sequential",
+    ]
+
+
+def test_matvec_row_prefers_warp_reduce():
+    assert descriptions(MATVEC_ROW) == [
+        "warp_reduce i->warp j->lane block 128 (shuffle sum into y[i])",
+        "grid1d i->x block 256; j sequential",
+        "warp_reduce i->warp j->lane block 256 (shuffle sum into y[i])",
+        "grid1d i->x block 128; j sequential",
+        "grid1d i->x block 512; j sequential",
+    ]
+
+
+def test_matvec_col_interchanges_the_nest():
+    plan = POLICY.plan(MATVEC_COL)
+    first = plan[0]
+    assert len(first.nests) == 2  # the zeroing loop, then the interchanged nest
+    assert first.nests[0].describe() == "grid1d j->x block 256"
+    nest = first.nests[1]
+    assert nest.kind == "grid1d" and nest.interchanged == ("i", "j")
+    assert nest.describe() == "grid1d j->x block 256 (loops i, j interchanged); i sequential"
+    assert first.host_loops == ()
+    an = analyze(MATVEC_COL)
+    assert "loop i: y[j] is written in every iteration (loop-carried dependence)" in an.reasons
+    # warp_reduce over the (column-strided) i loop is offered, but after grid1d
+    assert any(m.nests[1].kind == "warp_reduce" for m in plan[1:])
+
+
+def test_jacobi_time_loop_stays_on_host():
+    plan = POLICY.plan(JACOBI)
+    first = plan[0]
+    assert first.host_loops == ("t",)
+    assert [n.kind for n in first.nests] == ["grid2d", "grid2d"]
+    assert all(n.host_loops == ("t",) for n in first.nests)
+    assert first.describe() == (
+        "host loop t | grid2d i->y j->x block 32x8 | grid2d i->y j->x block 32x8"
+    )
+    src = POLICY.propose(JACOBI, 0).source
+    host = src[src.index('extern "C"'):]
+    assert "for (int t = 0; t < tsteps; t++) {" in host
+    assert host.index("jacobi_2d_k0_grid2d<<<") < host.index("jacobi_2d_k1_grid2d<<<")
+    # the host passes nothing it does not have: t is not needed by the kernels
+    assert "jacobi_2d_k0_grid2d<<<cp_grid, cp_block>>>(n, A, B);" in host
+
+
+def test_sum_reduction_into_annotated_pointer():
+    plan = POLICY.plan(SUM_SQUARES)
+    assert [m.kind for m in plan] == ["grid_reduce", "grid_reduce"]
+    assert plan[0].nests[0].accumulator == "s"
+    src = POLICY.propose(SUM_SQUARES, 0).source
+    assert "static __device__ double cp_red0;" in src
+    assert "atomicAdd(&cp_red0, cp_part);" in src
+    assert "__shfl_down_sync(0xffffffffu, cp_part, cp_off)" in src
+    # the reset kernel, then the reduction, then the one-thread epilogue, in order
+    host = src[src.index('extern "C"'):]
+    order = [host.index(k) for k in ("_reset<<<1, 1>>>", "_grid_reduce<<<", "_serial0<<<1, 1>>>")]
+    assert order == sorted(order)
+    epilogue = src[src.index("sum_squares_serial0("):]
+    assert "s += cp_red0;" in epilogue and "out[0] = s;" in epilogue
+    # the accumulation is copied as written: (double)x[i] * x[i]
+    assert "cp_part += (double)x[i] * x[i];" in src
+
+
+def test_triangular_nest_uses_block_per_row():
+    plan = POLICY.plan(TRIANGULAR)
+    assert plan[0].describe() == "block_per_row i->block j->thread block 128; k sequential"
+    assert [m.kind for m in plan] == ["block_per_row", "grid1d", "block_per_row", "grid1d", "grid1d"]
+    src = POLICY.propose(TRIANGULAR, 0).source
+    assert "for (int j = (int)threadIdx.x; j <= i; j += (int)blockDim.x) {" in src
+
+
+def test_elementwise_map():
+    assert descriptions(AXPY) == [
+        "grid1d i->x block 256",
+        "grid1d i->x block 128",
+        "grid1d i->x block 512",
+    ]
+
+
+def test_lu_k_loop_on_host_and_pivot_row_read_is_not_a_dependence():
+    plan = POLICY.plan(LU)
+    assert plan[0].describe() == "host loop k | block_per_row i->block j->thread block 128"
+    assert plan[1].describe() == "host loop k | grid1d i->x block 256; j sequential"
+    src = POLICY.propose(LU, 0).source
+    host = src[src.index('extern "C"'):]
+    assert "int k;" in host and "for (k = 0; k < n; k++) {" in host
+    assert "lu_k0_block_per_row<<<cp_blocks(cp_trip, 1, 1048576), 128>>>(n, A, k);" in host
+    kernel = src[src.index("lu_k0_block_per_row("):]
+    # the statement before the inner loop runs on thread 0, then a barrier
+    assert "if (threadIdx.x == 0) {\n            A[(size_t)i * n + k] /= A[(size_t)k * n + k];" in kernel
+    assert "const int i = (int)(k + 1 + cp_b);" in kernel
+
+
+def test_cholesky_mixes_one_thread_kernel_and_parallel_kernels():
+    plan = POLICY.plan(CHOLESKY)
+    assert plan[0].host_loops == ("k",)
+    assert [n.kind for n in plan[0].nests] == ["grid1d", "block_per_row"]
+    assert plan[0].serial == ("A[k][k] = sqrt(A[k][k])",)
+
+
+def test_spmv_warp_reduce_and_grid1d():
+    kinds = [m.kind for m in POLICY.plan(SPMV)]
+    assert kinds[:2] == ["warp_reduce", "grid1d"]
+    src = POLICY.propose(SPMV, 0).source
+    assert "for (int k = rowptr[i] + cp_lane; k < rowptr[i + 1]; k += 32) {" in src
+    assert "if (cp_lane == 0) {\n            sum += cp_part;\n            y[i] = sum;" in src
+
+
+def test_normalize_device_scalar_and_early_return():
+    plan = POLICY.plan(NORMALIZE)
+    assert [n.kind for n in plan[0].nests] == ["grid_reduce", "grid1d"]
+    src = POLICY.propose(NORMALIZE, 0).source
+    assert "static __device__ double cp_dev_s;" in src
+    assert "const double s = cp_dev_s;" in src  # the last kernel reads s on the device
+    assert "if (n <= 0) {\n        return (int)cudaGetLastError();" in src
+    assert "const int i = (int)(n - 1 - cp_t);" in src  # a downward loop
+
+
+def test_transpose_puts_the_written_rows_index_on_x():
+    assert descriptions(TRANSPOSE)[0] == "grid2d j->y i->x block 32x8"
+
+
+def test_sequential_loop_runs_in_a_one_thread_kernel():
+    plan = POLICY.plan(SCAN_THEN_SCALE)
+    assert plan[0].describe() == "grid1d i->x block 256 | 1-thread kernel: loop i (line 4)"
+    src = POLICY.propose(SCAN_THEN_SCALE, 0).source
+    host = src[src.index('extern "C"'):]
+    assert host.index("scan_scale_serial0<<<1, 1>>>(n, x);") < host.index("scan_scale_k0_grid1d<<<")
+    assert "int i;" not in host  # i lives only on the device
+
+
+def test_time_loop_around_elementwise_update_is_interchanged():
+    assert descriptions(DECAY)[0] == "grid1d i->x block 256 (loops t, i interchanged); t sequential"
+
+
+# ---------------------------------------------------------------------------------------
+# Refusals and reasons
+# ---------------------------------------------------------------------------------------
+
+
+def test_prefix_sum_is_refused_with_reason():
+    with pytest.raises(PolicyRefusal) as e:
+        POLICY.plan(PREFIX_SUM)
+    assert "loop i: x[i] is written and x[i - 1] is read by other iterations (loop-carried dependence)" in str(e.value)
+    assert isinstance(e.value, ProblemError)
+
+
+def test_unknown_function_is_refused_with_reason():
+    with pytest.raises(PolicyRefusal) as e:
+        POLICY.propose(UNKNOWN_CALL, 0)
+    msg = str(e.value)
+    assert "calls transform()" in msg
+    assert "loop i: calls transform(), which may have side effects" in msg
+
+
+def test_break_is_refused_with_reason():
+    with pytest.raises(PolicyRefusal) as e:
+        POLICY.plan(BREAK)
+    assert "loop i: contains 'break' (line 5)" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("for (int i = 0; i < n; i += 2) x[i] = 0;", "step 'i += 2' is not a unit step"),
+        ("int i = 0; while (i < n) { x[i] = 0; i++; }", "'while' loops are not supported"),
+        ("double t[4]; for (int i = 0; i < n; i++) x[i] = 0;", "local arrays and pointers are not supported"),
+        ("for (int i = 0; i < n; i++) { x[i] = 0; if (x[i] > 1) return; }", "'return' inside a loop"),
+        ("int new = 0; for (int i = 0; i < n; i++) x[i] = new;", "'new' is a C++ keyword"),
+        ("for (int i = 0; i < n; i++) x[i] = x[n - 1 - i];", "x[i] is written and x[n - 1 - i] is read"),
+        ("double s = 0; for (int i = 0; i < n; i++) { x[i] = s; s = x[i] * 2; }", "scalar s carries a value"),
+    ],
+)
+def test_refusal_reasons(body, reason):
+    p = problem("f", [size("n"), arr("x", ("n",))], f"void f(int n, double *x) {{ {body} }}", {"n": 5})
+    with pytest.raises(PolicyRefusal) as e:
+        POLICY.plan(p)
+    assert reason in str(e.value)
+
+
+def test_non_void_function_is_refused():
+    p = problem("f", [size("n"), arr("x", ("n",))],
+                "double f(int n, double *x) { for (int i = 0; i < n; i++) x[i] = 0; return 1.0; }",
+                {"n": 5})
+    with pytest.raises(PolicyRefusal, match="returns a value"):
+        POLICY.plan(p)
+
+
+def test_propose_turns_and_exhaustion():
+    plan = POLICY.plan(AXPY)
+    for t, m in enumerate(plan):
+        prop = POLICY.propose(AXPY, t)
+        assert isinstance(prop, Proposal)
+        assert prop.policy == "builtin" and prop.description == m.describe()
+        assert prop.mapping == m.to_json()
+        json.dumps(prop.mapping)
+    with pytest.raises(PolicyRefusal, match="no more mappings to try"):
+        POLICY.propose(AXPY, len(plan))
+    assert BuiltinPolicy.name == "builtin"
+
+
+# ---------------------------------------------------------------------------------------
+# The dependence test, loop by loop
+# ---------------------------------------------------------------------------------------
+
+
+def loops_of(p: CProblem):
+    fn = parse_function(p)
+    return fn, Dependence(fn), {L.var: L for L in walk(fn.body) if isinstance(L, For)}
+
+
+def test_dependence_matvec_row():
+    _, dep, L = loops_of(MATVEC_ROW)
+    assert dep.parallel(L["i"]).parallel
+    v = dep.parallel(L["j"])
+    assert not v.parallel
+    assert v.reasons == ["loop j: y[i] is written in every iteration (loop-carried dependence)"]
+    red, why = dep.reduction(L["j"])
+    assert red is not None and why == "" and red.acc_text == "y[i]" and red.form == "+="
+
+
+def test_dependence_lu_uses_loop_ranges():
+    _, dep, L = loops_of(LU)
+    assert not dep.parallel(L["k"]).parallel
+    # A[k][k] and A[k][j] are read in loop i (which writes rows k+1..n-1): never written
+    assert dep.parallel(L["i"]).parallel
+    assert dep.parallel(L["j"]).parallel
+
+
+def test_dependence_private_scalars_c89():
+    p = problem(
+        "mm", [size("n"), arr("C", ("n", "n")), arr("A", ("n", "n"), const=True)],
+        """
+        void mm(int n, double C[n][n], const double A[n][n])
+        {
+            int i, j, k;
+            double t;
+            for (i = 0; i < n; i++)
+                for (j = 0; j < n; j++) {
+                    t = 0.0;
+                    for (k = 0; k < n; k++)
+                        t = t + A[i][k] * A[j][k];
+                    C[i][j] = t;
+                }
+        }
+        """,
+        {"n": 8},
+    )
+    _, dep, L = loops_of(p)
+    assert dep.parallel(L["i"]).private == {"j", "k", "t"}
+    red, _ = dep.reduction(L["k"])
+    assert red is not None and red.form == "="
+    assert POLICY.plan(p)[0].describe() == "grid2d i->y j->x block 32x8; k sequential"
+    src = POLICY.propose(p, 0).source
+    assert "int k;\n            double t;" in src
+
+
+def test_dependence_scalar_live_after_loop():
+    p = problem("f", [size("n"), arr("x", ("n",)), arr("out", ("1",))],
+                """
+                void f(int n, double *x, double *out)
+                {
+                    double last = 0;
+                    for (int i = 0; i < n; i++) { last = x[i]; x[i] = 2 * last; }
+                    out[0] = last;
+                }
+                """, {"n": 4})
+    _, dep, L = loops_of(p)
+    assert dep.parallel(L["i"]).reasons == [
+        "loop i: scalar last is used after the loop (its last value is needed)"
+    ]
+
+
+def test_dependence_flat_rows():
+    _, dep, L = loops_of(FLAT_MATMUL)
+    assert dep.parallel(L["i"]).parallel  # C[i*m + j] with 0 <= j <= m-1: row i only
+    assert dep.parallel(L["j"]).parallel  # i*m is invariant in loop j
+    assert POLICY.plan(FLAT_MATMUL)[0].describe() == "grid2d i->y j->x block 32x8; k sequential"
+    # writing one element past the row overlaps the next row: not provably disjoint
+    over = problem("f", [size("n"), size("m"), arr("x", ("n*m+1",))],
+                   "void f(int n, int m, double *x) { for (int i = 0; i < n; i++) "
+                   "for (int j = 0; j <= m; j++) x[i * m + j] = 1.0; }", {"n": 3, "m": 4})
+    _, dep, L = loops_of(over)
+    assert not dep.parallel(L["i"]).parallel and dep.parallel(L["j"]).parallel
+    # a row reads the previous one: i stays on the host, j is parallel
+    prev = problem("f", [size("n"), size("m"), arr("x", ("n*m",))],
+                   "void f(int n, int m, double *x) { for (int i = 1; i < n; i++) "
+                   "for (int j = 0; j < m; j++) x[i * m + j] = x[(i - 1) * m + j] + 1; }",
+                   {"n": 3, "m": 4})
+    assert POLICY.plan(prev)[0].describe() == "host loop i | grid1d j->x block 256"
+
+
+def test_interchange_refused_when_inner_is_not_parallel_over_the_nest():
+    p = problem("f", [size("n"), arr("A", ("n", "n"))],
+                """
+                void f(int n, double A[n][n])
+                {
+                    for (int i = 1; i < n; i++)
+                        for (int j = 0; j < n - 1; j++)
+                            A[i][j] = A[i - 1][j + 1] + 1.0;
+                }
+                """, {"n": 4})
+    _, dep, L = loops_of(p)
+    assert not dep.parallel(L["i"]).parallel
+    assert dep.parallel(L["j"]).parallel  # within one i
+    ok, why = dep.interchange(L["i"])
+    assert not ok and "loop j" in why
+    # so i stays on the host with one launch of the parallel j loop per iteration
+    assert POLICY.plan(p)[0].describe() == "host loop i | grid1d j->x block 256"
+
+
+# ---------------------------------------------------------------------------------------
+# Generated source: structure, precision, golden kernel
+# ---------------------------------------------------------------------------------------
+
+
+def kernel_text(src: str, name: str) -> str:
+    start = src.index("__global__", src.index(f"\n{name}(") - 60)
+    end = src.index("\n}\n", start)
+    return src[start : end + 2]
+
+
+def test_matmul_golden_kernel():
+    """The grid2d kernel of matmul, exactly.
+
+    Golden:
+    __global__ void __launch_bounds__(256)
+    gemm_k0_grid2d(
+        int ni,
+        int nj,
+        int nk,
+        double alpha,
+        double beta,
+        double *__restrict__ C,
+        const double *__restrict__ A,
+        const double *__restrict__ B)
+    {
+        const long long cp_trip_y = (long long)ni;  /* loop i */
+        const long long cp_trip_x = (long long)nj;  /* loop j */
+        for (long long cp_ty = (long long)blockIdx.y * blockDim.y + threadIdx.y; cp_ty < cp_trip_y;
+             cp_ty += (long long)gridDim.y * blockDim.y) {
+            const int i = (int)cp_ty;
+            for (long long cp_tx = (long long)blockIdx.x * blockDim.x + threadIdx.x; cp_tx < cp_trip_x;
+                 cp_tx += (long long)gridDim.x * blockDim.x) {
+                const int j = (int)cp_tx;
+                C[(size_t)i * nj + j] *= beta;
+                for (int k = 0; k < nk; k++) {
+                    C[(size_t)i * nj + j] += alpha * A[(size_t)i * nk + k] * B[(size_t)k * nj + j];
+                }
+            }
+        }
+    }
+    """
+    golden = textwrap.dedent(test_matmul_golden_kernel.__doc__.split("Golden:\n", 1)[1]).strip()
+    src = POLICY.propose(MATMUL, 0).source
+    assert kernel_text(src, "gemm_k0_grid2d").strip() == golden
+
+
+def test_header_comment_and_wrapper():
+    src = POLICY.propose(MATMUL, 0).source
+    head = src[: src.index("*/")]
+    assert "Mapping: grid2d i->y j->x block 32x8; k sequential" in head
+    assert "kernel 0 (grid2d): loop i -> y, loop j -> x; block 32x8" in head
+    assert "sequential in each thread: loop k" in head
+    assert "on the host: only the launches" in head
+    assert "not to alias" in head
+    assert ('extern "C" int gemm_cuda(int ni, int nj, int nk, double alpha, double beta, '
+            "double *C, const double *A, const double *B)") in src
+    assert "return (int)cudaGetLastError();" in src
+    assert "cudaDeviceSynchronize" not in src and "cudaStream" not in src
+    lu = POLICY.propose(LU, 0).source
+    assert "on the host: loop k (one launch of each kernel inside per iteration)" in lu
+
+
+def test_launch_bounds_match_blocks():
+    for m in POLICY.plan(MATMUL):
+        src = POLICY.source(MATMUL, m)
+        threads = int(np.prod(m.block))
+        assert f"__launch_bounds__({threads})" in src
+
+
+def test_float_problem_keeps_single_precision():
+    src = POLICY.propose(AXPY, 0).source
+    kernel = kernel_text(src, "saxpy_k0_grid1d")
+    assert "y[i] = a * x[i] + y[i];" in kernel
+    assert "double" not in kernel
+    mag = POLICY.propose(MAGNITUDE, 0).source
+    # sqrtf stays single precision; C's double sqrt keeps its double argument
+    assert "out[i] = scale * sqrtf(u[i] * u[i] + v[i] * v[i]) + sqrt((double)u[i]);" in mag
+
+
+def test_c89_and_c99_loops_plan_alike():
+    c99 = problem("f", [size("n"), size("m"), arr("A", ("n", "m"))],
+                  "void f(int n, int m, double A[n][m]) { for (int i = 0; i < n; i++) "
+                  "for (int j = 0; j < m; j++) A[i][j] = i + j; }", {"n": 3, "m": 4})
+    c89 = problem("f", [size("n"), size("m"), arr("A", ("n", "m"))],
+                  "void f(int n, int m, double A[n][m]) { int i, j; for (i = 0; i < n; ++i) "
+                  "for (j = 0; j < m; j += 1) A[i][j] = i + j; }", {"n": 3, "m": 4})
+    assert descriptions(c99) == descriptions(c89)
+
+
+# ---------------------------------------------------------------------------------------
+# Every source compiles with nvcc
+# ---------------------------------------------------------------------------------------
+
+NVCC = shutil.which("nvcc")
+
+
+def nvcc_compile(src: str, out: Path, arch: str) -> subprocess.CompletedProcess:
+    cu = out.with_suffix(".cu")
+    cu.write_text(src)
+    return subprocess.run(
+        ["nvcc", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(cu)],
+        capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("name", sorted(PORTABLE))
+def test_every_mapping_compiles_with_nvcc(name, tmp_path):
+    p, _ = PORTABLE[name]
+    plan = POLICY.plan(p)
+    jobs = [(POLICY.source(p, m), tmp_path / f"{name}_{t}.so") for t, m in enumerate(plan)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda j: nvcc_compile(j[0], j[1], "sm_90"), jobs))
+    for (src, out), r in zip(jobs, results):
+        assert r.returncode == 0, f"{out.name}:\n{r.stderr}\n{src}"
+        assert out.exists()
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_first_mappings_compile_for_sm80(tmp_path):
+    jobs = [(POLICY.propose(p, 0).source, tmp_path / f"{name}.so") for name, (p, _) in PORTABLE.items()]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda j: nvcc_compile(j[0], j[1], "sm_80"), jobs))
+    for (src, out), r in zip(jobs, results):
+        assert r.returncode == 0, f"{out.name}:\n{r.stderr}"
+
+
+# ---------------------------------------------------------------------------------------
+# Numerics on the CPU: a small emulation of the CUDA subset the policy emits
+# ---------------------------------------------------------------------------------------
+
+EMU_H = r"""
+// CPU emulation of the CUDA subset emitted by the built-in policy (tests only).
+#include <barrier>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#define __global__
+#define __device__
+#define __shared__ static
+#define __launch_bounds__(...)
+typedef int cudaError_t;
+#define cudaSuccess 0
+static inline cudaError_t cudaGetLastError(void) { return 0; }
+struct dim3 {
+    unsigned int x, y, z;
+    dim3(unsigned int a = 1, unsigned int b = 1, unsigned int c = 1) : x(a), y(b), z(c) {}
+};
+struct cp_emu_warp { std::barrier<> *bar; unsigned char slot[32][16]; };
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+static std::barrier<> *cp_emu_block_bar;
+static thread_local cp_emu_warp *cp_emu_w;
+static thread_local int cp_emu_lane;
+static std::mutex cp_emu_mtx;
+static inline void __syncthreads(void) { cp_emu_block_bar->arrive_and_wait(); }
+static inline void __syncwarp(unsigned int = 0xffffffffu) { cp_emu_w->bar->arrive_and_wait(); }
+template <class T> static T __shfl_down_sync(unsigned int, T v, int off)
+{
+    std::memcpy(cp_emu_w->slot[cp_emu_lane], &v, sizeof(T));
+    cp_emu_w->bar->arrive_and_wait();
+    T r = v;
+    if (cp_emu_lane + off < 32) std::memcpy(&r, cp_emu_w->slot[cp_emu_lane + off], sizeof(T));
+    cp_emu_w->bar->arrive_and_wait();
+    return r;
+}
+template <class T> static T atomicAdd(T *p, T v)
+{
+    std::lock_guard<std::mutex> g(cp_emu_mtx);
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+// One OS thread per thread of a block; the blocks of the grid run one after another.
+static void cp_emu_launch(dim3 grid, dim3 block, std::function<void()> body)
+{
+    blockDim = block;
+    gridDim = grid;
+    int nt = block.x * block.y * block.z, nw = (nt + 31) / 32;
+    std::barrier<> bbar(nt);
+    cp_emu_block_bar = &bbar;
+    std::vector<std::unique_ptr<std::barrier<>>> wbars;
+    std::vector<cp_emu_warp> warps(nw);
+    for (int w = 0; w < nw; w++) {
+        wbars.emplace_back(new std::barrier<>(w == nw - 1 ? nt - 32 * w : 32));
+        warps[w].bar = wbars.back().get();
+    }
+    std::vector<std::thread> ts;
+    for (int t = 0; t < nt; t++)
+        ts.emplace_back([&, t]() {
+            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            cp_emu_w = &warps[t / 32];
+            cp_emu_lane = t % 32;
+            for (unsigned int bz = 0; bz < grid.z; bz++)
+                for (unsigned int by = 0; by < grid.y; by++)
+                    for (unsigned int bx = 0; bx < grid.x; bx++) {
+                        blockIdx = dim3(bx, by, bz);
+                        body();
+                        bbar.arrive_and_wait();
+                    }
+        });
+    for (auto &th : ts) th.join();
+}
+"""
+
+
+def emulated(src: str) -> str:
+    """``k<<<grid, block>>>(args);`` -> ``cp_emu_launch(dim3(grid), dim3(block), ...)``."""
+    out, i = [], 0
+    while (k := src.find("<<<", i)) >= 0:
+        j = k
+        while j > 0 and (src[j - 1].isalnum() or src[j - 1] == "_"):
+            j -= 1
+        e = src.index(">>>", k)
+        cfg, depth = src[k + 3 : e], 0
+        for cut, ch in enumerate(cfg):
+            depth += ch in "(["
+            depth -= ch in ")]"
+            if ch == "," and depth == 0:
+                break
+        depth = 0
+        for q in range(e + 3, len(src)):
+            depth += src[q] == "("
+            depth -= src[q] == ")"
+            if depth == 0:
+                break
+        launch = (f"cp_emu_launch(dim3({cfg[:cut]}), dim3({cfg[cut + 1:]}), "
+                  f"[&]() {{ {src[j:k]}({src[e + 4:q]}); }})")
+        out.append(src[i:j] + launch)
+        i = q + 1
+    out.append(src[i:])
+    return "".join(out)
+
+
+def _have_cxx20_barrier() -> bool:
+    if shutil.which("g++") is None or shutil.which("gcc") is None:
+        return False
+    r = subprocess.run(["g++", "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
+                       input="#include <barrier>\nstd::barrier<> b(1);\n", text=True,
+                       capture_output=True, check=False)
+    return r.returncode == 0
+
+
+HAVE_EMU = _have_cxx20_barrier()
+
+_CTYPES = {"double": ctypes.c_double, "float": ctypes.c_float, "int": ctypes.c_int,
+           "long": ctypes.c_long}
+
+
+def make_data(p: CProblem, fix) -> dict:
+    rng = np.random.default_rng(0)
+    data: dict = {}
+    for prm in p.params:
+        if isinstance(prm, ArrayParam):
+            shape = prm.shape(p.sizes)
+            if prm.dtype.startswith("float"):
+                data[prm.name] = (rng.random(shape) + 0.5).astype(prm.dtype)
+            else:
+                data[prm.name] = rng.integers(0, 5, shape).astype(prm.dtype)
+        elif prm.kind is ScalarKind.SIZE:
+            data[prm.name] = p.sizes[prm.name]
+        else:
+            data[prm.name] = 1.25
+    if fix:
+        fix(data, p.sizes)
+    return data
+
+
+def call(lib_path: Path, symbol: str, p: CProblem, data: dict) -> int:
+    fn = getattr(ctypes.CDLL(str(lib_path)), symbol)
+    fn.restype = ctypes.c_int
+    args = [data[q.name].ctypes.data_as(ctypes.c_void_p) if isinstance(q, ArrayParam)
+            else _CTYPES[q.ctype](data[q.name]) for q in p.params]
+    return fn(*args)
+
+
+def _run_compare(name: str, libs: list[str], ref: str) -> None:
+    """Child process body: run the C reference and each emulated candidate, compare."""
+    p, fix = PORTABLE[name]
+    want = make_data(p, fix)
+    call(Path(ref), p.function, p, want)
+    for lib in libs:
+        got = make_data(p, fix)
+        assert call(Path(lib), p.cuda_symbol, p, got) == 0
+        for a in p.arrays:
+            tol = 1e-4 if want[a.name].dtype == np.float32 else 1e-10
+            np.testing.assert_allclose(got[a.name], want[a.name], rtol=tol, atol=tol,
+                                       err_msg=f"{Path(lib).name}: {a.name}")
+
+
+@pytest.mark.skipif(not HAVE_EMU, reason="needs gcc and g++ with C++20 <barrier>")
+@pytest.mark.parametrize("name", sorted(PORTABLE))
+def test_every_mapping_matches_c_on_cpu_emulation(name, tmp_path):
+    p, _ = PORTABLE[name]
+    (tmp_path / "cuda_runtime.h").write_text("")
+    (tmp_path / "cp_emu.h").write_text(EMU_H)
+    ref_c = tmp_path / "ref.c"
+    # the reference is the C function itself (made non-static so that ctypes finds it)
+    ref_c.write_text("#include <math.h>\n#include <stdlib.h>\n"
+                     + p.function_source.replace("static void", "void", 1))
+    ref = tmp_path / "ref.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(ref), str(ref_c), "-lm"],
+                   check=True, capture_output=True)
+    plan = POLICY.plan(p)
+
+    def build(t: int) -> tuple[Path, subprocess.CompletedProcess]:
+        cpp, lib = tmp_path / f"cand{t}.cpp", tmp_path / f"cand{t}.so"
+        cpp.write_text(emulated(POLICY.source(p, plan[t])))
+        return lib, subprocess.run(
+            ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include",
+             str(tmp_path / "cp_emu.h"), f"-I{tmp_path}", "-o", str(lib), str(cpp)],
+            capture_output=True, text=True, check=False)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        built = list(pool.map(build, range(len(plan))))
+    for (lib, r), m in zip(built, plan):
+        assert r.returncode == 0, f"{m.describe()}:\n{r.stderr}"
+    libs = [str(lib) for lib, _ in built]
+    # a child process: a wrong barrier would hang, and each library keeps static state
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"import test_builtin_policy as t; t._run_compare({name!r}, {libs!r}, {str(ref)!r})")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, "\n".join(m.describe() for m in plan) + "\n" + r.stderr[-3000:]
+
+
+def test_mapping_is_a_mapping():
+    assert all(isinstance(m, Mapping) for m in POLICY.plan(MATMUL))
+
+
+def test_too_deep_nesting_is_a_refusal_not_a_crash():
+    """An expression nested thousands deep exceeds Python's recursion limit: refused."""
+    from cudaperf_cli.core import ArrayParam, CProblem, ScalarKind, ScalarParam
+    from cudaperf_cli.policies.base import PolicyRefusal
+    from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
+
+    expr = "(" * 3000 + "x[i]" + ")" * 3000
+    src = f"void deep(int n, double *x) {{ for (int i = 0; i < n; i++) x[i] = {expr}; }}"
+    prob = CProblem(
+        path=Path("deep.c"), function="deep",
+        params=(ScalarParam("n", "int", ScalarKind.SIZE), ArrayParam("x", "double", ("n",))),
+        sizes={"n": 10}, function_source=src,
+    )
+    with pytest.raises(PolicyRefusal, match="too deeply"):
+        BuiltinPolicy().propose(prob, 0)
