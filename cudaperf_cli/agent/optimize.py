@@ -60,6 +60,20 @@ def make_policy(name: str) -> Any:
     raise CudaperfError(f"unknown policy '{name}': available policies: builtin")
 
 
+#: Reference runs for the CPU baseline (median), and their time budget in seconds.
+BASELINE_REPS, BASELINE_BUDGET_S = 7, 20.0
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The reference measured once per run: CPU median and IQR (ms) per timed configuration
+    name, and array name -> measured role (``read-only``/``write-only``/``read-write``)."""
+
+    cpu_ms: dict[str, float]
+    cpu_iqr_ms: dict[str, float]
+    roles: dict[str, str]
+
+
 @dataclass
 class Evaluator:
     """Runs one candidate through build and evaluation; fills a :class:`TurnRecord`."""
@@ -75,13 +89,46 @@ class Evaluator:
     device_missing: bool = False
     reports: dict[int, Any] = field(default_factory=dict)  #: turn -> StructureReport
 
-    def job(self, lib_path: Path) -> Any:
+    baseline: "Baseline | None" = None
+
+    def job(self, lib_path: Path | None) -> Any:
+        """The evaluation job of one candidate (``None``: the reference alone).
+
+        Once :meth:`measure_baseline` ran, candidate jobs reuse its CPU times and array
+        roles, so every turn's speedup has the same denominator.
+        """
         from cudaperf_cli.evaluate import EvalJob
 
+        extra: dict[str, Any] = {}
+        if lib_path is None:
+            extra = {"cpu_reps": BASELINE_REPS, "cpu_budget_s": BASELINE_BUDGET_S}
+        elif self.baseline is not None:
+            extra = {"cpu_baseline_ms": self.baseline.cpu_ms, "array_roles": self.baseline.roles}
         return EvalJob.from_problem(
             self.problem, ref_lib=self.reference, cand_lib=lib_path, configs=self.configs,
-            seed=self.seed,
+            seed=self.seed, **extra,
         )
+
+    def measure_baseline(self) -> "Baseline":
+        """Run the reference alone (child process, no GPU needed): CPU median per timed
+        configuration and the arrays' measured roles.
+
+        Raises:
+            ProblemError: the reference crashed, hung or failed on its own data.
+        """
+        from cudaperf_cli.evaluate import run_evaluation
+
+        result = run_evaluation(self.job(None), timeout_s=self.eval_timeout_s)
+        if result.status != "reference_only":
+            raise ProblemError(f"the reference {self.problem.function} failed: {result.message}")
+        cpu_ms: dict[str, float] = {}
+        iqr_ms: dict[str, float] = {}
+        for cfg in result.configs:
+            if cfg.timing is not None and cfg.timing.cpu is not None:
+                cpu_ms[cfg.name] = cfg.timing.cpu.median_ms
+                iqr_ms[cfg.name] = cfg.timing.cpu.iqr_ms
+        self.baseline = Baseline(cpu_ms, iqr_ms, dict(result.array_roles))
+        return self.baseline
 
     def run(self, record: TurnRecord, source: str, stage: Any) -> TurnRecord:
         from cudaperf_cli.build import build_candidate
@@ -244,6 +291,17 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
         device_missing=detected is None,
     )
 
+    if human:
+        with console.status(f"measuring the CPU baseline ({reference.baseline_name})"):
+            baseline = evaluator.measure_baseline()
+        for name, ms in baseline.cpu_ms.items():
+            console.print(
+                f"CPU baseline ({reference.baseline_name}) at '{name}': {ms:.4g} ms median, "
+                f"IQR {baseline.cpu_iqr_ms[name]:.3g} ms"
+            )
+    else:
+        evaluator.measure_baseline()
+
     observer: Any = RichObserver(console, f"{problem.function}: {opts.policy} policy") if human else QuietObserver()
 
     def run_turn(turn: int, history: list[TurnRecord]) -> TurnRecord:
@@ -284,7 +342,7 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     wall_s = time.perf_counter() - started
 
     code, lines, written = _finish(problem, result, evaluator, out_path, arch, opts)
-    summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, reference)
+    summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, evaluator)
     store.write_json("summary.json", summary)
     if human:
         if result.best is not None and result.best.turn in evaluator.reports:
@@ -335,7 +393,7 @@ def _finish(
 
 def _summary(
     problem: CProblem, result: LoopResult, configs: list[dict[str, Any]], arch: str,
-    run_dir: Path, written: Path | None, code: int, wall_s: float, reference: Any,
+    run_dir: Path, written: Path | None, code: int, wall_s: float, evaluator: Evaluator,
 ) -> dict[str, Any]:
     def brief(r: TurnRecord) -> dict[str, Any]:
         d = to_jsonable(r)
@@ -350,7 +408,8 @@ def _summary(
         "sizes": problem.sizes,
         "configs": configs,
         "arch": arch,
-        "baseline": getattr(reference, "baseline_name", None),
+        "baseline": evaluator.reference.baseline_name,
+        "cpu_baseline": None if evaluator.baseline is None else to_jsonable(evaluator.baseline),
         "turns": [brief(r) for r in result.turns],
         "best_turn": None if best is None else best.turn + 1,
         "best": None if best is None else brief(best),

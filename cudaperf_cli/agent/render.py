@@ -178,4 +178,9 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
         f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
         *lines,
     ]
+    if any(v is not None and v > 10 for v in (best.speedup_kernel, best.speedup_e2e)):
+        body.append(
+            "(!)         above 10x: worth a second look (sizes, baseline); the baseline is one "
+            "CPU thread"
+        )
     return Panel("\n".join(body), title=f"best: turn {best.turn + 1}", border_style="green", expand=False)
