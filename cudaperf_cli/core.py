@@ -12,9 +12,13 @@ the evaluation child process as JSON.
 from __future__ import annotations
 
 import ast
+import ctypes
 import dataclasses
 import enum
 import operator
+import os
+import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
@@ -80,6 +84,20 @@ C_TYPE_TO_DTYPE: dict[str, str] = {
 }
 
 FLOAT_CTYPES = frozenset({"double", "float"})
+
+#: numpy dtype name -> ctypes type, for scalars passed by value through ctypes.
+CTYPE_OF_DTYPE: dict[str, Any] = {
+    "float64": ctypes.c_double,
+    "float32": ctypes.c_float,
+    "int8": ctypes.c_int8,
+    "uint8": ctypes.c_uint8,
+    "int16": ctypes.c_int16,
+    "uint16": ctypes.c_uint16,
+    "int32": ctypes.c_int32,
+    "uint32": ctypes.c_uint32,
+    "int64": ctypes.c_int64,
+    "uint64": ctypes.c_uint64,
+}
 
 
 def normalize_ctype(text: str) -> str:
@@ -306,6 +324,24 @@ def eval_int_expr(expr: str, env: Mapping[str, int]) -> int:
 
 
 # ---------------------------------------------------------------------------------------
+# Child processes
+# ---------------------------------------------------------------------------------------
+
+
+def kill_process_group(proc: "subprocess.Popen[Any]") -> None:
+    """SIGKILL the process group a child was started in (``start_new_session=True``), so
+    that its own children (nvcc's cicc/ptxas, a hung kernel's process) die with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------
 # JSON
 # ---------------------------------------------------------------------------------------
 
@@ -349,6 +385,7 @@ def param_from_json(d: Mapping[str, Any]) -> Param:
 __all__ = [
     "ArrayParam",
     "CProblem",
+    "CTYPE_OF_DTYPE",
     "CudaperfError",
     "InitSpec",
     "Param",
@@ -358,6 +395,7 @@ __all__ = [
     "ToolchainError",
     "dtype_of",
     "eval_int_expr",
+    "kill_process_group",
     "normalize_ctype",
     "param_from_json",
     "param_to_json",

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from cudaperf_cli.build.ptxas import KernelResources, parse_ptxas_report
-from cudaperf_cli.core import ToolchainError, to_jsonable
+from cudaperf_cli.core import ToolchainError, kill_process_group, to_jsonable
 
 #: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
 BUILD_REVISION = 1
@@ -327,17 +326,6 @@ def _load_cached(build_dir: Path) -> BuildResult | None:
     )
 
 
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-
-
 def build_candidate(
     source: str,
     *,
@@ -402,13 +390,13 @@ def build_candidate(
         out_b, err_b = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        kill_process_group(proc)
         try:
             out_b, err_b = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             out_b, err_b = b"", b""
     except BaseException:
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.wait()
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise

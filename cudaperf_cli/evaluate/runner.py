@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any, Mapping
 
+from cudaperf_cli.core import kill_process_group
 from cudaperf_cli.evaluate.job import (
     CRASH,
     REFERENCE_ERROR,
@@ -98,17 +99,6 @@ def _where(state: Mapping[str, Any]) -> str:
     return text
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-
-
 def _signal_name(rc: int) -> str | None:
     if rc >= 0:
         return None
@@ -148,13 +138,13 @@ def _spawn_worker(
             out, _ = proc.communicate(stdin_data, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            kill_process_group(proc)
             try:
                 out, _ = proc.communicate(timeout=10)
             except subprocess.TimeoutExpired:
                 out = b""
         except BaseException:
-            _kill_group(proc)
+            kill_process_group(proc)
             proc.wait()
             raise
         finally:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from cudaperf_cli.core import ArrayParam, ScalarKind, ScalarParam, to_jsonable
+from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam, to_jsonable
 from cudaperf_cli.evaluate.backend import (
     Allocation,
     Backend,
@@ -86,23 +86,11 @@ GUARD_BYTE = 0x5C
 #: Timed repetitions enqueued between two synchronizations.
 BATCH = 10
 
-_CTYPES: dict[str, Any] = {
-    "float64": ctypes.c_double,
-    "float32": ctypes.c_float,
-    "int8": ctypes.c_int8,
-    "uint8": ctypes.c_uint8,
-    "int16": ctypes.c_int16,
-    "uint16": ctypes.c_uint16,
-    "int32": ctypes.c_int32,
-    "uint32": ctypes.c_uint32,
-    "int64": ctypes.c_int64,
-    "uint64": ctypes.c_uint64,
-}
 
 
 def ctype_of(dtype: str) -> Any:
     """ctypes type for a numpy dtype name (by-value scalars)."""
-    return _CTYPES[np.dtype(dtype).name]
+    return CTYPE_OF_DTYPE[np.dtype(dtype).name]
 
 
 # ---------------------------------------------------------------------------------------

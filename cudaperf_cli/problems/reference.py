@@ -22,22 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from ..core import ArrayParam, CProblem, ProblemError, ScalarParam, ToolchainError
+from ..core import CTYPE_OF_DTYPE, ArrayParam, CProblem, ProblemError, ScalarParam, ToolchainError
 from ._cpp import compiler_command, first_error_line, trim_compiler_output
 
-#: numpy dtype name -> ctypes type, for scalars passed by value.
-_CTYPES = {
-    "float64": ctypes.c_double,
-    "float32": ctypes.c_float,
-    "int8": ctypes.c_int8,
-    "uint8": ctypes.c_uint8,
-    "int16": ctypes.c_int16,
-    "uint16": ctypes.c_uint16,
-    "int32": ctypes.c_int32,
-    "uint32": ctypes.c_uint32,
-    "int64": ctypes.c_int64,
-    "uint64": ctypes.c_uint64,
-}
 
 
 @dataclass(frozen=True)
@@ -69,7 +56,7 @@ def reference_argtypes(problem: CProblem) -> list[type]:
     """ctypes argument types of ``cudaperf_ref_<fn>``: ``c_void_p`` for arrays (pass
     ``ndarray.ctypes.data``), the scalar's C type for sizes and coefficients."""
     return [
-        ctypes.c_void_p if isinstance(p, ArrayParam) else _CTYPES[p.dtype] for p in problem.params
+        ctypes.c_void_p if isinstance(p, ArrayParam) else CTYPE_OF_DTYPE[p.dtype] for p in problem.params
     ]
 
 
@@ -88,7 +75,7 @@ def init_argtypes(problem: CProblem) -> list[type]:
         if isinstance(p, ArrayParam) or name in problem.init.scalar_outputs:
             out.append(ctypes.c_void_p)
         else:
-            out.append(_CTYPES[p.dtype])
+            out.append(CTYPE_OF_DTYPE[p.dtype])
     return out
 
 
