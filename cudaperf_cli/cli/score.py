@@ -43,11 +43,34 @@ def score(
         help="Problem size NAME=VALUE (repeatable) replacing representative values.",
     ),
     top: int = typer.Option(5, "--top", min=0, help="Improvement hints to print."),
+    ncu: bool = typer.Option(
+        False,
+        "--ncu",
+        help="Also measure with Nsight Compute (needs a GPU and ncu): the file's own main() "
+        "is built and profiled, or the --run command; measured values replace the static "
+        "ones in the score.",
+    ),
+    run: Optional[str] = typer.Option(
+        None,
+        "--run",
+        help="Command that launches the file's kernels, profiled under ncu (implies --ncu), "
+        "e.g. --run './app 4096'.",
+    ),
+    ncu_timeout: float = typer.Option(
+        600.0, "--ncu-timeout", min=1.0, help="Time limit of the ncu run, seconds."
+    ),
+    ncu_launches: Optional[int] = typer.Option(
+        None,
+        "--ncu-launches",
+        min=1,
+        help="Profile at most this many kernel launches (default 3 per kernel of the file).",
+    ),
 ) -> None:
     """Score the structure of the kernels of a CUDA file (static; no GPU needed).
 
     Metrics: coalescing, occupancy, arithmetic intensity, synchronization, divergence,
     shared memory, load balance, register pressure (see docs/structural-score.md).
+    With --ncu (or --run) the kernels are also profiled with Nsight Compute.
     """
     from cudaperf_cli.core import CudaperfError, ToolchainError
     from cudaperf_cli.structure import LaunchConfig, analyze_file
@@ -71,11 +94,27 @@ def score(
             report = analyze_file(kernel, arch=arch, launch=cfg, gpu=gpu, sizes=sizes, build=False)
         if not report.kernels and not report.not_analysed:
             raise CudaperfError(f"{kernel} defines no __global__ kernel: nothing to score")
+        profiles = None
+        if ncu or run:
+            from cudaperf_cli.structure.ncu import measure_report
+
+            report, profiles = measure_report(
+                report,
+                kernel,
+                run=run,
+                arch=arch,
+                timeout_s=ncu_timeout,
+                launch_count=ncu_launches,
+            )
     except CudaperfError as err:
         fail(err)
     if json_out:
         doc = report.to_dict()
         doc["reasons"] = report.reasons(top)
+        if profiles is not None:
+            from cudaperf_cli.core import to_jsonable
+
+            doc["ncu_profiles"] = to_jsonable(profiles)
         import json
 
         print(json.dumps(doc, indent=2))

@@ -10,8 +10,15 @@ Public API::
     ScoreWeights / ScoreParams (defaults documented in docs/structural-score.md)
     ARCHS / GPUS / arch_limits / gpu_spec
 
-Each metric of a :class:`KernelReport` has a ``static`` value (this stage) and a
-``measured`` slot for Nsight Compute values filled in later.
+Measured side (Nsight Compute, :mod:`.ncu`)::
+
+    profile_executable(cmd, kernel_regex=None, metrics=DEFAULT_METRICS, timeout_s=600,
+                       launch_count=None) -> list[KernelProfile]
+    apply_measurements(report, profiles) -> StructureReport
+    measure_report(report, path, run=None, ...) -> (StructureReport, profiles)
+
+Each metric of a :class:`KernelReport` has a ``static`` value and a ``measured`` value
+(``None`` until :func:`apply_measurements` fills it in); ``Metric.value`` prefers it.
 """
 
 from .gpus import ARCHS, GPUS, ArchLimits, GPUSpec, arch_limits, gpu_spec
@@ -24,12 +31,28 @@ from .model import (
     NotAnalysed,
     StructureReport,
 )
+from .ncu import (
+    DEFAULT_METRICS,
+    NCU_METRICS,
+    KernelProfile,
+    NcuError,
+    apply_measurements,
+    measure_report,
+    profile_executable,
+)
 from .occupancy import OccupancyResult, occupancy
 from .resources import CompileError, analyze_file, kernel_resources
 from .score import ScoreParams, ScoreWeights, analyze_source
 
 __all__ = [
     "ARCHS",
+    "DEFAULT_METRICS",
+    "NCU_METRICS",
+    "KernelProfile",
+    "NcuError",
+    "apply_measurements",
+    "measure_report",
+    "profile_executable",
     "GPUS",
     "METRIC_KEYS",
     "ArchLimits",

@@ -138,6 +138,9 @@ class Metric:
         source: what the static value comes from.
         measured_source: what the measured value comes from (e.g. an ncu metric name).
         details: structured evidence (per access, per branch...).
+        measured_unit: unit of ``measured`` when it differs from ``unit`` (e.g. the
+            synchronization metric counts barriers statically but measures the share of
+            warp cycles stalled at barriers); empty = ``unit``.
     """
 
     key: str
@@ -153,11 +156,19 @@ class Metric:
     source: str = ""
     measured_source: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    measured_unit: str = ""
 
     @property
     def value(self) -> float | None:
         """The measured value when there is one, else the static one."""
         return self.measured if self.measured is not None else self.static
+
+    @property
+    def value_unit(self) -> str:
+        """The unit of :attr:`value` (``measured_unit`` for a measured value, if set)."""
+        if self.measured is not None and self.measured_unit:
+            return self.measured_unit
+        return self.unit
 
     @property
     def loss(self) -> float:
@@ -179,6 +190,9 @@ class KernelReport:
         score: weighted mean of the known metric scores, in [0, 1].
         coverage: fraction of the total weight whose metric was known (scored).
         notes: assumptions and caveats of the analysis.
+        measured_launches: launches profiled with Nsight Compute (0: not measured).
+        measured_duration_ns: mean GPU time of one profiled launch, ns
+            (``gpu__time_duration.sum``; ``None``: not measured).
     """
 
     name: str
@@ -188,6 +202,8 @@ class KernelReport:
     score: float | None
     coverage: float
     notes: list[str] = field(default_factory=list)
+    measured_launches: int = 0
+    measured_duration_ns: float | None = None
 
     def metric(self, key: str) -> Metric:
         """The metric with key ``key``."""
@@ -267,6 +283,7 @@ class StructureReport:
         for kd, k in zip(d["kernels"], self.kernels):
             for md, m in zip(kd["metrics"], k.metrics):
                 md["value"] = m.value
+                md["value_unit"] = m.value_unit
         return _finite(d)
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -11,7 +11,8 @@ from cudaperf_cli.structure.model import StructureReport
 
 
 def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
-    """Print the breakdown of ``report``: one row per metric (value, unit, score, reason),
+    """Print the breakdown of ``report``: one row per metric (value, unit, score, reason;
+    a measured value is marked ``(m)``),
     each kernel's total, notes, kernels not analysed, and the ``top`` improvement hints."""
     title = f"{report.source_name}: structural score ({report.arch}, {report.gpu})"
     table = Table(title=title, show_lines=False)
@@ -33,7 +34,11 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
                 sc = m.status
             else:
                 sc = f"{m.score:.2f}" + ("~" if m.status == "estimate" else "")
-            table.add_row(Text(k.name) if first else "", m.name, value, m.unit, sc, Text(m.reason))
+            if m.measured is not None:
+                value += " (m)"
+            table.add_row(
+                Text(k.name) if first else "", m.name, value, m.value_unit, sc, Text(m.reason)
+            )
             first = False
         total = "-" if k.score is None else f"{k.score:.2f}"
         table.add_row(
@@ -45,6 +50,11 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
             Text(
                 f"weighted over {k.coverage * 100:.0f}% of the applicable weight"
                 + (f"; launch {k.launch.describe()}" if k.launch else "; launch unknown")
+                + (
+                    f"; measured {k.measured_duration_ns / 1e3:.1f} us/launch"
+                    if k.measured_duration_ns is not None
+                    else ""
+                )
             ),
             end_section=True,
         )

@@ -972,6 +972,18 @@ def metric_registers(res: Any, note: str, w: ScoreWeights, p: ScoreParams) -> Me
     )
 
 
+def kernel_total(metrics: Sequence[Metric]) -> tuple[float | None, float]:
+    """``(score, coverage)`` of a kernel: the weighted mean of the scored metrics
+    (``None`` when none is scored) and the scored weight / the applicable (not ``n/a``)
+    weight.  Used for the static total and again after measurements replace scores."""
+    scored = [m for m in metrics if m.score is not None]
+    applicable = [m for m in metrics if m.status != "n/a"]
+    wsum = sum(m.weight for m in scored)
+    total = sum(m.weight * m.score for m in scored) / wsum if wsum else None  # type: ignore[operator]
+    wall = sum(m.weight for m in applicable)
+    return total, (wsum / wall if wall else 0.0)
+
+
 # ---------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------
@@ -1168,12 +1180,7 @@ def _analyze_one(
     metrics.append(metric_registers(res, rnote if resources else "", w, p))
     order = {k: i for i, k in enumerate(METRIC_KEYS)}
     metrics.sort(key=lambda m: order[m.key])
-    scored = [m for m in metrics if m.score is not None]
-    applicable = [m for m in metrics if m.status != "n/a"]
-    wsum = sum(m.weight for m in scored)
-    total = sum(m.weight * m.score for m in scored) / wsum if wsum else None  # type: ignore[operator]
-    wall = sum(m.weight for m in applicable)
-    coverage = wsum / wall if wall else 0.0
+    total, coverage = kernel_total(metrics)
     return KernelReport(
         name=fn.name,
         line=fn.line,
@@ -1194,6 +1201,7 @@ __all__ = [
     "bank_conflict_score",
     "coalescing_score",
     "intensity_score",
+    "kernel_total",
     "match_resources",
     "occupancy_score",
 ]
