@@ -143,7 +143,7 @@ class Evaluator:
         )
         record.build = to_jsonable(built)
         record.build_dir = str(Path(built.lib_path).parent) if built.lib_path else None
-        record.compile_s = built.seconds
+        record.compile_s = 0.0 if built.cached else built.seconds
         record.compile_cached = built.cached
         if built.resources:
             record.registers = max(k.registers for k in built.resources)
@@ -212,6 +212,19 @@ def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
     record.access = {name: ACCESS_OF_ROLE[role] for name, role in (data.get("array_roles") or {}).items()}
 
 
+def _has_candidate(policy: Any, problem: CProblem) -> bool:
+    """Whether the policy has a first candidate (the loop's turn 0 then records a refusal)."""
+    from cudaperf_cli.policies.base import PolicyRefusal
+
+    try:
+        policy.propose(problem, 0)
+    except PolicyRefusal:
+        return False
+    except Exception:  # noqa: BLE001 - a policy bug is recorded by the loop's turn 0
+        return False
+    return True
+
+
 def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
     """Main configuration (verified once, then timed) + a small odd one (two trials)."""
     from cudaperf_cli.problems.c import small_sizes
@@ -224,15 +237,13 @@ def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
 
 def run_optimize_command(opts: OptimizeOptions) -> int:
     """Run ``cudaperf optimize``; returns the exit code (docs/exit-codes.md)."""
-    from rich.console import Console
+    from rich.markup import escape
 
-    from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
+    from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel, stdout_console
     from cudaperf_cli.build import default_cache_root, detect_arch
     from cudaperf_cli.problems.c import build_reference, load_c_problem
 
-    console = Console(stderr=False, highlight=False)
-    if not console.is_terminal:  # logs and pipes: wide enough for the turn table
-        console = Console(stderr=False, highlight=False, width=160)
+    console = stdout_console()
     human = not opts.json_output
 
     if opts.file.is_dir():
@@ -273,8 +284,8 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
         small = ", ".join(f"{k}={v}" for k, v in configs[0]["sizes"].items())
         init = f"init {problem.init.name}()" if problem.init else "seeded random data"
         console.print(
-            f"[bold]{problem.function}[/] from {opts.file}: sizes {sizes} (from {problem.sizes_source}); "
-            f"verify also at {small}; {init}; nvcc -arch={arch}"
+            f"[bold]{escape(problem.function)}[/] from {escape(str(opts.file))}: sizes {sizes} "
+            f"(from {problem.sizes_source}); verify also at {small}; {init}; nvcc -arch={arch}"
             + ("" if detected else " [yellow](no GPU detected)[/]")
         )
     reference = build_reference(problem, store.subdir("reference"))
@@ -291,16 +302,17 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
         device_missing=detected is None,
     )
 
-    if human:
-        with console.status(f"measuring the CPU baseline ({reference.baseline_name})"):
-            baseline = evaluator.measure_baseline()
-        for name, ms in baseline.cpu_ms.items():
-            console.print(
-                f"CPU baseline ({reference.baseline_name}) at '{name}': {ms:.4g} ms median, "
-                f"IQR {baseline.cpu_iqr_ms[name]:.3g} ms"
-            )
-    else:
-        evaluator.measure_baseline()
+    if _has_candidate(policy, problem):  # no baseline to measure for a refused function
+        if human:
+            with console.status(f"measuring the CPU baseline ({reference.baseline_name})"):
+                baseline = evaluator.measure_baseline()
+            for ms, iqr in zip(baseline.cpu_ms.values(), baseline.cpu_iqr_ms.values()):
+                console.print(
+                    f"CPU baseline ({reference.baseline_name}) at the main sizes: {ms:.4g} ms "
+                    f"median of {BASELINE_REPS} runs at most, IQR {iqr:.3g} ms"
+                )
+        else:
+            evaluator.measure_baseline()
 
     observer: Any = RichObserver(console, f"{problem.function}: {opts.policy} policy") if human else QuietObserver()
 
@@ -350,13 +362,15 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
 
             print_report(evaluator.reports[result.best.turn], console, top=3)
         console.print(best_panel(result, lines))
-        console.print(f"stopped: {result.stop_reason}; run folder: {store.path}")
+        console.print(f"stopped: {result.stop_reason}; run folder: {store.path}", markup=False)
     else:
         print(json.dumps(to_jsonable(summary), indent=2, default=str))
     if code == EXIT_NO_DEVICE:
         print("no CUDA device: candidates were compiled but not verified or timed", file=sys.stderr)
     elif code == EXIT_NO_CORRECT:
-        print("no correct candidate: see the turns above and the run folder", file=sys.stderr)
+        why = ("the policy produced no candidate" if all(r.status == "refused" for r in result.turns)
+               else "no correct candidate")
+        print(f"{why}: see the turns above and the run folder {store.path}", file=sys.stderr)
     return code
 
 
@@ -370,6 +384,8 @@ def _finish(
     if best is None:
         if evaluator.device_missing and any(r.status == "no_device" for r in result.turns):
             return EXIT_NO_DEVICE, ["No CUDA device: nothing was verified, nothing written."], None
+        if all(r.status == "refused" for r in result.turns):
+            return EXIT_NO_CORRECT, ["The policy produced no candidate; nothing written."], None
         return EXIT_NO_CORRECT, ["No candidate passed verification; nothing written."], None
     if out_path.exists() and not opts.force:  # appeared while we worked
         raise CudaperfError(f"{out_path} appeared during the run; pass --force to overwrite it")

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
@@ -39,6 +40,15 @@ STATUS_LABEL = {
 }
 
 
+def stdout_console() -> Console:
+    """The Console for human output: the terminal's width, or 160 columns in logs and pipes
+    (Rich's default of 80 folds the tables into one word per line)."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)
+    return console
+
+
 def fmt_ms(v: float | None) -> str:
     if v is None:
         return "-"
@@ -60,36 +70,42 @@ def fmt_err(v: float | None) -> str:
     return "-" if v is None else f"{v:.1e}"
 
 
-def turns_table(records: list[TurnRecord], title: str | None = None) -> Table:
-    """The per-turn table: status, max error, GPU ms, speedups, registers, spills."""
+#: Columns of the per-turn table: (header, justify, cell); the narrow terminal layout
+#: (< 120 columns) keeps only those marked essential.
+def _columns() -> list[tuple[str, str, bool, Any]]:
+    return [
+        ("turn", "right", True, lambda r: str(r.turn + 1)),
+        ("candidate", "left", True, lambda r: Text(r.description)),
+        ("status", "left", True,
+         lambda r: Text(STATUS_LABEL.get(r.status, r.status), style=STATUS_STYLE.get(r.status, ""))),
+        ("max rel err", "right", False, lambda r: fmt_err(r.max_rel_err)),
+        ("GPU ms", "right", True, lambda r: fmt_ms(r.gpu_ms)),
+        ("speedup", "right", True, lambda r: fmt_x(r.speedup_kernel)),  # kernel-only
+        ("speedup e2e", "right", False, lambda r: fmt_x(r.speedup_e2e)),
+        ("struct", "right", True,
+         lambda r: "-" if r.structure_score is None else f"{r.structure_score:.2f}"),
+        ("regs", "right", False, lambda r: "-" if r.registers is None else str(r.registers)),
+        ("spill B", "right", False, lambda r: "-" if r.spill_bytes is None else str(r.spill_bytes)),
+        ("eval s", "right", False,
+         lambda r: "-" if r.eval_s is None and r.compile_s is None
+         else f"{(r.compile_s or 0) + (r.eval_s or 0):.1f}"),
+    ]
+
+
+def turns_table(records: list[TurnRecord], title: str | None = None, width: int = 160) -> Table:
+    """The per-turn table: status, max error, GPU ms, speedups, structure, registers,
+    spills, seconds; in a terminal narrower than 120 columns, the essential columns only."""
+    cols = [c for c in _columns() if c[2] or width >= 120]
     table = Table(title=title, header_style="bold", expand=False)
-    table.add_column("turn", justify="right")
-    table.add_column("candidate", overflow="fold", max_width=44)
-    table.add_column("status")
-    table.add_column("max rel err", justify="right")
-    table.add_column("GPU ms", justify="right")
-    table.add_column("speedup kernel", justify="right")
-    table.add_column("speedup e2e", justify="right")
-    table.add_column("struct", justify="right")
-    table.add_column("regs", justify="right")
-    table.add_column("spill B", justify="right")
-    table.add_column("eval s", justify="right")
+    for header, justify, _, _ in cols:
+        if header == "candidate":
+            table.add_column(header, overflow="fold", min_width=18, max_width=48)
+        elif header == "status":
+            table.add_column(header, no_wrap=True)
+        else:
+            table.add_column(header, justify=justify, no_wrap=True)
     for r in records:
-        label = STATUS_LABEL.get(r.status, r.status)
-        table.add_row(
-            str(r.turn + 1),
-            r.description,
-            Text(label, style=STATUS_STYLE.get(r.status, "")),
-            fmt_err(r.max_rel_err),
-            fmt_ms(r.gpu_ms),
-            fmt_x(r.speedup_kernel),
-            fmt_x(r.speedup_e2e),
-            "-" if r.structure_score is None else f"{r.structure_score:.2f}",
-            "-" if r.registers is None else str(r.registers),
-            "-" if r.spill_bytes is None else str(r.spill_bytes),
-            "-" if r.eval_s is None and r.compile_s is None
-            else f"{(r.compile_s or 0) + (r.eval_s or 0):.1f}",
-        )
+        table.add_row(*(cell(r) for _, _, _, cell in cols))
     return table
 
 
@@ -130,10 +146,10 @@ class RichObserver:
             self._live.__exit__(*exc)
             self._live = None
         else:
-            self.console.print(turns_table(self.records, self.title))
+            self.console.print(turns_table(self.records, self.title, self.console.width))
 
     def _render(self) -> Group:
-        parts: list[Any] = [turns_table(self.records, self.title)]
+        parts: list[Any] = [turns_table(self.records, self.title, self.console.width)]
         if self._stage:
             parts.append(Spinner("dots", text=Text(self._stage, style="dim")))
         return Group(*parts)
@@ -146,10 +162,10 @@ class RichObserver:
     def turn_done(self, record: TurnRecord) -> None:
         self.records.append(record)
         self._stage = ""
+        # One line per turn with its reason (printed above the live table on a terminal).
+        self.console.print(turn_line(record), highlight=False, markup=False)
         if self._live is not None:
             self._live.update(self._render())
-        else:
-            self.console.print(turn_line(record), highlight=False, markup=False)
 
 
 class QuietObserver:
@@ -165,13 +181,14 @@ class QuietObserver:
 def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     """The final panel: the best candidate and what was written, or why there is none."""
     best = result.best
+    lines = [escape(ln) for ln in lines]
     if best is None:
         return Panel("\n".join(lines), title="no verified kernel", border_style="red", expand=False)
     body = [
-        f"[bold]{best.description}[/]",
+        f"[bold]{escape(best.description)}[/]",
         f"GPU kernel  {fmt_ms(best.gpu_ms)} ms (median; IQR {fmt_ms(best.gpu_ms_iqr)} ms)",
         f"end-to-end  {fmt_ms(best.e2e_ms)} ms (copies in and out included)",
-        f"CPU         {fmt_ms(best.cpu_ms)} ms ({best.baseline})",
+        f"CPU         {fmt_ms(best.cpu_ms)} ms ({best.baseline}; measured once per run)",
         f"speedup     {fmt_x(best.speedup_kernel)} kernel-only, "
         f"{fmt_x(best.speedup_e2e)} end-to-end, vs {best.baseline}",
         f"resources   {best.registers} registers/thread, {best.spill_bytes} spill bytes",

@@ -119,11 +119,10 @@ def score(
 
         print(json.dumps(doc, indent=2))
         return
-    from rich.console import Console
-
+    from cudaperf_cli.agent.render import stdout_console
     from cudaperf_cli.structure.render import print_report
 
-    print_report(report, Console(), top)
+    print_report(report, stdout_console(), top)
 
 
 __all__ = ["score"]
