@@ -72,7 +72,7 @@ def main() -> int:
         rows.append(
             f"| {ex.name} | {sizes} | {status} | {fmt(best.get('cpu_ms'))} | "
             f"{fmt(best.get('gpu_ms'))} | {fmt(best.get('speedup_kernel'))} | "
-            f"{fmt(best.get('speedup_e2e'))} | {best.get('description', '-')} | "
+            f"{fmt(best.get('speedup_e2e'))} | {best.get('description', '-').replace('|', '/')} | "
             f"{fmt(eval_s)} | {fmt(doc.get('command_wall_s'))} |"
         )
     print(
