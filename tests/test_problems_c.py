@@ -712,3 +712,11 @@ def test_include_of_dev_stdin_does_not_wait(tmp_path):
         os.close(read_end)
         os.close(write_end)
     assert proc.returncode == 0 and proc.stdout.strip() == "f", proc.stderr
+
+
+def test_non_ascii_function_name_is_refused(tmp_path):
+    src = tmp_path / "uni.c"
+    src.write_text("void f\u00e9(int n, double x[n]) { for (int i = 0; i < n; i++) x[i] *= 2; }\n",
+                   encoding="utf-8")
+    with pytest.raises(ProblemError, match="not ASCII"):
+        load_c_problem(src, sizes={"n": 8})

@@ -87,9 +87,8 @@ class Evaluator:
     compile_timeout_s: float
     seed: int
     device_missing: bool = False
+    baseline: Baseline | None = None  #: set by measure_baseline()
     reports: dict[int, Any] = field(default_factory=dict)  #: turn -> StructureReport
-
-    baseline: "Baseline | None" = None
 
     def job(self, lib_path: Path | None) -> Any:
         """The evaluation job of one candidate (``None``: the reference alone).
@@ -109,7 +108,7 @@ class Evaluator:
             seed=self.seed, **extra,
         )
 
-    def measure_baseline(self) -> "Baseline":
+    def measure_baseline(self) -> Baseline:
         """Run the reference alone (child process, no GPU needed): CPU median per timed
         configuration and the arrays' measured roles.
 
@@ -148,13 +147,12 @@ class Evaluator:
         if built.resources:
             record.registers = max(k.registers for k in built.resources)
             record.spill_bytes = sum(k.spill_store_bytes + k.spill_load_bytes for k in built.resources)
-        if built.ok:
-            self.score_structure(record, source, built.resources)
         if not built.ok:
             record.status = built.status
             first = (built.errors or "").strip().splitlines()
             record.message = first[0] if first else built.status
             return record
+        self.score_structure(record, source, built.resources)
         if self.device_missing:
             record.status = "no_device"
             record.message = "compiled; not run (no CUDA device)"
@@ -169,7 +167,6 @@ class Evaluator:
         if record.status == "no_device":
             self.device_missing = True
         return record
-
 
     def score_structure(self, record: TurnRecord, source: str, resources: Any) -> None:
         """Static structural analysis of a compiled candidate (never fails the turn)."""
@@ -214,13 +211,9 @@ def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
 
 def _has_candidate(policy: Any, problem: CProblem) -> bool:
     """Whether the policy has a first candidate (the loop's turn 0 then records a refusal)."""
-    from cudaperf_cli.policies.base import PolicyRefusal
-
     try:
         policy.propose(problem, 0)
-    except PolicyRefusal:
-        return False
-    except Exception:  # noqa: BLE001 - a policy bug is recorded by the loop's turn 0
+    except Exception:  # noqa: BLE001 - a refusal, or a policy bug: turn 0 records either
         return False
     return True
 

@@ -120,6 +120,11 @@ def load_c_problem(
         )
     if chosen.variadic:
         raise ProblemError(f"{where}: '{chosen.name}' is variadic; this is not supported")
+    if not chosen.name.isascii() or "\\" in chosen.name:  # UCNs: f\U000000e9 after cpp
+        raise ProblemError(
+            f"{where}: the function name '{chosen.name}' is not ASCII; nvcc refuses such names "
+            "in kernels: rename it (or wrap it in an ASCII-named function)"
+        )
 
     comments = syn.prototype_comments(root, chosen.name) + chosen.comments
     annotations = _read_annotations(comments, pre, path)
