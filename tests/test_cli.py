@@ -295,11 +295,11 @@ def test_policy_exception_is_a_refused_turn(tmp_path, monkeypatch):
     from cudaperf_cli.agent import optimize
 
     class Broken:
-        def propose(self, problem, turn):
+        def propose(self, problem, turn, history=None):
             raise RecursionError("maximum recursion depth exceeded")
 
     _problem(tmp_path)
-    monkeypatch.setattr(optimize, "make_policy", lambda name: Broken())
+    monkeypatch.setattr(optimize, "make_policy", lambda name, *a: Broken())
     monkeypatch.setattr(cudaperf_cli.build, "detect_arch", lambda *a, **k: None)
     monkeypatch.setattr(cudaperf_cli.build, "default_cache_root", lambda: tmp_path / "cache")
     code = optimize.run_optimize_command(

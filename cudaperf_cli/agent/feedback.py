@@ -15,6 +15,11 @@ def feedback_for(r: TurnRecord) -> str:
     head = f"Turn {r.turn + 1} ({r.description})"
     if r.status == "refused":
         return f"{head}: no candidate was produced. {r.message}"
+    if r.status == "format_error":
+        from cudaperf_cli.policies.extract import missing_code_feedback
+
+        fn = (r.mapping or {}).get("function") or "<function>"
+        return f"{head}: {r.message or missing_code_feedback(fn)}"
     if r.status in ("compile_error", "compile_timeout"):
         errors = r.build.get("errors") or r.message
         what = "did not compile" if r.status == "compile_error" else "compile timed out"

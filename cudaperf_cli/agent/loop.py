@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol
 #: Statuses of a turn, in the order a candidate can fail (first = earliest stage).
 STATUSES = (
     "refused",  # the policy produced no candidate
+    "format_error",  # a model's reply held no usable code
     "compile_error",
     "compile_timeout",
     "no_device",  # compiled; not verified (no CUDA device)

@@ -49,15 +49,48 @@ class OptimizeOptions:
     compile_timeout_s: float = 120.0
     seed: int = 0
     json_output: bool = False
+    # model policies (openai, replay); the key is read from the variable, never stored
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float | None = None
+    max_tokens: int | None = None
+    replay: Path | None = None
 
 
-def make_policy(name: str) -> Any:
-    """The policy named ``name`` (only ``builtin`` exists so far)."""
+POLICIES = ("builtin", "openai", "replay")
+
+
+def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
+    """The policy named ``name`` (``builtin``, ``openai`` or ``replay``), configured by ``opts``.
+
+    Raises:
+        CudaperfError: an unknown policy, or a model policy missing its ``--model`` /
+            ``--replay`` (exit code 2).
+    """
     if name == "builtin":
         from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
 
         return BuiltinPolicy()
-    raise CudaperfError(f"unknown policy '{name}': available policies: builtin")
+    if name == "openai":
+        if opts is None or not opts.model:
+            raise CudaperfError("--policy openai needs --model NAME (the served model's name)")
+        from cudaperf_cli.policies.model_policy import ModelPolicy
+        from cudaperf_cli.policies.openai_policy import OpenAIChatModel
+
+        chat = OpenAIChatModel(
+            opts.model, opts.base_url, api_key_env=opts.api_key_env,
+            temperature=opts.temperature, max_tokens=opts.max_tokens,
+        )
+        return ModelPolicy(chat, "openai")
+    if name == "replay":
+        if opts is None or opts.replay is None:
+            raise CudaperfError("--policy replay needs --replay FILE (a JSONL file of replies)")
+        from cudaperf_cli.policies.model_policy import ModelPolicy
+        from cudaperf_cli.policies.replay import ReplayChatModel
+
+        return ModelPolicy(ReplayChatModel(opts.replay), "replay")
+    raise CudaperfError(f"unknown policy '{name}': available policies: {', '.join(POLICIES)}")
 
 
 #: Reference runs for the CPU baseline (median), and their time budget in seconds.
@@ -210,7 +243,12 @@ def fill_from_evaluation(record: TurnRecord, result: Any) -> None:
 
 
 def _has_candidate(policy: Any, problem: CProblem) -> bool:
-    """Whether the policy has a first candidate (the loop's turn 0 then records a refusal)."""
+    """Whether the policy has a first candidate (the loop's turn 0 then records a refusal).
+
+    A model policy is not probed (that would spend a request): it is assumed to have one.
+    """
+    if getattr(policy, "asks_a_model", False):
+        return True
     try:
         policy.propose(problem, 0)
     except Exception:  # noqa: BLE001 - a refusal, or a policy bug: turn 0 records either
@@ -244,7 +282,7 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
     out_path = resolve_output(opts)
-    policy = make_policy(opts.policy)
+    policy = make_policy(opts.policy, opts)
     if opts.arch is not None:
         check_arch(opts.arch)
 
@@ -255,6 +293,8 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     configs = verification_configs(problem)
     detected = detect_arch()
     arch = opts.arch or detected or "sm_90"
+    if hasattr(policy, "arch"):  # model policies name the architecture in their prompt
+        policy.arch = arch
 
     store = RunStore(opts.run_root, f"{opts.file.stem}-{problem.function}")
     store.write_json(
@@ -314,11 +354,13 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
 
         observer.stage(turn, "writing a candidate")
         try:
-            proposal = policy.propose(problem, turn)
+            proposal = policy.propose(problem, turn, history=list(history))
         except PolicyRefusal as refusal:
             record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=str(refusal))
             record.feedback = feedback_for(record)
             return record
+        except CudaperfError:  # e.g. the model server is unreachable: ends the run, one line
+            raise
         except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
             log = store.path / f"policy-error-turn{turn + 1}.txt"
             log.write_text("".join(traceback.format_exception(exc)))
@@ -330,6 +372,12 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
             turn, proposal.policy, proposal.description, "pending",
             source=proposal.source, mapping=dict(proposal.mapping),
         )
+        if not proposal.source.strip():  # a model's reply without usable code: a failed candidate
+            record.status = "format_error"
+            record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")
+            record.baseline = getattr(reference, "baseline_name", None)
+            record.feedback = feedback_for(record)
+            return record
         evaluator.run(record, proposal.source, lambda name: observer.stage(turn, name))
         if record.baseline is None:
             record.baseline = getattr(reference, "baseline_name", None)

@@ -27,11 +27,13 @@ STATUS_STYLE = {
     "compile_error": "yellow",
     "compile_timeout": "yellow",
     "refused": "yellow",
+    "format_error": "yellow",
     "no_device": "cyan",
     "reference_error": "magenta",
 }
 
 STATUS_LABEL = {
+    "format_error": "no code",
     "compile_error": "compile error",
     "compile_timeout": "compile timeout",
     "runtime_error": "runtime error",

@@ -57,7 +57,31 @@ def optimize(
         None, "--init", help="Init function filling the data (default: detected by name)."
     ),
     turns: int = typer.Option(3, "--turns", "-n", min=1, help="Candidates to try (one a turn)."),
-    policy: str = typer.Option("builtin", "--policy", help="Policy writing candidates: builtin."),
+    policy: str = typer.Option(
+        "builtin", "--policy",
+        help="Policy writing candidates: builtin (no model), openai (any OpenAI-compatible "
+        "server), replay (replies recorded in a JSONL file).",
+    ),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Model name for --policy openai (as the server knows it)."
+    ),
+    base_url: Optional[str] = typer.Option(
+        None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
+        "(default: api.openai.com)."
+    ),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY", "--api-key-env",
+        help="Environment variable holding the API key (never logged; unset with --base-url: 'EMPTY').",
+    ),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", min=0.0, max=2.0, help="Sampling temperature (model policies)."
+    ),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", min=1, help="Most tokens in one reply (model policies)."
+    ),
+    replay: Optional[Path] = typer.Option(
+        None, "--replay", help='JSONL file of replies for --policy replay: {"text": "..."} a line.'
+    ),
     arch: Optional[str] = typer.Option(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
     ),
@@ -103,6 +127,12 @@ def optimize(
             compile_timeout_s=compile_timeout,
             seed=seed,
             json_output=json_out,
+            model=model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            replay=replay,
         )
         code = run_optimize_command(opts)
     except CudaperfError as err:

@@ -7,7 +7,7 @@ turn.  The rest of the pipeline only relies on the fields of :class:`Proposal`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cudaperf_cli.core import ProblemError
 
@@ -38,4 +38,36 @@ class PolicyRefusal(ProblemError):
     """
 
 
-__all__ = ["PolicyRefusal", "Proposal"]
+@dataclass(frozen=True)
+class Reply:
+    """One reply of a language model (in the spirit of simonw/llm's ``Model.execute``).
+
+    Attributes:
+        text: the model's full reply text.
+        code: the candidate ``.cu`` source extracted from ``text`` (``None``: no usable code).
+        prompt_tokens: tokens of the request, as the server counted them (0 if unknown).
+        completion_tokens: tokens of this reply (0 if unknown).
+        latency_s: seconds the request took (shared by the ``n`` replies of one request).
+    """
+
+    text: str
+    code: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: given the conversation so far, return ``n`` candidate replies.
+
+    ``messages`` are OpenAI-style ``{"role": "system"|"user"|"assistant", "content": str}``
+    dicts.  Implementations: :class:`~cudaperf_cli.policies.openai_policy.OpenAIChatModel`,
+    :class:`~cudaperf_cli.policies.replay.ReplayChatModel`.  They fill ``Reply.text`` and the
+    token counts; :class:`~cudaperf_cli.policies.model_policy.ModelPolicy` extracts the code.
+    """
+
+    def complete(self, messages: list[dict[str, str]], n: int = 1) -> list[Reply]: ...
+
+
+__all__ = ["ChatModel", "PolicyRefusal", "Proposal", "Reply"]

@@ -121,8 +121,10 @@ class BuiltinPolicy:
         an, _ = self.analysis(problem)
         return generate(an, mapping)
 
-    def propose(self, problem: CProblem, turn: int) -> Proposal:
+    def propose(self, problem: CProblem, turn: int, history: Any = None) -> Proposal:
         """The candidate of the ``turn``-th mapping of :meth:`plan` (turn 0 = the best).
+
+        ``history`` (the earlier turns' records) is accepted and ignored: the plan is fixed.
 
         Raises:
             PolicyRefusal: ``"no more mappings to try"`` once ``turn`` passes the plan, or

@@ -1,0 +1,125 @@
+"""Any OpenAI-compatible chat-completions server through the official ``openai`` client.
+
+``vllm serve``, a hosted provider or an RL rollout server: ``model`` and ``base_url`` choose
+it; the API key comes from the environment variable named by ``api_key_env`` (default
+``OPENAI_API_KEY``) and is never logged or written.  Local servers that need no key get
+``"EMPTY"`` when the variable is unset and a ``base_url`` is given.  Retries (connection
+errors, 408/409/429/5xx) are the client's own (``max_retries``, with its back-off).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.policies.base import Reply
+
+
+class ModelServerError(CudaperfError):
+    """The model server could not be reached, or kept failing after the client's retries."""
+
+    exit_code = 3
+
+
+class OpenAIChatModel:
+    """A :class:`~cudaperf_cli.policies.base.ChatModel` on an OpenAI-compatible server."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        n: int = 1,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        timeout: float = 600.0,
+        max_retries: int = 2,
+    ):
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.n = n
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._client: Any = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import openai
+            except ImportError:  # pragma: no cover - depends on the install
+                raise CudaperfError(
+                    "the openai policy needs the openai package", hint="pip install 'cudaperf[llm]'"
+                ) from None
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                if self.base_url is None:
+                    raise CudaperfError(
+                        f"the openai policy needs an API key in ${self.api_key_env}",
+                        hint="set it, or pass --base-url for a local server (no key needed)",
+                    )
+                key = "EMPTY"
+            self._client = openai.OpenAI(
+                api_key=key, base_url=self.base_url, timeout=self.timeout,
+                max_retries=self.max_retries,
+            )
+        return self._client
+
+    def where(self) -> str:
+        return str(self.base_url or getattr(self._client, "base_url", "") or "https://api.openai.com/v1")
+
+    def complete(self, messages: list[dict[str, str]], n: int | None = None) -> list[Reply]:
+        import openai
+
+        client = self.client()
+        n = n or self.n
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "n": n}
+        for key, value in (("temperature", self.temperature), ("top_p", self.top_p),
+                           ("max_tokens", self.max_tokens), ("seed", self.seed)):
+            if value is not None:
+                kwargs[key] = value
+        t0 = time.perf_counter()
+        try:
+            response = client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError:
+            raise ModelServerError(
+                f"the model server at {self.where()} did not answer within {self.timeout:g} s "
+                f"({self.max_retries} retries)"
+            ) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            why = " ".join(str(cause).split()) or type(cause).__name__
+            raise ModelServerError(
+                f"cannot reach the model server at {self.where()} after {self.max_retries} "
+                f"retries: {why}"
+            ) from None
+        except openai.APIStatusError as exc:
+            detail = " ".join(str(getattr(exc, "message", exc)).split())[:200]
+            raise ModelServerError(
+                f"the model server at {self.where()} answered HTTP {exc.status_code}: {detail}"
+            ) from None
+        latency = time.perf_counter() - t0
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        choices = list(response.choices or [])
+        share = completion // max(1, len(choices))
+        return [
+            Reply((c.message.content or "") if c.message else "", None, prompt, share, latency)
+            for c in choices
+        ] or [Reply("", None, prompt, 0, latency)]
+
+
+__all__ = ["ModelServerError", "OpenAIChatModel"]

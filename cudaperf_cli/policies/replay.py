@@ -1,0 +1,54 @@
+"""Replies recorded in a JSONL file, served in order: for tests, demos and re-running a run.
+
+File format: one JSON object per line, ``{"text": "<the model's whole reply>"}``; optional
+``"prompt_tokens"`` and ``"completion_tokens"`` (integers).  Blank lines are skipped.  Each
+request takes the next ``n`` lines; once they run out the policy refuses with ``"replay file
+exhausted"`` and the loop stops.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cudaperf_cli.core import ProblemError
+from cudaperf_cli.policies.base import PolicyRefusal, Reply
+
+
+class ReplayChatModel:
+    """A :class:`~cudaperf_cli.policies.base.ChatModel` reading replies from ``path``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ProblemError(f"cannot read the replay file {self.path}: {exc.strerror or exc}") from None
+        self.replies: list[Reply] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj: Any = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ProblemError(f"{self.path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise ProblemError(f'{self.path}:{number}: expected an object {{"text": "..."}}')
+            self.replies.append(Reply(
+                obj["text"], None, int(obj.get("prompt_tokens") or 0),
+                int(obj.get("completion_tokens") or 0), 0.0,
+            ))
+        self.served = 0
+        self.requests: list[list[dict[str, str]]] = []  #: the messages of every request
+
+    def complete(self, messages: list[dict[str, str]], n: int = 1) -> list[Reply]:
+        self.requests.append(messages)
+        if self.served + n > len(self.replies):
+            raise PolicyRefusal("replay file exhausted")
+        out = self.replies[self.served:self.served + n]
+        self.served += n
+        return out
+
+
+__all__ = ["ReplayChatModel"]
