@@ -116,15 +116,22 @@ def run_loop(
     turns: int,
     observer: LoopObserver,
     on_record: Callable[[TurnRecord], None] | None = None,
+    target_speedup: float | None = None,
+    patience: int | None = None,
 ) -> LoopResult:
     """Run up to ``turns`` turns of ``run_turn(turn, history)``; keep the best correct one.
 
     ``run_turn`` does propose -> build -> evaluate for one turn and returns its record (see
-    ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).  Stops early
-    when the policy refuses (no candidate, or no more candidates).
+    ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).  Stops early,
+    saying why in ``LoopResult.stop_reason``, when:
+
+    - the policy refuses (no candidate, or no more candidates);
+    - the best kernel-only speedup reaches ``target_speedup`` (x, against the run's baseline);
+    - ``patience`` turns in a row brought no faster correct candidate.
     """
     records: list[TurnRecord] = []
     best: int | None = None
+    stale = 0  # turns since the best improved
     stop_reason = f"ran all {turns} turn(s)"
     for t in range(turns):
         record = run_turn(t, records)
@@ -133,11 +140,23 @@ def run_loop(
             on_record(record)
         observer.turn_done(record)
         if is_better(record, None if best is None else records[best]):
-            best = t
+            best, stale = t, 0
+        else:
+            stale += 1
         if record.status == "refused":  # the built-in policy's refusals are final
             stop_reason = (
                 f"the policy had no more candidates after {t} turn(s)" if t
                 else f"the policy produced no candidate: {record.message}"
             )
+            break
+        speedup = None if best is None else records[best].speedup_kernel
+        if target_speedup is not None and speedup is not None and speedup >= target_speedup:
+            stop_reason = (
+                f"turn {best + 1} reached the target speedup ({speedup:.3g}x >= "
+                f"{target_speedup:g}x kernel-only)"
+            )
+            break
+        if patience is not None and stale >= patience and t + 1 < turns:
+            stop_reason = f"{stale} turn(s) in a row brought no faster correct candidate"
             break
     return LoopResult(records, best, stop_reason)

@@ -49,6 +49,8 @@ class OptimizeOptions:
     compile_timeout_s: float = 120.0
     seed: int = 0
     json_output: bool = False
+    target_speedup: float | None = None
+    patience: int | None = None
     # model policies (openai, replay); the key is read from the variable, never stored
     model: str | None = None
     base_url: str | None = None
@@ -391,6 +393,8 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
             turns=opts.turns,
             observer=observer,
             on_record=lambda r: store.append_jsonl("turns.jsonl", r),
+            target_speedup=opts.target_speedup,
+            patience=opts.patience,
         )
     wall_s = time.perf_counter() - started
 

@@ -57,6 +57,14 @@ def optimize(
         None, "--init", help="Init function filling the data (default: detected by name)."
     ),
     turns: int = typer.Option(3, "--turns", "-n", min=1, help="Candidates to try (one a turn)."),
+    target_speedup: Optional[float] = typer.Option(
+        None, "--target-speedup", min=0.0, max=1e9,
+        help="Stop once the best kernel-only speedup reaches this (x, vs the CPU baseline).",
+    ),
+    patience: Optional[int] = typer.Option(
+        None, "--patience", min=1, help="Stop after this many turns in a row without a faster "
+        "correct candidate.",
+    ),
     policy: str = typer.Option(
         "builtin", "--policy",
         help="Policy writing candidates: builtin (no model), openai (any OpenAI-compatible "
@@ -127,6 +135,8 @@ def optimize(
             compile_timeout_s=compile_timeout,
             seed=seed,
             json_output=json_out,
+            target_speedup=target_speedup,
+            patience=patience,
             model=model,
             base_url=base_url,
             api_key_env=api_key_env,
