@@ -124,7 +124,7 @@ def test_usage_errors_are_one_line(tmp_path):
         assert_one_error(proc, 2, text)
         assert "╭" not in proc.stderr and "--help" in error_lines(proc)[-1]
     proc = cli("optimize", cwd=tmp_path)
-    assert_one_error(proc, 2, "Missing argument")
+    assert_one_error(proc, 2, "missing the C file")
 
 
 def test_bad_arch_is_refused_before_any_work(tmp_path):

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ import pytest
 from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.policies.base import PolicyRefusal, Reply
 from cudaperf_cli.policies.extract import extract_code, missing_code_feedback
+from cudaperf_cli.policies.replay_server import ReplayServer
 from tests.conftest import cuda_device_status
 from tests.test_cli import EXAMPLES, cli, error_lines
 
@@ -109,7 +107,8 @@ def test_model_policy_conversation_and_format_error(problem):
     first = policy.propose(problem, 0)
     assert first.source == "" and "no fenced code block" in first.mapping["format_error"]
     assert first.mapping["prompt_tokens"] == 10 and first.mapping["completion_tokens"] == 5
-    prev = TurnRecord(0, "test", first.description, "format_error", feedback="Turn 1: FEEDBACK-1")
+    prev = TurnRecord(0, "test", first.description, "format_error", feedback="Turn 1: FEEDBACK-1",
+                      mapping=dict(first.mapping))
     second = policy.propose(problem, 1, history=[prev])
     assert second.source == GOOD and second.description == "One thread per element."
     roles = [m["role"] for m in chat.requests[1]]
@@ -119,56 +118,9 @@ def test_model_policy_conversation_and_format_error(problem):
 
 # ----------------------------------------------------------------------------- server
 
-class FakeServer:
-    """An OpenAI-compatible ``POST /v1/chat/completions`` on 127.0.0.1 serving ``replies``
-    in order; an int reply is an HTTP error status.  Keeps every request body."""
-
-    def __init__(self, replies):
-        self.replies, self.requests = list(replies), []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                owner.requests.append(body)
-                reply = owner.replies.pop(0) if owner.replies else 500
-                if isinstance(reply, int):
-                    data, status = json.dumps({"error": {"message": "boom"}}).encode(), reply
-                else:
-                    data, status = json.dumps(completion(body, reply)).encode(), 200
-                if self.path != "/v1/chat/completions":
-                    data, status = b"{}", 404
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def completion(body, text):
-    return {
-        "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
-        "model": body.get("model", "m"),
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
-    }
-
-
 @pytest.fixture
 def server(request):
-    srv = FakeServer(request.param)
+    srv = ReplayServer(request.param)
     yield srv
     srv.close()
 

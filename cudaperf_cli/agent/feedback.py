@@ -44,3 +44,41 @@ def feedback_for(r: TurnRecord) -> str:
         lines.append(f"Structural score {r.structure_score:.2f} of 1. What to improve first:")
         lines.extend(f"- {reason}" for reason in r.structure_reasons)
     return "\n".join(lines)
+
+
+def follow(records: list[TurnRecord]) -> TurnRecord | None:
+    """Choose the sample of one turn that the model's conversation continues from and write
+    the turn's feedback message on it (``followed = True``, ``turn_feedback``).
+
+    The followed sample is the fastest correct one; else the one that got furthest through
+    the stages (``STATUSES`` order: wrong result > timeout > crash > ... > no code); the
+    first of equals.  With one sample, ``turn_feedback`` is its own feedback; with several,
+    it is the followed sample's feedback plus one line per other sample.  Returns the
+    followed record (``None`` for an empty turn).
+    """
+    from cudaperf_cli.agent.loop import STATUSES
+    from cudaperf_cli.policies.model_policy import outcome_line
+
+    if not records:
+        return None
+
+    def rank(r: TurnRecord) -> tuple[int, float]:
+        stage = STATUSES.index(r.status) if r.status in STATUSES else 0
+        return (stage, -(r.gpu_ms if r.correct and r.gpu_ms is not None else 0.0))
+
+    chosen = records[0]
+    for r in records[1:]:
+        if rank(r) > rank(chosen):
+            chosen = r
+    chosen.followed = True
+    if len(records) == 1:
+        chosen.turn_feedback = chosen.feedback
+        return chosen
+    others = [f"- sample {r.sample + 1}: {outcome_line(r)}" for r in records if r is not chosen]
+    why = "the fastest correct one" if chosen.correct else "the one that got furthest"
+    chosen.turn_feedback = (
+        f"You wrote {len(records)} candidates this turn; the reply above is sample "
+        f"{chosen.sample + 1}, {why}.\n{chosen.feedback}\n"
+        f"The other samples of this turn:\n" + "\n".join(others)
+    )
+    return chosen

@@ -2,20 +2,23 @@
 
 Stage by stage (one function each, in the order they run)::
 
-    propose   the policy writes a candidate (.cu source)           policies/
+    propose   the policy writes n candidates (.cu sources)         policies/
     build     nvcc into a shared library, ptxas report             build/
     evaluate  child process: verify on every config, then time     evaluate/
     record    a TurnRecord (one JSONL line in the run folder)      agent/store.py
     feedback  text for the next turn, written for the model        agent/feedback.py
 
-The loop keeps the best *correct* candidate (lowest median GPU kernel time) and never dies
-on a bad candidate: a refusal, compile error, crash or hang is recorded and the next turn
-runs.  Only a missing toolchain or a Ctrl-C stops it early.
+A turn holds ``n`` samples (candidates written from the same conversation; ``--samples``);
+each is one :class:`TurnRecord` with its ``turn`` and ``sample`` index.  The loop keeps the
+best *correct* candidate over all turns and samples (lowest median GPU kernel time) and
+never dies on a bad candidate: a refusal, compile error, crash or hang is recorded and the
+next turn runs.  Only a missing toolchain, the user (interactive ``stop``/``accept``) or a
+Ctrl-C stops it early.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
 
 #: Statuses of a turn, in the order a candidate can fail (first = earliest stage).
@@ -73,10 +76,35 @@ class TurnRecord:
     build: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     mapping: dict[str, Any] = field(default_factory=dict)
+    sample: int = 0  #: index of this candidate within its turn (0..samples-1)
+    samples: int = 1  #: candidates per turn in this run (``--samples``)
+    #: The sample whose reply the model's conversation continues from (one per turn).
+    followed: bool = False
+    #: On the followed record: the feedback message of the whole turn (all samples).
+    turn_feedback: str = ""
 
     @property
     def correct(self) -> bool:
         return self.status == "correct"
+
+    @property
+    def label(self) -> str:
+        """``"3"`` for turn 3's only candidate, ``"3.2"`` for its second sample."""
+        if self.samples <= 1:
+            return f"{self.turn + 1}"
+        return f"{self.turn + 1}.{self.sample + 1}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TurnRecord":
+        """A record read back from ``turns.jsonl`` (unknown keys, e.g. from a newer
+        cudaperf, are ignored).
+
+        Raises:
+            KeyError, TypeError: ``data`` lacks ``turn``, ``policy``, ``description`` or
+                ``status``.
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 class LoopObserver(Protocol):
@@ -87,17 +115,38 @@ class LoopObserver(Protocol):
     def turn_done(self, record: TurnRecord) -> None: ...
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What the user chose after a turn (interactive runs; see ``agent/interact.py``).
+
+    ``action``: ``"continue"`` (the next turn), ``"accept"`` (finish now with the best
+    correct candidate) or ``"stop"`` (end the run without writing a result; it can be
+    resumed).  ``hint``: text for the model's next turn (model policies), or ``None``.
+    """
+
+    action: str = "continue"
+    hint: str | None = None
+
+
 @dataclass
 class LoopResult:
-    """All turns and the index of the best correct one (``None`` if none was correct)."""
+    """All candidates (every sample of every turn, in order) and the index of the best
+    correct one (``None`` if none was correct); ``stopped_by_user``: the user accepted or
+    stopped in an interactive run."""
 
     turns: list[TurnRecord]
     best_index: int | None
     stop_reason: str
+    stopped_by_user: bool = False
 
     @property
     def best(self) -> TurnRecord | None:
         return None if self.best_index is None else self.turns[self.best_index]
+
+    @property
+    def turn_count(self) -> int:
+        """Number of turns run (a turn holds ``n`` samples)."""
+        return len({r.turn for r in self.turns})
 
 
 def is_better(a: TurnRecord, b: TurnRecord | None) -> bool:
@@ -107,7 +156,20 @@ def is_better(a: TurnRecord, b: TurnRecord | None) -> bool:
     return b is None or b.gpu_ms is None or a.gpu_ms < b.gpu_ms
 
 
-TurnFn = Callable[[int, list[TurnRecord]], TurnRecord]
+def best_index(records: list[TurnRecord]) -> int | None:
+    """Index of the fastest correct record (the first of equals), or ``None``."""
+    best: int | None = None
+    for i, r in enumerate(records):
+        if is_better(r, None if best is None else records[best]):
+            best = i
+    return best
+
+
+#: ``run_turn(turn, history)`` -> the turn's records (one per sample; a single record is
+#: accepted too).  ``history`` holds every earlier record.
+TurnFn = Callable[[int, list[TurnRecord]], "list[TurnRecord] | TurnRecord"]
+#: ``ask(turn, records_of_turn, best_so_far)`` -> the user's :class:`Decision`.
+AskFn = Callable[[int, list[TurnRecord], "TurnRecord | None"], Decision]
 
 
 def run_loop(
@@ -118,45 +180,69 @@ def run_loop(
     on_record: Callable[[TurnRecord], None] | None = None,
     target_speedup: float | None = None,
     patience: int | None = None,
+    ask: AskFn | None = None,
+    history: list[TurnRecord] | None = None,
 ) -> LoopResult:
-    """Run up to ``turns`` turns of ``run_turn(turn, history)``; keep the best correct one.
+    """Run turns ``len(turns already in history) .. turns-1`` of ``run_turn``; keep the best
+    correct candidate over all of them.
 
-    ``run_turn`` does propose -> build -> evaluate for one turn and returns its record (see
-    ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).  Stops early,
-    saying why in ``LoopResult.stop_reason``, when:
+    ``run_turn`` does propose -> build -> evaluate for every sample of one turn and returns
+    their records (see ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).
+    ``history``: records of a resumed run (``--resume``); they count for the best candidate
+    and for ``patience`` and are not passed to ``on_record`` again.  ``ask`` (interactive
+    runs) is called after every turn but the last.  Stops early, saying why in
+    ``LoopResult.stop_reason``, when:
 
-    - the policy refuses (no candidate, or no more candidates);
+    - every sample of a turn was refused (no candidate, or no more candidates);
     - the best kernel-only speedup reaches ``target_speedup`` (x, against the run's baseline);
-    - ``patience`` turns in a row brought no faster correct candidate.
+    - ``patience`` turns in a row brought no faster correct candidate;
+    - the user accepted the best candidate or stopped the run.
     """
-    records: list[TurnRecord] = []
-    best: int | None = None
+    records: list[TurnRecord] = list(history or [])
+    best = best_index(records)
+    done_turns = sorted({r.turn for r in records})
     stale = 0  # turns since the best improved
+    if best is not None:
+        stale = sum(1 for t in done_turns if t > records[best].turn)
+    first = done_turns[-1] + 1 if done_turns else 0
     stop_reason = f"ran all {turns} turn(s)"
-    for t in range(turns):
-        record = run_turn(t, records)
-        records.append(record)
-        if on_record is not None:
-            on_record(record)
-        observer.turn_done(record)
-        if is_better(record, None if best is None else records[best]):
-            best, stale = t, 0
-        else:
-            stale += 1
-        if record.status == "refused":  # the built-in policy's refusals are final
+    by_user = False
+    if first >= turns:
+        stop_reason = f"the run already had {first} turn(s) (--turns {turns})"
+    for t in range(first, turns):
+        out = run_turn(t, list(records))
+        batch = [out] if isinstance(out, TurnRecord) else list(out)
+        improved = False
+        for record in batch:
+            records.append(record)
+            if on_record is not None:
+                on_record(record)
+            observer.turn_done(record)
+            if is_better(record, None if best is None else records[best]):
+                best, improved = len(records) - 1, True
+        stale = 0 if improved else stale + 1
+        if batch and all(r.status == "refused" for r in batch):  # builtin refusals are final
             stop_reason = (
                 f"the policy had no more candidates after {t} turn(s)" if t
-                else f"the policy produced no candidate: {record.message}"
+                else f"the policy produced no candidate: {batch[0].message}"
             )
             break
         speedup = None if best is None else records[best].speedup_kernel
         if target_speedup is not None and speedup is not None and speedup >= target_speedup:
             stop_reason = (
-                f"turn {best + 1} reached the target speedup ({speedup:.3g}x >= "
+                f"candidate {records[best].label} reached the target speedup ({speedup:.3g}x >= "
                 f"{target_speedup:g}x kernel-only)"
             )
             break
         if patience is not None and stale >= patience and t + 1 < turns:
             stop_reason = f"{stale} turn(s) in a row brought no faster correct candidate"
             break
-    return LoopResult(records, best, stop_reason)
+        if ask is not None and t + 1 < turns:
+            decision = ask(t, batch, None if best is None else records[best])
+            if decision.action == "accept":
+                stop_reason, by_user = f"the user accepted the best candidate after turn {t + 1}", True
+                break
+            if decision.action == "stop":
+                stop_reason, by_user = f"the user stopped the run after turn {t + 1}", True
+                break
+    return LoopResult(records, best, stop_reason, by_user)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf_cli.agent.checks import check_arch, check_memory, resolve_output
-from cudaperf_cli.agent.feedback import feedback_for
+from cudaperf_cli.agent.feedback import feedback_for, follow
 from cudaperf_cli.agent.loop import LoopResult, TurnRecord, run_loop
 from cudaperf_cli.agent.store import RunStore
 from cudaperf_cli.core import CProblem, CudaperfError, ProblemError, param_to_json, to_jsonable
 
-EXIT_OK, EXIT_NO_CORRECT, EXIT_NO_DEVICE = 0, 1, 4
+EXIT_OK, EXIT_NO_CORRECT, EXIT_NO_DEVICE, EXIT_INTERRUPTED = 0, 1, 4, 130
 
 #: The evaluation's measured array roles -> the copies the drop-in wrapper makes.
 ACCESS_OF_ROLE = {"read-only": "read", "write-only": "write", "read-write": "readwrite"}
@@ -56,15 +57,31 @@ class OptimizeOptions:
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float | None = None
+    top_p: float | None = None
     max_tokens: int | None = None
+    sampling_seed: int | None = None
+    request_timeout_s: float = 600.0
+    max_retries: int = 2
     replay: Path | None = None
+    samples: int = 1
+    context_tokens: int = 16384
+    # interaction: ask after each turn (a terminal, not --yes, not --json)
+    interactive: bool = False
+    resume: Path | None = None
 
 
-POLICIES = ("builtin", "openai", "replay")
+POLICIES = ("builtin", "openai", "vllm", "replay")
+
+#: Options a resumed run (``--resume``) may change; every other one is the run's own.
+RESUME_OVERRIDES = frozenset({
+    "turns", "target_speedup", "patience", "output", "force", "json_output", "interactive",
+    "eval_timeout_s", "compile_timeout_s", "request_timeout_s", "max_retries",
+})
 
 
 def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
-    """The policy named ``name`` (``builtin``, ``openai`` or ``replay``), configured by ``opts``.
+    """The policy named ``name`` (``builtin``, ``openai``, ``vllm`` or ``replay``),
+    configured by ``opts``.
 
     Raises:
         CudaperfError: an unknown policy, or a model policy missing its ``--model`` /
@@ -74,25 +91,60 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
         from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
 
         return BuiltinPolicy()
+    if name not in POLICIES:
+        raise CudaperfError(f"unknown policy '{name}': available policies: {', '.join(POLICIES)}")
+    from cudaperf_cli.policies.model_policy import ModelPolicy
+
+    opts = opts or OptimizeOptions(file=Path("."))
+    chat: Any
     if name == "openai":
-        if opts is None or not opts.model:
+        if not opts.model:
             raise CudaperfError("--policy openai needs --model NAME (the served model's name)")
-        from cudaperf_cli.policies.model_policy import ModelPolicy
         from cudaperf_cli.policies.openai_policy import OpenAIChatModel
 
         chat = OpenAIChatModel(
             opts.model, opts.base_url, api_key_env=opts.api_key_env,
-            temperature=opts.temperature, max_tokens=opts.max_tokens,
+            temperature=opts.temperature, top_p=opts.top_p, max_tokens=opts.max_tokens,
+            seed=opts.sampling_seed, timeout=opts.request_timeout_s, max_retries=opts.max_retries,
         )
-        return ModelPolicy(chat, "openai")
-    if name == "replay":
-        if opts is None or opts.replay is None:
+    elif name == "vllm":
+        if not opts.model:
+            raise CudaperfError("--policy vllm needs --model NAME_OR_PATH (Hugging Face name or local weights)")
+        from cudaperf_cli.policies.vllm_policy import VLLMChatModel
+
+        chat = VLLMChatModel(
+            opts.model, temperature=opts.temperature, top_p=opts.top_p,
+            max_tokens=opts.max_tokens, seed=opts.sampling_seed,
+        )
+    else:
+        if opts.replay is None:
             raise CudaperfError("--policy replay needs --replay FILE (a JSONL file of replies)")
-        from cudaperf_cli.policies.model_policy import ModelPolicy
         from cudaperf_cli.policies.replay import ReplayChatModel
 
-        return ModelPolicy(ReplayChatModel(opts.replay), "replay")
-    raise CudaperfError(f"unknown policy '{name}': available policies: {', '.join(POLICIES)}")
+        chat = ReplayChatModel(opts.replay)
+    return ModelPolicy(chat, name, context_tokens=opts.context_tokens)
+
+
+def propose_samples(policy: Any, problem: CProblem, turn: int, history: list[TurnRecord], n: int) -> list[Any]:
+    """Turn ``turn``'s ``n`` proposals.  A model policy answers ``n`` replies to one request;
+    the built-in policy's plan is walked in order (turn ``t`` takes mappings ``t*n .. t*n+n-1``).
+
+    Raises:
+        PolicyRefusal: no candidate at all for this turn.
+    """
+    if hasattr(policy, "propose_samples"):
+        return list(policy.propose_samples(problem, turn, history, n))
+    from cudaperf_cli.policies.base import PolicyRefusal
+
+    out = []
+    for k in range(turn * n, turn * n + n):
+        try:
+            out.append(policy.propose(problem, k, history=history))
+        except PolicyRefusal:
+            if not out:
+                raise
+            break
+    return out
 
 
 #: Reference runs for the CPU baseline (median), and their time budget in seconds.
@@ -123,7 +175,7 @@ class Evaluator:
     seed: int
     device_missing: bool = False
     baseline: Baseline | None = None  #: set by measure_baseline()
-    reports: dict[int, Any] = field(default_factory=dict)  #: turn -> StructureReport
+    reports: dict[tuple[int, int], Any] = field(default_factory=dict)  #: (turn, sample) -> StructureReport
 
     def job(self, lib_path: Path | None) -> Any:
         """The evaluation job of one candidate (``None``: the reference alone).
@@ -216,7 +268,7 @@ class Evaluator:
         except Exception as exc:  # noqa: BLE001 - analysis is advisory; the turn goes on
             record.structure_reasons = [f"structural analysis failed: {exc}"]
             return
-        self.reports[record.turn] = report
+        self.reports[(record.turn, record.sample)] = report
         record.structure_score = report.score
         record.structure_reasons = report.reasons(3)
 
@@ -268,8 +320,132 @@ def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
     return configs
 
 
-def run_optimize_command(opts: OptimizeOptions) -> int:
-    """Run ``cudaperf optimize``; returns the exit code (docs/exit-codes.md)."""
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def options_to_json(opts: OptimizeOptions) -> dict[str, Any]:
+    """``opts`` as JSON for ``run.json`` (paths absolute; no API key: only its variable's name)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(opts):
+        value = getattr(opts, f.name)
+        if isinstance(value, Path):
+            value = str(value.resolve())
+        out[f.name] = to_jsonable(value)
+    return out
+
+
+def options_from_json(data: dict[str, Any]) -> OptimizeOptions:
+    """The inverse of :func:`options_to_json` (unknown keys ignored)."""
+    kinds = {f.name: f for f in dataclasses.fields(OptimizeOptions)}
+    kw: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in kinds:
+            continue
+        if name in ("file", "output", "run_root", "replay", "resume") and value is not None:
+            value = Path(value)
+        elif name == "cpp_args":
+            value = tuple(value)
+        kw[name] = value
+    return OptimizeOptions(**kw)
+
+
+@dataclass
+class ResumeState:
+    """What ``--resume RUN`` reads back from a run folder."""
+
+    store: RunStore
+    records: list[TurnRecord]
+    hints: dict[int, str]
+    baseline: Baseline | None
+    output_sha256: str | None
+
+
+def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeOptions, ResumeState]:
+    """Read the run folder ``opts.resume``: its options (``run.json``), turns, hints and
+    baseline; options in ``given`` (named on this command line) override the run's when
+    they are in :data:`RESUME_OVERRIDES`.
+
+    Raises:
+        CudaperfError: not a run folder, an option that cannot change on resume, or the C
+            file changed since the run (exit code 2).
+    """
+    run_dir = Path(opts.resume or ".")
+    meta_path = run_dir / "run.json"
+    if not meta_path.is_file():
+        raise CudaperfError(
+            f"{run_dir} is not a resumable run folder (no run.json)",
+            hint="pass a folder under cudaperf-runs/ made by cudaperf optimize",
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+        stored = options_from_json(meta["options"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CudaperfError(f"cannot read {meta_path}: {exc}") from None
+    fields = {f.name for f in dataclasses.fields(OptimizeOptions)}
+    changed = sorted(
+        name for name in (given & fields) - RESUME_OVERRIDES - {"resume"}
+        if getattr(opts, name) != getattr(stored, name)
+    )
+    if changed:
+        flags = ", ".join(name.replace("_", "-") for name in changed)
+        raise CudaperfError(
+            f"cannot change {flags} when resuming; the run keeps its own options",
+            hint="start a new run for other options; on resume you may change: "
+            + ", ".join(sorted(n.replace("_", "-") for n in RESUME_OVERRIDES)),
+        )
+    overrides = {name: getattr(opts, name) for name in given & RESUME_OVERRIDES}
+    # How to present this invocation is always its own, never the stored run's.
+    overrides.update(interactive=opts.interactive, json_output=opts.json_output, force=opts.force)
+    merged = dataclasses.replace(stored, resume=run_dir, **overrides)
+    if not merged.file.is_file():
+        raise CudaperfError(f"the run's C file {merged.file} no longer exists")
+    if meta.get("file_sha256") and _file_sha256(merged.file) != meta["file_sha256"]:
+        raise CudaperfError(
+            f"{merged.file} changed since the run started; its turns no longer apply",
+            hint="start a new run (cudaperf optimize FILE)",
+        )
+    store = RunStore.open(run_dir)
+    records, skipped = [], 0
+    turns_path = run_dir / "turns.jsonl"
+    for line in (turns_path.read_text().splitlines() if turns_path.exists() else []):
+        try:
+            records.append(TurnRecord.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            skipped += 1  # e.g. the last line cut by a crash
+    if skipped:
+        print(f"warning: {skipped} unreadable line(s) of {turns_path} skipped", file=sys.stderr)
+    hints: dict[int, str] = {}
+    hints_path = run_dir / "hints.jsonl"
+    for line in (hints_path.read_text().splitlines() if hints_path.exists() else []):
+        try:
+            h = json.loads(line)
+            hints[int(h["turn"])] = str(h["hint"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    baseline = None
+    if (run_dir / "baseline.json").is_file():
+        try:
+            b = json.loads((run_dir / "baseline.json").read_text())
+            baseline = Baseline(b["cpu_ms"], b["cpu_iqr_ms"], b["roles"])
+        except (OSError, ValueError, KeyError, TypeError):
+            baseline = None
+    summary_sha = None
+    try:
+        summary_sha = json.loads((run_dir / "summary.json").read_text()).get("output_sha256")
+    except (OSError, ValueError, AttributeError):
+        pass
+    return merged, ResumeState(store, records, hints, baseline, summary_sha)
+
+
+def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozenset()) -> int:
+    """Run ``cudaperf optimize``; returns the exit code (docs/exit-codes.md).
+
+    ``given``: names of the options set on the command line (``--resume`` lets some of them
+    override the run's own; see :data:`RESUME_OVERRIDES`).
+    """
     from rich.markup import escape
 
     from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel, stdout_console
@@ -277,13 +453,19 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     from cudaperf_cli.problems.c import build_reference, load_c_problem
 
     console = stdout_console()
+    resumed: ResumeState | None = None
+    if opts.resume is not None:
+        opts, resumed = load_resume(opts, given)
     human = not opts.json_output
 
     if opts.file.is_dir():
         raise ProblemError(f"{opts.file} is a directory, not a C file")
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
-    out_path = resolve_output(opts)
+    out_path = resolve_output(
+        opts if resumed is None or not _written_by_run(opts, resumed)
+        else dataclasses.replace(opts, force=True)
+    )
     policy = make_policy(opts.policy, opts)
     if opts.arch is not None:
         check_arch(opts.arch)
@@ -298,10 +480,13 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
     if hasattr(policy, "arch"):  # model policies name the architecture in their prompt
         policy.arch = arch
 
-    store = RunStore(opts.run_root, f"{opts.file.stem}-{problem.function}")
-    store.write_json(
-        "problem.json",
-        {
+    if resumed is None:
+        store = RunStore(opts.run_root, f"{opts.file.stem}-{problem.function}")
+        store.write_json("run.json", {
+            "options": options_to_json(opts), "file_sha256": _file_sha256(opts.file),
+            "cudaperf": _version(),
+        })
+        store.write_json("problem.json", {
             "file": str(opts.file.resolve()),
             "function": problem.function,
             "params": [param_to_json(p) for p in problem.params],
@@ -312,12 +497,23 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
             "configs": configs,
             "arch": arch,
             "policy": opts.policy,
-        },
-    )
+        })
+        history: list[TurnRecord] = []
+    else:
+        store = resumed.store
+        history = resumed.records
+        if hasattr(policy, "hints"):
+            policy.hints.update(resumed.hints)
+        if hasattr(policy, "resume"):
+            policy.resume(history, opts.samples)
     if human:
         sizes = ", ".join(f"{k}={v}" for k, v in problem.sizes.items())
         small = ", ".join(f"{k}={v}" for k, v in configs[0]["sizes"].items())
         init = f"init {problem.init.name}()" if problem.init else "seeded random data"
+        if resumed is not None:
+            done = len({r.turn for r in history})
+            console.print(f"resuming {escape(str(store.path))}: {done} turn(s) done, "
+                          f"{len(history)} candidate(s) kept")
         console.print(
             f"[bold]{escape(problem.function)}[/] from {escape(str(opts.file))}: sizes {sizes} "
             f"(from {problem.sizes_source}); verify also at {small}; {init}; nvcc -arch={arch}"
@@ -337,7 +533,9 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
         device_missing=detected is None,
     )
 
-    if _has_candidate(policy, problem):  # no baseline to measure for a refused function
+    if resumed is not None and resumed.baseline is not None:
+        evaluator.baseline = resumed.baseline  # the same denominator as the earlier turns
+    elif _has_candidate(policy, problem):  # no baseline to measure for a refused function
         if human:
             with console.status(f"measuring the CPU baseline ({reference.baseline_name})"):
                 baseline = evaluator.measure_baseline()
@@ -348,64 +546,108 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
                 )
         else:
             evaluator.measure_baseline()
+        store.write_json("baseline.json", evaluator.baseline)
 
     observer: Any = RichObserver(console, f"{problem.function}: {opts.policy} policy") if human else QuietObserver()
+    if human and history:
+        observer.records.extend(history)
 
-    def run_turn(turn: int, history: list[TurnRecord]) -> TurnRecord:
+    def refused(turn: int, why: str) -> TurnRecord:
+        record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why,
+                            samples=opts.samples)
+        record.feedback = feedback_for(record)
+        return record
+
+    def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
         from cudaperf_cli.policies.base import PolicyRefusal
 
-        observer.stage(turn, "writing a candidate")
+        observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
         try:
-            proposal = policy.propose(problem, turn, history=list(history))
+            proposals = propose_samples(policy, problem, turn, list(history), opts.samples)
         except PolicyRefusal as refusal:
-            record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=str(refusal))
-            record.feedback = feedback_for(record)
-            return record
+            return [refused(turn, str(refusal))]
         except CudaperfError:  # e.g. the model server is unreachable: ends the run, one line
             raise
         except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
             log = store.path / f"policy-error-turn{turn + 1}.txt"
             log.write_text("".join(traceback.format_exception(exc)))
-            why = f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} (see {log.name})"
-            record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why)
+            return [refused(turn, f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} "
+                                  f"(see {log.name})")]
+        if not proposals:
+            return [refused(turn, "the policy returned no candidate")]
+        records = []
+        for k, proposal in enumerate(proposals):
+            record = TurnRecord(
+                turn, proposal.policy, proposal.description, "pending",
+                source=proposal.source, mapping=dict(proposal.mapping), sample=k,
+                samples=opts.samples,
+            )
+            label = f"sample {k + 1}/{len(proposals)}: " if len(proposals) > 1 else ""
+            if not proposal.source.strip():  # a model's reply without usable code
+                record.status = "format_error"
+                record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")
+            else:
+                evaluator.run(record, proposal.source, lambda name: observer.stage(turn, label + name))
+            if record.baseline is None:
+                record.baseline = getattr(reference, "baseline_name", None)
             record.feedback = feedback_for(record)
-            return record
-        record = TurnRecord(
-            turn, proposal.policy, proposal.description, "pending",
-            source=proposal.source, mapping=dict(proposal.mapping),
-        )
-        if not proposal.source.strip():  # a model's reply without usable code: a failed candidate
-            record.status = "format_error"
-            record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")
-            record.baseline = getattr(reference, "baseline_name", None)
-            record.feedback = feedback_for(record)
-            return record
-        evaluator.run(record, proposal.source, lambda name: observer.stage(turn, name))
-        if record.baseline is None:
-            record.baseline = getattr(reference, "baseline_name", None)
-        record.feedback = feedback_for(record)
-        return record
+            records.append(record)
+        follow(records)
+        return records
+
+    ask = None
+    if opts.interactive and human:
+        from cudaperf_cli.agent.interact import TerminalAsk
+
+        def save_hint(turn: int, hint: str) -> None:
+            store.append_jsonl("hints.jsonl", {"turn": turn, "hint": hint})
+            if hasattr(policy, "hints"):
+                policy.hints[turn] = hint
+
+        ask = TerminalAsk(console, observer, on_hint=save_hint if hasattr(policy, "hints") else None)
 
     started = time.perf_counter()
-    with observer if human else contextlib.nullcontext():
-        result = run_loop(
-            run_turn,
-            turns=opts.turns,
-            observer=observer,
-            on_record=lambda r: store.append_jsonl("turns.jsonl", r),
-            target_speedup=opts.target_speedup,
-            patience=opts.patience,
-        )
+    interrupted = False
+    try:
+        with observer if human else contextlib.nullcontext():
+            result = run_loop(
+                run_turn,
+                turns=opts.turns,
+                observer=observer,
+                on_record=lambda r: store.append_jsonl("turns.jsonl", r),
+                target_speedup=opts.target_speedup,
+                patience=opts.patience,
+                ask=ask,
+                history=history,
+            )
+    except KeyboardInterrupt:
+        interrupted = True
+        kept = _read_records(store.path / "turns.jsonl")
+        from cudaperf_cli.agent.loop import best_index
+
+        result = LoopResult(kept, best_index(kept), "interrupted (Ctrl-C)", True)
     wall_s = time.perf_counter() - started
 
-    code, lines, written = _finish(problem, result, evaluator, out_path, arch, opts)
+    stopped = interrupted or (result.stopped_by_user and result.stop_reason.startswith("the user stopped"))
+    if stopped:  # nothing written; the run folder can be resumed
+        code, written = EXIT_INTERRUPTED, None
+        lines = ["Stopped before the end: nothing written.",
+                 f"resume      cudaperf optimize --resume {store.path}"]
+    else:
+        code, lines, written = _finish(problem, result, evaluator, out_path, arch, opts)
     summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, evaluator)
     store.write_json("summary.json", summary)
+    if interrupted:
+        print(f"interrupted: resume with: cudaperf optimize --resume {store.path}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if stopped and not human:
+        print(f"stopped by the user: resume with: cudaperf optimize --resume {store.path}", file=sys.stderr)
     if human:
-        if result.best is not None and result.best.turn in evaluator.reports:
+        best_key = None if result.best is None else (result.best.turn, result.best.sample)
+        if best_key in evaluator.reports:
             from cudaperf_cli.structure.render import print_report
 
-            print_report(evaluator.reports[result.best.turn], console, top=3)
+            print_report(evaluator.reports[best_key], console, top=3)
         console.print(best_panel(result, lines))
         console.print(f"stopped: {result.stop_reason}; run folder: {store.path}", markup=False)
     else:
@@ -417,6 +659,29 @@ def run_optimize_command(opts: OptimizeOptions) -> int:
                else "no correct candidate")
         print(f"{why}: see the turns above and the run folder {store.path}", file=sys.stderr)
     return code
+
+
+def _written_by_run(opts: OptimizeOptions, resumed: ResumeState) -> bool:
+    """True when the output file exists and is exactly what this run wrote before (a resumed
+    run may then replace it without ``--force``)."""
+    out = opts.output or Path.cwd() / f"{opts.file.stem}.cu"
+    return bool(resumed.output_sha256) and out.is_file() and _file_sha256(out) == resumed.output_sha256
+
+
+def _read_records(path: Path) -> list[TurnRecord]:
+    out = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            out.append(TurnRecord.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def _version() -> str:
+    from cudaperf_cli import __version__
+
+    return __version__
 
 
 def _finish(
@@ -473,8 +738,12 @@ def _summary(
         "cpu_baseline": None if evaluator.baseline is None else to_jsonable(evaluator.baseline),
         "turns": [brief(r) for r in result.turns],
         "best_turn": None if best is None else best.turn + 1,
+        "best_sample": None if best is None else best.sample + 1,
         "best": None if best is None else brief(best),
         "output": None if written is None else str(written),
+        "output_sha256": None if written is None else _file_sha256(written),
+        "samples": result.turns[0].samples if result.turns else 1,
+        "turn_count": result.turn_count,
         "run_dir": str(run_dir),
         "stop_reason": result.stop_reason,
         "exit_code": code,

@@ -6,7 +6,8 @@ On a terminal the table grows live while a spinner names the stage in progress; 
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -76,7 +77,7 @@ def fmt_err(v: float | None) -> str:
 #: (< 120 columns) keeps only those marked essential.
 def _columns() -> list[tuple[str, str, bool, Any]]:
     return [
-        ("turn", "right", True, lambda r: str(r.turn + 1)),
+        ("turn", "right", True, lambda r: r.label),
         ("candidate", "left", True, lambda r: Text(r.description)),
         ("status", "left", True,
          lambda r: Text(STATUS_LABEL.get(r.status, r.status), style=STATUS_STYLE.get(r.status, ""))),
@@ -113,7 +114,7 @@ def turns_table(records: list[TurnRecord], title: str | None = None, width: int 
 
 def turn_line(r: TurnRecord) -> str:
     """One plain line for a finished turn (non-terminal output)."""
-    head = f"turn {r.turn + 1}: {STATUS_LABEL.get(r.status, r.status)}"
+    head = f"turn {r.label}: {STATUS_LABEL.get(r.status, r.status)}"
     if r.correct:
         return (
             f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
@@ -136,25 +137,38 @@ class RichObserver:
 
     def __enter__(self) -> "RichObserver":
         if self.console.is_terminal:
+            # transient: the live table is redrawn after a question and printed once at the end
             self._live = Live(self._render(), console=self.console, refresh_per_second=8,
-                              transient=False)
+                              transient=True)
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._live is not None:
             self._stage = ""
-            self._live.update(self._render())
             self._live.__exit__(*exc)
             self._live = None
-        else:
-            self.console.print(turns_table(self.records, self.title, self.console.width))
+        self.console.print(turns_table(self.records, self.title, self.console.width))
 
     def _render(self) -> Group:
         parts: list[Any] = [turns_table(self.records, self.title, self.console.width)]
         if self._stage:
             parts.append(Spinner("dots", text=Text(self._stage, style="dim")))
         return Group(*parts)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the live table while the user answers a question (interactive runs)."""
+        live = self._live
+        if live is None:
+            yield
+            return
+        self._stage = ""
+        live.stop()
+        try:
+            yield
+        finally:
+            live.start()
 
     def stage(self, turn: int, name: str) -> None:
         self._stage = f"turn {turn + 1}: {name}"
@@ -202,4 +216,4 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
             "(!)         above 10x: worth a second look (sizes, baseline); the baseline is one "
             "CPU thread"
         )
-    return Panel("\n".join(body), title=f"best: turn {best.turn + 1}", border_style="green", expand=False)
+    return Panel("\n".join(body), title=f"best: turn {best.label}", border_style="green", expand=False)

@@ -2,13 +2,18 @@
 
 Layout of ``<run-root>/<stem>-<function>-<YYYYmmdd-HHMMSS>/``::
 
+    run.json          the options of the run (no API key) and the C file's SHA-256 (--resume)
     problem.json      the loaded problem (parameters, extents, sizes, configs, init)
+    baseline.json     the CPU baseline measured once (median, IQR per configuration; roles)
+    hints.jsonl       hints the user gave after a turn (interactive runs)
     reference/        the reference wrapper source and shared library
-    turns.jsonl       one JSON object per turn: candidate source, build log, ptxas report,
-                      evaluation results (see TurnRecord in agent/loop.py)
+    turns.jsonl       one JSON object per candidate (every sample of every turn): source,
+                      model reply, build log, ptxas report, evaluation results, feedback
+                      (see TurnRecord in agent/loop.py)
     summary.json      the same document ``--json`` prints
 
-A folder is never reused: a name clash gets a numeric suffix.
+A new run never reuses a folder: a name clash gets a numeric suffix.  ``--resume`` opens an
+existing one (:meth:`RunStore.open`) and appends to it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ class RunStore:
                 hint="choose another place with --run-dir DIR",
             ) from None
         self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> "RunStore":
+        """An existing run folder (``--resume``); appends go to its files."""
+        store = cls.__new__(cls)
+        store.path = Path(path)
+        return store
 
     def write_json(self, name: str, obj: Any) -> Path:
         out = self.path / name

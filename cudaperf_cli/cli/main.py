@@ -43,7 +43,10 @@ def _root(
 
 @app.command()
 def optimize(
-    file: Path = typer.Argument(..., help="C file holding the function to port."),
+    ctx: typer.Context,
+    file: Optional[Path] = typer.Argument(
+        None, help="C file holding the function to port (omit with --resume)."
+    ),
     include: List[str] = typer.Option([], "-I", help="Include directory (repeatable), as for cc."),
     define: List[str] = typer.Option([], "-D", help="Macro NAME[=VALUE] (repeatable), as for cc."),
     function: Optional[str] = typer.Option(
@@ -56,7 +59,13 @@ def optimize(
     init: Optional[str] = typer.Option(
         None, "--init", help="Init function filling the data (default: detected by name)."
     ),
-    turns: int = typer.Option(3, "--turns", "-n", min=1, help="Candidates to try (one a turn)."),
+    turns: int = typer.Option(3, "--turns", "-n", min=1, max=1000, help="Turns to run (total, "
+                              "also with --resume)."),
+    samples: int = typer.Option(
+        1, "--samples", "-k", min=1, max=64,
+        help="Candidates per turn: a model policy samples k replies to one request; the "
+        "built-in policy tries its next k mappings. Every one is evaluated.",
+    ),
     target_speedup: Optional[float] = typer.Option(
         None, "--target-speedup", min=0.0, max=1e9,
         help="Stop once the best kernel-only speedup reaches this (x, vs the CPU baseline).",
@@ -68,10 +77,11 @@ def optimize(
     policy: str = typer.Option(
         "builtin", "--policy",
         help="Policy writing candidates: builtin (no model), openai (any OpenAI-compatible "
-        "server), replay (replies recorded in a JSONL file).",
+        "server), vllm (in-process vLLM), replay (replies recorded in a JSONL file).",
     ),
     model: Optional[str] = typer.Option(
-        None, "--model", help="Model name for --policy openai (as the server knows it)."
+        None, "--model", help="Model for --policy openai (as the server knows it) or vllm "
+        "(Hugging Face name or local path)."
     ),
     base_url: Optional[str] = typer.Option(
         None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
@@ -84,11 +94,32 @@ def optimize(
     temperature: Optional[float] = typer.Option(
         None, "--temperature", min=0.0, max=2.0, help="Sampling temperature (model policies)."
     ),
+    top_p: Optional[float] = typer.Option(
+        None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling top_p (model policies)."
+    ),
     max_tokens: Optional[int] = typer.Option(
         None, "--max-tokens", min=1, help="Most tokens in one reply (model policies)."
     ),
+    sampling_seed: Optional[int] = typer.Option(
+        None, "--sampling-seed", min=0, help="Seed for the model's sampling, where the server "
+        "supports it (the data seed is --seed)."
+    ),
+    request_timeout: float = typer.Option(
+        600.0, "--request-timeout", min=1.0, max=86400.0,
+        help="Time limit of one model request, seconds (--policy openai).",
+    ),
+    max_retries: int = typer.Option(
+        2, "--max-retries", min=0, max=20,
+        help="Retries of a failed model request (connection errors, 408/409/429/5xx; the "
+        "openai client's own back-off).",
+    ),
+    context_tokens: int = typer.Option(
+        16384, "--context-tokens", min=1000,
+        help="Prompt budget in tokens (estimated); older turns are summarised beyond it.",
+    ),
     replay: Optional[Path] = typer.Option(
-        None, "--replay", help='JSONL file of replies for --policy replay: {"text": "..."} a line.'
+        None, "--replay", help='JSONL file of replies for --policy replay: {"text": "..."} a '
+        "line, or a run folder's turns.jsonl."
     ),
     arch: Optional[str] = typer.Option(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
@@ -109,42 +140,71 @@ def optimize(
         help="Time limit of one nvcc compile, seconds.",
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random input data."),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Never ask between turns (the default off a terminal)."
+    ),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="Continue the run in this run folder (after a crash, Ctrl-C or "
+        "'s'): its turns are kept, --turns is the new total."
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="TOML file of defaults ([optimize] table; default: "
+        "$CUDAPERF_CONFIG, ./cudaperf.toml, ~/.config/cudaperf/config.toml)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
 ) -> None:
     """Port a C function to CUDA: build, verify and time candidates over several turns."""
     from cudaperf_cli.agent.optimize import OptimizeOptions, run_optimize_command
+    from cudaperf_cli.cli.config import apply_config
 
     try:
-        for flag, values in (("-I", include), ("-D", define)):
+        if resume is None:
+            p, _ = apply_config(ctx, "optimize", config)
+        else:  # a resumed run keeps its own options; the command line may change a few
+            p = dict(ctx.params)
+        if p["file"] is None and resume is None:
+            raise ProblemError("missing the C file", hint="cudaperf optimize FILE.c, or --resume RUN_DIR")
+        if p["file"] is not None and resume is not None:
+            raise ProblemError("give either a C file or --resume RUN_DIR, not both")
+        for flag, values in (("-I", p["include"]), ("-D", p["define"])):
             if any(not v.strip() for v in values):  # '-I ""' would swallow the next flag
                 raise ProblemError(f"'{flag}' needs a value")
-        cpp_args = [f"-I{d}" for d in include] + [f"-D{d}" for d in define]
+        cpp_args = [f"-I{d}" for d in p["include"]] + [f"-D{d}" for d in p["define"]]
+        interactive = not (p["yes"] or p["json_out"]) and sys.stdin.isatty() and sys.stdout.isatty()
         opts = OptimizeOptions(
-            file=file,
+            file=p["file"] or Path("."),
             cpp_args=tuple(cpp_args),
-            function=function,
-            sizes=parse_sizes(size),
-            init=init,
-            turns=turns,
-            policy=policy,
-            arch=arch,
-            output=output,
-            force=force,
-            run_root=run_root,
-            eval_timeout_s=timeout,
-            compile_timeout_s=compile_timeout,
-            seed=seed,
-            json_output=json_out,
-            target_speedup=target_speedup,
-            patience=patience,
-            model=model,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            replay=replay,
+            function=p["function"],
+            sizes=parse_sizes(p["size"]),
+            init=p["init"],
+            turns=p["turns"],
+            policy=p["policy"],
+            arch=p["arch"],
+            output=p["output"],
+            force=p["force"],
+            run_root=p["run_root"],
+            eval_timeout_s=p["timeout"],
+            compile_timeout_s=p["compile_timeout"],
+            seed=p["seed"],
+            json_output=p["json_out"],
+            target_speedup=p["target_speedup"],
+            patience=p["patience"],
+            model=p["model"],
+            base_url=p["base_url"],
+            api_key_env=p["api_key_env"],
+            temperature=p["temperature"],
+            top_p=p["top_p"],
+            max_tokens=p["max_tokens"],
+            sampling_seed=p["sampling_seed"],
+            request_timeout_s=p["request_timeout"],
+            max_retries=p["max_retries"],
+            replay=p["replay"],
+            samples=p["samples"],
+            context_tokens=p["context_tokens"],
+            interactive=interactive,
+            resume=resume,
         )
-        code = run_optimize_command(opts)
+        code = run_optimize_command(opts, given=_given_options(ctx))
     except CudaperfError as err:
         fail(err)
     except OSError as exc:  # a file or folder the checks above could not foresee
@@ -153,6 +213,25 @@ def optimize(
         print("interrupted: the run folder keeps what was done", file=sys.stderr)
         raise typer.Exit(130)
     raise typer.Exit(code)
+
+
+#: Command-line parameter name -> OptimizeOptions field, where they differ.
+_OPTION_FIELD = {
+    "timeout": "eval_timeout_s", "compile_timeout": "compile_timeout_s", "json_out": "json_output",
+    "request_timeout": "request_timeout_s", "size": "sizes", "yes": "interactive",
+    "include": "cpp_args", "define": "cpp_args",
+}
+
+
+def _given_options(ctx: typer.Context) -> frozenset[str]:
+    """OptimizeOptions fields set on the command line (``--resume`` may override some)."""
+    from cudaperf_cli.cli.config import source_name
+
+    given = set()
+    for name in ctx.params:
+        if source_name(ctx, name) == "COMMANDLINE":
+            given.add(_OPTION_FIELD.get(name, name))
+    return frozenset(given)
 
 
 @app.command()

@@ -1,8 +1,11 @@
 """Replies recorded in a JSONL file, served in order: for tests, demos and re-running a run.
 
 File format: one JSON object per line, ``{"text": "<the model's whole reply>"}``; optional
-``"prompt_tokens"`` and ``"completion_tokens"`` (integers).  Blank lines are skipped.  Each
-request takes the next ``n`` lines; once they run out the policy refuses with ``"replay file
+``"prompt_tokens"`` and ``"completion_tokens"`` (integers).  Blank lines are skipped.  A run
+folder's ``turns.jsonl`` is a replay file too: its records carry the reply in
+``mapping.reply`` (records without one, e.g. refusals, are skipped), so a past model run can
+be re-run (another GPU, another cudaperf version).  Each request takes the next ``n`` replies
+(fewer when fewer are left); once they run out the policy refuses with ``"replay file
 exhausted"`` and the loop stops.
 """
 
@@ -33,18 +36,28 @@ class ReplayChatModel:
                 obj: Any = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ProblemError(f"{self.path}:{number}: not JSON ({exc.msg})") from None
+            if isinstance(obj, dict) and isinstance(obj.get("mapping"), dict) and "text" not in obj:
+                if not isinstance(obj["mapping"].get("reply"), str):
+                    continue  # a run record without a model reply (refusal, builtin policy)
+                obj = {**obj["mapping"], "text": obj["mapping"]["reply"]}
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise ProblemError(f'{self.path}:{number}: expected an object {{"text": "..."}}')
             self.replies.append(Reply(
                 obj["text"], None, int(obj.get("prompt_tokens") or 0),
                 int(obj.get("completion_tokens") or 0), 0.0,
             ))
+        if not self.replies:
+            raise ProblemError(f"the replay file {self.path} holds no replies")
         self.served = 0
         self.requests: list[list[dict[str, str]]] = []  #: the messages of every request
 
+    def skip(self, k: int) -> None:
+        """Mark the first ``k`` replies as used (a resumed run continues after them)."""
+        self.served = min(len(self.replies), self.served + max(0, k))
+
     def complete(self, messages: list[dict[str, str]], n: int = 1) -> list[Reply]:
         self.requests.append(messages)
-        if self.served + n > len(self.replies):
+        if self.served >= len(self.replies):
             raise PolicyRefusal("replay file exhausted")
         out = self.replies[self.served:self.served + n]
         self.served += n

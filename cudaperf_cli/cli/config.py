@@ -1,0 +1,128 @@
+"""Defaults from a TOML config file: one table per command, keys = the long option names.
+
+```toml
+# cudaperf.toml
+[optimize]
+policy = "openai"
+model = "Qwen/Qwen2.5-Coder-32B-Instruct"
+base-url = "http://127.0.0.1:8000/v1"
+samples = 4
+temperature = 0.7
+turns = 5
+```
+
+Where it is looked for, first found wins: ``--config FILE``; the file named by
+``$CUDAPERF_CONFIG``; ``./cudaperf.toml``; ``$XDG_CONFIG_HOME/cudaperf/config.toml`` (default
+``~/.config/cudaperf/config.toml``).  A value on the command line beats the file; the file
+beats the built-in default.  Keys are checked like the command line (unknown key, wrong
+type, out of range: one line naming the file, table and key).  API keys do not belong in
+it: ``--api-key-env`` names the variable holding one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cudaperf_cli.core import CudaperfError
+
+CONFIG_ENV = "CUDAPERF_CONFIG"
+#: Options a config file may not set (they name a run, not a default).
+NOT_CONFIGURABLE = frozenset({"config", "resume", "help", "version"})
+
+
+def find_config(explicit: Path | None) -> Path | None:
+    """The config file to read (see the module docstring), or ``None``.
+
+    Raises:
+        CudaperfError: ``--config`` or ``$CUDAPERF_CONFIG`` names a file that does not exist.
+    """
+    if explicit is not None:
+        if not explicit.is_file():
+            raise CudaperfError(f"--config {explicit}: no such file")
+        return explicit
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        if not Path(env).is_file():
+            raise CudaperfError(f"${CONFIG_ENV}={env}: no such file")
+        return Path(env)
+    here = Path("cudaperf.toml")
+    if here.is_file():
+        return here
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "cudaperf" / "config.toml"
+    return home if home.is_file() else None
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The parsed TOML document of ``path``.
+
+    Raises:
+        CudaperfError: unreadable file or invalid TOML (one line with the position).
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise CudaperfError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CudaperfError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _option_key(param: Any) -> str | None:
+    longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+    return longs[0][2:] if longs else None
+
+
+def source_name(ctx: Any, name: str) -> str | None:
+    """Where parameter ``name`` got its value: ``"COMMANDLINE"``, ``"ENVIRONMENT"``,
+    ``"DEFAULT"``, ``"DEFAULT_MAP"`` or ``None`` (click's ``ParameterSource`` names; read by
+    name because Typer may vendor its own click)."""
+    source = ctx.get_parameter_source(name)
+    return None if source is None else str(getattr(source, "name", source))
+
+
+def apply_config(ctx: Any, section: str, explicit: Path | None = None) -> tuple[dict[str, Any], Path | None]:
+    """``ctx.params`` with every option still at its default replaced by the config file's
+    value from table ``[section]``; returns the parameters and the file used (or ``None``).
+
+    ``ctx`` is the command's click/Typer context.
+
+    Raises:
+        CudaperfError: no such file, invalid TOML, a table that is not a table, an unknown
+            or unsettable key, or a value the option would refuse (exit code 2).
+    """
+    params = dict(ctx.params)
+    path = find_config(explicit)
+    if path is None:
+        return params, None
+    table = load_config(path).get(section, {})
+    if not isinstance(table, dict):
+        raise CudaperfError(f"{path}: [{section}] must be a table")
+    by_key: dict[str, Any] = {}
+    for param in ctx.command.params:
+        key = _option_key(param)
+        if key is not None and param.name not in NOT_CONFIGURABLE:
+            by_key[key] = param
+    for raw_key, value in table.items():
+        key = str(raw_key).replace("_", "-")
+        param = by_key.get(key)
+        if param is None:
+            known = ", ".join(sorted(by_key))
+            raise CudaperfError(f"{path}: [{section}] unknown key '{raw_key}'", hint=f"known keys: {known}")
+        if source_name(ctx, param.name) not in ("DEFAULT", None):
+            continue  # the command line (or an environment variable) wins
+        try:
+            params[param.name] = param.process_value(ctx, value)
+        except Exception as exc:  # click's BadParameter (Typer vendors click), TypeError...
+            why = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            raise CudaperfError(f"{path}: [{section}] {raw_key}: {why}") from None
+    return params, path
+
+
+__all__ = ["CONFIG_ENV", "apply_config", "find_config", "load_config", "source_name"]
