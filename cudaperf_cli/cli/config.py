@@ -79,6 +79,11 @@ def _option_key(param: Any) -> str | None:
     return longs[0][2:] if longs else None
 
 
+def _is_path_param(param: Any) -> bool:
+    kind = getattr(param, "type", None)
+    return type(kind).__name__ == "Path" or "path" in type(kind).__name__.lower()
+
+
 def source_name(ctx: Any, name: str) -> str | None:
     """Where parameter ``name`` got its value: ``"COMMANDLINE"``, ``"ENVIRONMENT"``,
     ``"DEFAULT"``, ``"DEFAULT_MAP"`` or ``None`` (click's ``ParameterSource`` names; read by
@@ -87,17 +92,22 @@ def source_name(ctx: Any, name: str) -> str | None:
     return None if source is None else str(getattr(source, "name", source))
 
 
-def apply_config(ctx: Any, section: str, explicit: Path | None = None) -> tuple[dict[str, Any], Path | None]:
-    """``ctx.params`` with every option still at its default replaced by the config file's
-    value from table ``[section]``; returns the parameters and the file used (or ``None``).
+def apply_config(
+    ctx: Any, section: str, explicit: Path | None = None, params: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Path | None]:
+    """``params`` (default ``ctx.params``) with every option still at its default replaced by
+    the config file's value from table ``[section]``; returns the parameters and the file
+    used (or ``None``).
 
-    ``ctx`` is the command's click/Typer context.
+    ``ctx`` is the command's click/Typer context.  A value from the file is converted by the
+    option's own type, and to :class:`~pathlib.Path` where the current value is a path
+    (click's path type returns strings).
 
     Raises:
         CudaperfError: no such file, invalid TOML, a table that is not a table, an unknown
             or unsettable key, or a value the option would refuse (exit code 2).
     """
-    params = dict(ctx.params)
+    params = dict(ctx.params if params is None else params)
     path = find_config(explicit)
     if path is None:
         return params, None
@@ -118,7 +128,10 @@ def apply_config(ctx: Any, section: str, explicit: Path | None = None) -> tuple[
         if source_name(ctx, param.name) not in ("DEFAULT", None):
             continue  # the command line (or an environment variable) wins
         try:
-            params[param.name] = param.process_value(ctx, value)
+            converted = param.process_value(ctx, value)
+            if isinstance(converted, str) and _is_path_param(param):
+                converted = Path(converted)
+            params[param.name] = converted
         except Exception as exc:  # click's BadParameter (Typer vendors click), TypeError...
             why = exc.format_message() if hasattr(exc, "format_message") else str(exc)
             raise CudaperfError(f"{path}: [{section}] {raw_key}: {why}") from None

@@ -14,6 +14,7 @@ import typer
 
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes
+from cudaperf_cli.cli.bench import bench_app
 from cudaperf_cli.cli.score import score
 from cudaperf_cli.core import CudaperfError, ProblemError
 
@@ -154,14 +155,16 @@ def optimize(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
 ) -> None:
     """Port a C function to CUDA: build, verify and time candidates over several turns."""
+    # The values as Typer converted them (ctx.params may hold click's raw strings for paths).
+    args = {name: value for name, value in locals().items() if name != "ctx"}
     from cudaperf_cli.agent.optimize import OptimizeOptions, run_optimize_command
     from cudaperf_cli.cli.config import apply_config
 
     try:
         if resume is None:
-            p, _ = apply_config(ctx, "optimize", config)
+            p, _ = apply_config(ctx, "optimize", config, args)
         else:  # a resumed run keeps its own options; the command line may change a few
-            p = dict(ctx.params)
+            p = args
         if p["file"] is None and resume is None:
             raise ProblemError("missing the C file", hint="cudaperf optimize FILE.c, or --resume RUN_DIR")
         if p["file"] is not None and resume is not None:
@@ -245,6 +248,7 @@ def doctor(
 
 
 app.command(name="score")(score)
+app.add_typer(bench_app, name="bench")
 
 
 def main() -> None:
