@@ -19,6 +19,7 @@ import time
 from typing import Any, Mapping
 
 from cudaperf_cli.core import kill_process_group
+from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 from cudaperf_cli.evaluate.job import (
     CRASH,
     REFERENCE_ERROR,
@@ -184,9 +185,12 @@ def run_evaluation(
     os.close(fd_state)
     os.close(fd_err)
     try:
-        rc, out, elapsed, timed_out = _spawn_worker(
-            [], payload, timeout_s=timeout_s, env=env, state_path=state_path, err_path=err_path
-        )
+        # One evaluation at a time per GPU across processes (cudaperf bench -j N); the time
+        # limit starts once the lock is held.  See evaluate/gpu_lock.py.
+        with gpu_lock(job.device, needed=job.cand_lib is not None):
+            rc, out, elapsed, timed_out = _spawn_worker(
+                [], payload, timeout_s=timeout_s, env=env, state_path=state_path, err_path=err_path
+            )
         state = _read_state(state_path)
         tail = _tail(err_path)
     finally:

@@ -1,0 +1,162 @@
+"""``cudaperf bench``: run a suite of problems through optimize, and compare two runs.
+
+    cudaperf bench SUITE [options]          (same as: cudaperf bench run SUITE)
+    cudaperf bench compare A.json B.json
+
+Registered by ``cudaperf_cli/cli/main.py`` as a Typer sub-app.  The group's first argument
+is taken as a suite unless it names a sub-command, so ``bench SUITE`` runs it; a suite
+folder literally named ``compare`` or ``run`` is reached as ``bench run compare``.
+See docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from cudaperf_cli.cli.common import fail
+from cudaperf_cli.core import CudaperfError
+
+
+class _RunByDefault(TyperGroup):
+    """A group whose first argument, when not a sub-command (nor ``--help``), is a suite:
+    ``bench SUITE ...`` is ``bench run SUITE ...``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+bench_app = typer.Typer(
+    cls=_RunByDefault,
+    name="bench",
+    help="Run a suite of problems through optimize (cudaperf bench SUITE), or compare two "
+    "runs (cudaperf bench compare A.json B.json).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@bench_app.command("run")
+def run(
+    suite: Path = typer.Argument(
+        ..., metavar="SUITE", help="Folder of *.c and KernelBench-format *.py problems, a .toml manifest, or one "
+        "file (docs/bench.md)."
+    ),
+    out_dir: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Output folder (default: bench-results/<suite>-<time>)."
+    ),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1, max=1024,
+        help="Problems run at once (default: the CPU cores); GPU evaluations still run one at "
+        "a time per GPU.",
+    ),
+    problem_timeout: float = typer.Option(
+        3600.0, "--problem-timeout", min=1.0, max=7 * 86400.0,
+        help="Time limit of one problem's whole optimize run, seconds (a manifest's 'timeout' "
+        "overrides it).",
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in -o DIR: problems already done are skipped."
+    ),
+    primary: str = typer.Option(
+        "kernel", "--speedup", help="Headline speedup: kernel (kernel only) or e2e (copies "
+        "included); both are reported."
+    ),
+    policy: str = typer.Option("builtin", "--policy", help="optimize --policy (builtin, openai, "
+                               "vllm, replay)."),
+    turns: int = typer.Option(3, "--turns", "-n", min=1, max=1000, help="optimize --turns."),
+    samples: Optional[int] = typer.Option(None, "--samples", "-k", min=1, max=64,
+                                          help="optimize --samples (candidates per turn)."),
+    model: Optional[str] = typer.Option(None, "--model", help="optimize --model."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="optimize --base-url."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="optimize --api-key-env."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0,
+                                                help="optimize --temperature."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="optimize --top-p."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="optimize --max-tokens."),
+    sampling_seed: Optional[int] = typer.Option(None, "--sampling-seed", min=0,
+                                                help="optimize --sampling-seed."),
+    request_timeout: Optional[float] = typer.Option(None, "--request-timeout", min=1.0,
+                                                    help="optimize --request-timeout, seconds."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=20,
+                                              help="optimize --max-retries."),
+    replay: Optional[Path] = typer.Option(None, "--replay", help="optimize --replay."),
+    target_speedup: Optional[float] = typer.Option(None, "--target-speedup", min=0.0,
+                                                   help="optimize --target-speedup."),
+    patience: Optional[int] = typer.Option(None, "--patience", min=1, help="optimize --patience."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", min=1.0, max=86400.0,
+        help="optimize --timeout: one candidate evaluation's limit, seconds."),
+    compile_timeout: Optional[float] = typer.Option(None, "--compile-timeout", min=1.0,
+                                                    help="optimize --compile-timeout, seconds."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="optimize --arch."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="optimize --seed."),
+    config: Optional[Path] = typer.Option(None, "--config", help="optimize --config."),
+    json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
+) -> None:
+    """Run every problem of SUITE through optimize and write a report.
+
+    Exit code 0 when the suite ran (whatever its problems' statuses), 2 on bad input, 130
+    when interrupted (the report covers the finished problems; --resume continues).
+    """
+    from cudaperf_cli.bench.command import run_bench_command
+    from cudaperf_cli.bench.runner import BenchOptions, PolicySettings
+
+    try:
+        if primary not in ("kernel", "e2e"):
+            raise CudaperfError(f"--speedup must be kernel or e2e, not '{primary}'")
+        settings = PolicySettings(
+            policy=policy, turns=turns, samples=samples, model=model, base_url=base_url,
+            api_key_env=api_key_env, temperature=temperature, top_p=top_p,
+            max_tokens=max_tokens, sampling_seed=sampling_seed, request_timeout=request_timeout,
+            max_retries=max_retries, replay=None if replay is None else str(replay.resolve()),
+            target_speedup=target_speedup, patience=patience, timeout=timeout,
+            compile_timeout=compile_timeout, arch=arch, seed=seed,
+            config=None if config is None else str(config.resolve()),
+        )
+        opts = BenchOptions(settings=settings, out_dir=out_dir, jobs=jobs,
+                            problem_timeout_s=problem_timeout, resume=resume,
+                            json_output=json_out, primary=primary)
+        code = run_bench_command(suite, opts)
+    except CudaperfError as err:
+        fail(err)
+    except OSError as exc:
+        fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise typer.Exit(130)
+    raise typer.Exit(code)
+
+
+@bench_app.command("compare")
+def compare(
+    a: Path = typer.Argument(..., metavar="A", help="report.json (or output folder) of run A."),
+    b: Path = typer.Argument(..., metavar="B", help="report.json (or output folder) of run B."),
+    force: bool = typer.Option(False, "--force", help="Compare even when the GPUs differ."),
+    speedup: Optional[str] = typer.Option(
+        None, "--speedup", help="Speedup to compare (default: A's headline, e.g. kernel)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Compare two bench reports: speedups per problem (ratio B/A) and suite metrics.
+
+    Warns on stderr when GPU, driver, CUDA, nvcc, clocks or timing method differ; refuses
+    reports from different GPUs (exit 2) unless --force.
+    """
+    from cudaperf_cli.bench.command import compare_command
+
+    try:
+        code = compare_command(a, b, force=force, json_output=json_out, key=speedup)
+    except CudaperfError as err:
+        fail(err)
+    raise typer.Exit(code)
+
+
+__all__ = ["bench_app"]

@@ -1,0 +1,107 @@
+"""One GPU evaluation at a time per GPU, across processes: an ``fcntl.flock`` on a lock file.
+
+``cudaperf bench -j N`` runs several ``optimize`` processes at once so that their compiles
+overlap; their *evaluations* (verify + time on the device) must not overlap on one GPU, or
+each kernel's CUDA-event times would include the others' work.  :func:`run_evaluation`
+(``evaluate/runner.py``) therefore holds :func:`gpu_lock` around the worker child of every
+job that runs a candidate (a reference-only job never touches the device and takes no lock;
+nvcc compiles take none either).
+
+- Lock file: ``$CUDAPERF_GPU_LOCK_DIR/gpu-<id>.lock``; the directory defaults to
+  ``<tmp>/cudaperf-gpu-locks-<uid>`` (``<tmp>`` is :func:`tempfile.gettempdir`, usually
+  ``/tmp``): shared by all processes of one user.  Point several users at one directory
+  (mode 1777 or a shared group) to serialise them too.
+- ``<id>`` is the device's entry in ``$CUDA_VISIBLE_DEVICES`` (an index or a ``GPU-<uuid>``)
+  when that variable is set, else the ordinal; two processes naming one GPU differently
+  (``0`` vs its UUID) do not see each other's lock.
+- ``CUDAPERF_GPU_LOCK=0`` turns the lock off (a no-op).
+- The lock is released when the ``with`` block ends or the holding process dies (the kernel
+  drops a ``flock`` with its last file descriptor), so a killed ``optimize`` never leaves a
+  stale lock behind.  Waiting is unbounded; Ctrl-C interrupts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+#: Directory of the lock files (default: ``<tmp>/cudaperf-gpu-locks-<uid>``).
+LOCK_DIR_ENV = "CUDAPERF_GPU_LOCK_DIR"
+#: ``0`` (or ``false``/``no``/``off``): take no lock.
+LOCK_ENV = "CUDAPERF_GPU_LOCK"
+
+
+def lock_enabled() -> bool:
+    """Whether evaluations serialise on the GPU lock (``$CUDAPERF_GPU_LOCK`` is not ``0``)."""
+    return os.environ.get(LOCK_ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+def lock_dir() -> Path:
+    """The directory of the lock files: ``$CUDAPERF_GPU_LOCK_DIR`` or the per-user default."""
+    configured = os.environ.get(LOCK_DIR_ENV, "").strip()
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"cudaperf-gpu-locks-{os.getuid()}"
+
+
+def device_id(ordinal: int = 0) -> str:
+    """A name for CUDA device ``ordinal`` of this process that other processes share.
+
+    The ``ordinal``-th entry of ``$CUDA_VISIBLE_DEVICES`` when it has one (so ordinal 0 of a
+    process that sees only GPU 3 is ``3``), else the ordinal itself; characters other than
+    letters, digits, ``-`` and ``_`` become ``_`` (a file name).
+    """
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    ident = visible[ordinal] if 0 <= ordinal < len(visible) else str(ordinal)
+    return re.sub(r"[^A-Za-z0-9_-]", "_", ident)
+
+
+def lock_path(ordinal: int = 0) -> Path:
+    """The lock file of CUDA device ``ordinal`` (see :func:`device_id`)."""
+    return lock_dir() / f"gpu-{device_id(ordinal)}.lock"
+
+
+@contextlib.contextmanager
+def gpu_lock(ordinal: int = 0, *, needed: bool = True) -> Iterator[float]:
+    """Hold the exclusive lock of CUDA device ``ordinal`` for the ``with`` block.
+
+    Args:
+        ordinal: the device ordinal as this process numbers it (``EvalJob.device``).
+        needed: False makes this a no-op (the job does not use the device).
+
+    Yields:
+        The seconds spent waiting for the lock (0.0 when no lock was taken).
+
+    A lock directory that cannot be created or a file that cannot be opened (read-only
+    file system, foreign permissions) is not an error: the block runs unlocked, since an
+    evaluation without the lock is still correct, only possibly disturbed.
+    """
+    if not needed or not lock_enabled():
+        yield 0.0
+        return
+    path = lock_path(ordinal)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield 0.0
+        return
+    try:
+        t0 = time.monotonic()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        waited = time.monotonic() - t0
+        try:
+            yield waited
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["LOCK_DIR_ENV", "LOCK_ENV", "device_id", "gpu_lock", "lock_dir", "lock_enabled", "lock_path"]
