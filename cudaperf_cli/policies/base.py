@@ -22,12 +22,16 @@ class Proposal:
             sequential"``.
         mapping: JSON-serialisable details of how loops were mapped (policy specific).
         policy: the name of the policy that wrote it (``"builtin"``...).
+        files: a PyTorch candidate's files by name, e.g. ``{"model.py": ..., "kernel.cu":
+            ...}`` (the fast format; ``model.py`` alone for ``load_inline``); ``source`` is
+            then ``model.py``'s text.  Empty for C candidates.
     """
 
     source: str
     description: str
     mapping: dict[str, Any] = field(default_factory=dict)
     policy: str = ""
+    files: dict[str, str] = field(default_factory=dict)
 
 
 class PolicyRefusal(ProblemError):
