@@ -1,0 +1,1023 @@
+"""PyTorch problems: the evaluation job, its result, and the parent that runs the worker.
+
+A *problem* is a KernelBench-format ``.py`` file (``class Model(nn.Module)``,
+``get_inputs()``, ``get_init_inputs()``, module-level int constants setting the shapes).  A
+*candidate* defines ``class ModelNew(nn.Module)`` in one of two formats (see
+``docs/pytorch-evaluation.md``):
+
+* ``"fast"``: ``kernel.cu`` with ``extern "C"`` launchers + ``model.py`` loading it through
+  :func:`cudaperf_cli.torch_runtime.load_cuda`;
+* ``"load_inline"``: one ``.py`` building its CUDA with
+  ``torch.utils.cpp_extension.load_inline``.
+
+:func:`run_torch_evaluation` checks the candidate's Python syntax, builds it with its own time
+limit (``fast``: nvcc in this process's children; ``load_inline``: a build child importing
+the module with ``TORCH_EXTENSIONS_DIR`` set to a directory keyed by the candidate's content
+hash), then runs ``python -m cudaperf_cli.evaluate.torch_worker`` with the job as JSON on
+stdin, under the same protocol as the C path's worker (``docs/evaluation.md`` section 3):
+JSON result on stdout, the phase in ``$CUDAPERF_WORKER_STATE``, the process group killed at
+the time limit.  Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from cudaperf_cli.core import kill_process_group, to_jsonable
+from cudaperf_cli.evaluate.gpu_lock import gpu_lock
+from cudaperf_cli.evaluate.job import (
+    CORRECT,
+    CRASH,
+    NO_DEVICE,
+    REFERENCE_ERROR,
+    RUNTIME_ERROR,
+    STATE_ENV,
+    TIMEOUT,
+    WRONG,
+    TimingSettings,
+    TimingStats,
+    _pick,
+)
+from cudaperf_cli.evaluate.runner import STDERR_TAIL_CHARS, _read_state, _signal_name, _tail
+
+# ---------------------------------------------------------------------------------------
+# Statuses, formats, guards
+# ---------------------------------------------------------------------------------------
+
+COMPILE_ERROR = "compile_error"  #: nvcc / load_inline failed, a Python syntax error, no ModelNew
+COMPILE_TIMEOUT = "compile_timeout"  #: the build phase ran past ``build_timeout_s``
+GUARD_REJECTED = "guard_rejected"  #: a guard caught a reward hack (``guard`` says which)
+
+#: Every status of a :class:`TorchEvalResult`: the C path's (``docs/evaluation.md`` §7,
+#: except ``reference_only``), the build stage's two, and ``guard_rejected``.
+TORCH_STATUSES = (
+    CORRECT,
+    WRONG,
+    RUNTIME_ERROR,
+    TIMEOUT,
+    CRASH,
+    NO_DEVICE,
+    REFERENCE_ERROR,
+    COMPILE_ERROR,
+    COMPILE_TIMEOUT,
+    GUARD_REJECTED,
+)
+
+FAST = "fast"
+LOAD_INLINE = "load_inline"
+FORMATS = (FAST, LOAD_INLINE)
+
+# Dynamic guard ids (docs/pytorch-evaluation.md, "Guards").
+NO_CUSTOM_KERNEL = "no_custom_kernel"
+TORCH_FALLBACK = "torch_fallback"
+SIDE_STREAM = "side_stream"
+RESULT_CACHE = "result_cache"
+SHAPE_SPECIALISED = "shape_specialised"
+LOWER_PRECISION = "lower_precision"
+PATCHING = "patching"
+INHERITS_MODEL = "inherits_model"
+ALIASING = "aliasing"
+DYNAMIC_GUARDS = (
+    NO_CUSTOM_KERNEL,
+    TORCH_FALLBACK,
+    SIDE_STREAM,
+    RESULT_CACHE,
+    SHAPE_SPECIALISED,
+    LOWER_PRECISION,
+    PATCHING,
+    INHERITS_MODEL,
+    ALIASING,
+)
+
+#: Per output dtype ``{"atol", "rtol"}``; ``|cand - ref| <= atol + rtol * |ref|``.
+#: float32/float16/bfloat16: KernelBench ``src/kernelbench/eval.py``
+#: ``get_tolerance_for_precision`` (fp32 1e-4, fp16/bf16 1e-2, after torchbench's
+#: ``env_check.py``), used there as ``atol = rtol``.  float64: the C path's rule
+#: (``docs/evaluation.md`` §5).  Integer and bool outputs are compared exactly.
+DEFAULT_TORCH_TOLERANCES: dict[str, dict[str, float]] = {
+    "float32": {"atol": 1e-4, "rtol": 1e-4},
+    "float16": {"atol": 1e-2, "rtol": 1e-2},
+    "bfloat16": {"atol": 1e-2, "rtol": 1e-2},
+    "float64": {"atol": 1e-9, "rtol": 1e-7},
+}
+
+#: Names of the baselines every speedup is stated against.
+BASELINE_EAGER = "PyTorch eager (fp32, TF32 off)"
+BASELINE_COMPILE = "torch.compile (mode=default, fp32, TF32 off)"
+
+#: Environment of the children (on top of the C path's STATE_ENV / HOOKS_ENV).
+EXT_DIR_ENV = "TORCH_EXTENSIONS_DIR"
+TORCH_WORKER_MODULE = "cudaperf_cli.evaluate.torch_worker"
+
+
+def torch_tolerance(
+    dtype: str, overrides: Mapping[str, Mapping[str, float]] | None = None
+) -> tuple[float, float]:
+    """``(atol, rtol)`` for an output dtype name (``"float32"``, ``"torch.float32"``);
+    ``(0, 0)`` (exact) for integer and bool dtypes; ``overrides`` replaces keys per dtype."""
+    name = dtype.replace("torch.", "")
+    base = DEFAULT_TORCH_TOLERANCES.get(name)
+    if base is None:
+        if name.startswith(("int", "uint", "bool")):
+            return 0.0, 0.0
+        base = DEFAULT_TORCH_TOLERANCES["float32"]
+    tol = dict(base)
+    tol.update((overrides or {}).get(name, {}))
+    return float(tol["atol"]), float(tol["rtol"])
+
+
+# ---------------------------------------------------------------------------------------
+# Job
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class TorchEvalJob:
+    """Everything the worker needs to verify and time one PyTorch candidate.
+
+    Attributes:
+        problem: path of the KernelBench-format problem ``.py``.
+        candidate: the candidate's files: exactly one ``.py`` (defines ``ModelNew``) plus,
+            for the fast format, the ``.cu`` file(s) it loads.
+        format: ``"fast"`` or ``"load_inline"``.
+        device: CUDA device ordinal.
+        seed: base seed.  Models are built after ``torch.manual_seed(seed)``; trial ``t`` of
+            configuration ``c`` draws its inputs after ``torch.manual_seed`` of a seed
+            derived from ``(seed, c, t)`` (:func:`trial_seed`).
+        trials: verification trials per shape configuration (>= 3), each on fresh inputs.
+        shapes: alternative shape configurations, each a dict of module constant overrides
+            (``{"batch_size": 7}``); the default configuration (no overrides) always runs
+            first.  A candidate correct on the default but not on these is rejected with
+            ``shape_specialised``.
+        tolerances: per-dtype overrides of :data:`DEFAULT_TORCH_TOLERANCES`, e.g.
+            ``{"float32": {"atol": 1e-3, "rtol": 1e-3}}``.
+        timing: :class:`~cudaperf_cli.evaluate.job.TimingSettings` (``warmup_reps``,
+            ``min_reps``, ``max_reps``, ``min_total_ms``, ``max_total_ms``, ``flush_l2``,
+            ``flush_bytes``, ``sync_reps`` apply; ``e2e_reps`` does not).
+        time: time the candidate and the baselines after verification.
+        compile_baseline: also time ``torch.compile(Model)``.
+        allow_torch_ops: PyTorch matmul and convolution ops (cuBLAS/cuDNN) may do work in
+            ``ModelNew.forward`` (:data:`MATMUL_CONV_OPS` in the worker); other compute
+            ops stay refused by ``torch_fallback``.
+        allowed_ops: more ``aten`` op names (``"softmax"``) allowed in ``forward``.
+        allow_lower_precision: skip the ``lower_precision`` guard (TF32/fp16/bf16 allowed).
+        lower_precision_factor: ``k`` of the ``lower_precision`` guard: the candidate's
+            normwise relative error against a float64 reference must stay within ``k`` x
+            the float32 reference's own error ...
+        lower_precision_floor: ... or below this relative error (2**-16).
+        disabled_guards: dynamic guard ids not to run (tests, diagnosis).
+        build_timeout_s: time limit of the build phase (nvcc, or the load_inline import),
+            seconds; separate from the evaluation's ``timeout_s``.
+        arch: nvcc target (``"sm_90"``); None: detected (``resolve_arch``).
+        build_root: cache of builds; None: ``$CUDAPERF_TORCH_BUILD_ROOT`` or
+            ``default_cache_root() / "torch"``.  load_inline builds go to
+            ``<build_root>/ext/<content hash>``.
+        static_guards: run ``cudaperf_cli.evaluate.static_guards.check_candidate_source``
+            on the candidate's sources first (when that module exists); a violation is
+            ``guard_rejected`` with the static guard's id before anything runs.
+        debug_hook: test-only behaviour (the C worker's hooks: ``sleep:S``, ``segv``...),
+            honoured only with ``CUDAPERF_TEST_HOOKS=1``.
+    """
+
+    problem: str
+    candidate: list[str]
+    format: str = FAST
+    device: int = 0
+    seed: int = 42
+    trials: int = 3
+    shapes: list[dict[str, int]] = field(default_factory=list)
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    time: bool = True
+    compile_baseline: bool = True
+    allow_torch_ops: bool = False
+    allowed_ops: list[str] = field(default_factory=list)
+    allow_lower_precision: bool = False
+    lower_precision_factor: float = 64.0
+    lower_precision_floor: float = 2.0**-16
+    disabled_guards: list[str] = field(default_factory=list)
+    build_timeout_s: float = 300.0
+    arch: str | None = None
+    build_root: str | None = None
+    static_guards: bool = True
+    debug_hook: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.candidate, (str, Path)):
+            self.candidate = [self.candidate]  # type: ignore[list-item]
+        self.candidate = [str(p) for p in self.candidate]
+        self.problem = str(self.problem)
+        if self.build_root is not None:
+            self.build_root = str(self.build_root)
+        if not isinstance(self.timing, TimingSettings):
+            self.timing = TimingSettings.from_json(self.timing)  # type: ignore[arg-type]
+        self.shapes = [dict(s) for s in self.shapes]
+
+    # -- files -------------------------------------------------------------------------
+
+    @property
+    def module_path(self) -> str:
+        """The candidate's ``.py`` file."""
+        py = [p for p in self.candidate if p.endswith(".py")]
+        if len(py) != 1:
+            raise ValueError(f"the candidate needs exactly one .py file, got {py or 'none'}")
+        return py[0]
+
+    @property
+    def cuda_files(self) -> list[str]:
+        return [p for p in self.candidate if p.endswith((".cu", ".cuh"))]
+
+    def content_key(self) -> str:
+        """SHA-256 (hex, 24 chars) of the format and every candidate file (name and bytes)."""
+        h = hashlib.sha256(self.format.encode())
+        for p in sorted(self.candidate, key=lambda q: Path(q).name):
+            h.update(b"\0" + Path(p).name.encode() + b"\0")
+            h.update(Path(p).read_bytes())
+        return h.hexdigest()[:24]
+
+    def build_root_path(self) -> Path:
+        if self.build_root:
+            return Path(self.build_root)
+        from cudaperf_cli.torch_runtime import default_build_root
+
+        return default_build_root()
+
+    def extensions_dir(self) -> Path:
+        """``TORCH_EXTENSIONS_DIR`` of this candidate: ``<build_root>/ext/<content key>``."""
+        return self.build_root_path() / "ext" / self.content_key()
+
+    # -- JSON ----------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TorchEvalJob":
+        kw = _pick(cls, d)
+        kw["timing"] = TimingSettings.from_json(d.get("timing"))
+        return cls(**kw)
+
+    def validate(self) -> None:
+        """Check the job's structure and that its files exist.
+
+        Raises:
+            ValueError: with a message naming the problem (a bug upstream).
+        """
+        if self.format not in FORMATS:
+            raise ValueError(f"format '{self.format}' is not one of {FORMATS}")
+        if self.trials < 3:
+            raise ValueError(f"trials must be at least 3, got {self.trials}")
+        if self.device < 0:
+            raise ValueError(f"device must be >= 0, got {self.device}")
+        for p in [self.problem, *self.candidate]:
+            if not Path(p).is_file():
+                raise ValueError(f"file not found: {p}")
+        if not self.problem.endswith(".py"):
+            raise ValueError(f"the problem must be a .py file, got {self.problem}")
+        self.module_path  # noqa: B018 - raises ValueError
+        if self.format == FAST and not self.cuda_files:
+            raise ValueError("the fast format needs a .cu file besides the .py")
+        unknown = [g for g in self.disabled_guards if g not in DYNAMIC_GUARDS]
+        if unknown:
+            raise ValueError(f"unknown guard ids {unknown}; known: {', '.join(DYNAMIC_GUARDS)}")
+        for dt, tol in self.tolerances.items():
+            bad = [k for k in tol if k not in ("atol", "rtol")]
+            if bad or any(not (float(v) >= 0) for v in tol.values()):
+                raise ValueError(f"tolerances['{dt}'] must be {{'atol': >=0, 'rtol': >=0}}, got {tol}")
+        if self.shapes:
+            from cudaperf_cli.core import ProblemError
+            from cudaperf_cli.problems.pytorch import read_constants
+
+            try:
+                consts = read_constants(Path(self.problem).read_text(), Path(self.problem).name)
+            except ProblemError as exc:
+                raise ValueError(str(exc)) from None
+            for i, s in enumerate(self.shapes):
+                if not s:
+                    raise ValueError(f"shapes[{i}] is empty")
+                for k, v in s.items():
+                    if k not in consts:
+                        raise ValueError(
+                            f"shapes[{i}]: '{k}' is not a module-level int constant of the "
+                            f"problem (those are: {', '.join(consts) or 'none'})"
+                        )
+                    if not isinstance(v, int) or isinstance(v, bool):
+                        raise ValueError(f"shapes[{i}]['{k}'] must be an int, got {v!r}")
+        if self.lower_precision_factor < 1 or self.lower_precision_floor < 0:
+            raise ValueError("lower_precision_factor must be >= 1 and the floor >= 0")
+
+
+def trial_seed(seed: int, config_index: int, trial: int) -> int:
+    """The ``torch.manual_seed`` value of trial ``trial`` of configuration ``config_index``
+    (a 63-bit hash of the triple, stable across machines)."""
+    h = hashlib.sha256(f"{int(seed)}:{int(config_index)}:{int(trial)}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Result
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class OutputCheck:
+    """Comparison of one output (tensor or value) of one trial, candidate vs reference.
+
+    Attributes:
+        path: where in the returned structure (``"out"``, ``"out[1]"``, ``"out['y']"``).
+        ok: shape, dtype and every element within tolerance.
+        shape, dtype: the candidate's (None when not a tensor).
+        expected_shape, expected_dtype: the reference's.
+        n_elements: elements compared.
+        n_mismatch: elements out of tolerance (NaN anywhere in the candidate counts).
+        n_nan: NaNs in the candidate's output.
+        max_abs_err: largest ``|cand - ref|`` where both are finite.
+        max_rel_err: largest ``|cand - ref| / |ref|`` where both are finite and ref != 0.
+        atol, rtol: the tolerance applied (0, 0: exact).
+        message: one line (the first problem found).
+        worst_mismatch: ``{"index": [i, j, ...], "got", "expected", "abs_err", "rel_err"}``
+            at the element exceeding its tolerance the most (a NaN or mismatched infinity
+            first), or None.
+    """
+
+    path: str
+    ok: bool
+    shape: list[int] | None = None
+    dtype: str | None = None
+    expected_shape: list[int] | None = None
+    expected_dtype: str | None = None
+    n_elements: int = 0
+    n_mismatch: int = 0
+    n_nan: int = 0
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+    message: str = ""
+    worst_mismatch: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "OutputCheck":
+        return cls(**_pick(cls, d))
+
+
+@dataclass
+class TorchConfigResult:
+    """Outcome of one shape configuration.
+
+    Attributes:
+        name: ``"default"``, ``"alt1"``, ``"alt2"``...
+        constants: the module constant overrides (empty for the default).
+        status: ``correct``, ``wrong``, ``runtime_error``, ``guard_rejected`` or ``skipped``.
+        message: one line.
+        trials_run: trials completed (the failing one included).
+        failed_trial: index of the failing trial, else None.
+        seeds: the ``torch.manual_seed`` value of each trial run.
+        inputs: ``[{"shape": [...], "dtype": "float32"} | {"value": repr}]`` of
+            ``get_inputs()`` in this configuration.
+        outputs: checks of the last trial run (the failing one when wrong).
+        lower_precision: ``{"candidate_rel_err", "fp32_reference_rel_err", "threshold"}``
+            measured against the float64 reference, or None when not measured.
+    """
+
+    name: str
+    constants: dict[str, int]
+    status: str
+    message: str = ""
+    trials_run: int = 0
+    failed_trial: int | None = None
+    seeds: list[int] = field(default_factory=list)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[OutputCheck] = field(default_factory=list)
+    lower_precision: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TorchConfigResult":
+        kw = _pick(cls, d)
+        kw["outputs"] = [OutputCheck.from_json(o) for o in d.get("outputs", [])]
+        return cls(**kw)
+
+
+@dataclass
+class TorchTiming:
+    """Timing of the default configuration (all times in ms).
+
+    Attributes:
+        config: the configuration timed (``"default"``).
+        candidate: ``ModelNew.forward``: CUDA events on the current stream, L2 flushed
+            before each repetition.
+        eager: ``Model.forward`` (PyTorch eager), same method and inputs.
+        compile: ``torch.compile(Model)`` (mode default), same; None if not measured.
+        compile_error: why ``torch.compile`` could not be timed (eager is kept), or None.
+        sync_call: host wall time of candidate forward + ``torch.cuda.synchronize()``.
+        speedup_eager: ``eager.median_ms / candidate.median_ms``.
+        speedup_compile: ``compile.median_ms / candidate.median_ms`` (None without it).
+        baselines: ``{"eager": BASELINE_EAGER, "compile": BASELINE_COMPILE}``.
+        suspicious: a speedup above 10x (worth a second look).
+        flush_bytes: L2 flush buffer, bytes (0: no flush).
+        warmup_reps: untimed calls before each measurement.
+        warnings: things worth a second look.
+    """
+
+    config: str
+    candidate: TimingStats
+    eager: TimingStats | None = None
+    compile: TimingStats | None = None
+    compile_error: str | None = None
+    sync_call: TimingStats | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    baselines: dict[str, str] = field(
+        default_factory=lambda: {"eager": BASELINE_EAGER, "compile": BASELINE_COMPILE}
+    )
+    suspicious: bool = False
+    flush_bytes: int = 0
+    warmup_reps: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "TorchTiming | None":
+        if not d:
+            return None
+        kw = _pick(cls, d)
+        for k in ("candidate", "eager", "compile", "sync_call"):
+            kw[k] = TimingStats.from_json(d.get(k))
+        return cls(**kw)
+
+
+@dataclass
+class TorchEvalResult:
+    """Outcome of :func:`run_torch_evaluation`.
+
+    Attributes:
+        status: one of :data:`TORCH_STATUSES`.
+        message: one line: what happened, where.
+        configs: per shape configuration results (those reached).
+        guard: for ``guard_rejected``: ``{"id": one of DYNAMIC_GUARDS (or a static guard's
+            id), "reason", "config", "trial"}``.
+        worst_mismatch: for ``wrong``: the failing output's worst element
+            (``{"path", "index", "got", "expected", "abs_err", "rel_err"}``), or None.
+        timing: :class:`TorchTiming`, when timed.
+        build: ``{"format", "seconds", "cached", "errors", "arch", "extensions_dir",
+            "libs"}`` of the build phase.
+        profile: what the profiled forward launched: ``{"gpu_activities", "kernels":
+            [{"name", "stream", "owner", "custom"}], "custom_kernels", "torch_ops", "disallowed_ops",
+            "dtoh_copies", "side_stream_launches", "current_streams", "notes"}``.
+        device: the device (name, arch, SMs, L2 bytes, torch and CUDA versions).
+        error: for ``runtime_error``/``compile_error``/``reference_error``: ``{"source":
+            "import"|"init"|"state_dict"|"forward"|"synchronize"|"reference"|..., "type",
+            "message", "config", "trial", "traceback"}`` (fields that apply).
+        phase: the worker's last phase.
+        elapsed_s: wall time of the whole evaluation (build included), seconds.
+        exit_code, signal, stderr_tail: of the evaluation worker.
+        warnings: notable things (speedup above 10x, a guard that could not run...).
+        details: free-form extra data.
+        summary: headline numbers, see :func:`summarize_torch_result`.
+    """
+
+    status: str
+    message: str = ""
+    configs: list[TorchConfigResult] = field(default_factory=list)
+    guard: dict[str, Any] | None = None
+    worst_mismatch: dict[str, Any] | None = None
+    timing: TorchTiming | None = None
+    build: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    phase: str | None = None
+    elapsed_s: float = 0.0
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str = ""
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CORRECT
+
+    def config(self, name: str) -> TorchConfigResult:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TorchEvalResult":
+        kw = _pick(cls, d)
+        kw["configs"] = [TorchConfigResult.from_json(c) for c in d.get("configs", [])]
+        kw["timing"] = TorchTiming.from_json(d.get("timing"))
+        kw["warnings"] = list(d.get("warnings", []))
+        kw["details"] = dict(d.get("details") or {})
+        kw["summary"] = dict(d.get("summary") or {})
+        kw["build"] = dict(d.get("build") or {})
+        return cls(**kw)
+
+
+def summarize_torch_result(
+    configs: Sequence[TorchConfigResult], timing: TorchTiming | None
+) -> dict[str, Any]:
+    """Headline numbers (None where not measured): ``max_abs_err``/``max_rel_err`` over
+    every output check reported; ``candidate_ms``, ``candidate_ms_iqr``, ``eager_ms``,
+    ``compile_ms`` (medians, ms); ``speedup_eager``, ``speedup_compile``; ``baseline_eager``,
+    ``baseline_compile`` (the names); ``suspicious``."""
+    checks = [o for c in configs for o in c.outputs]
+    out: dict[str, Any] = {
+        "max_abs_err": max((o.max_abs_err for o in checks), default=None),
+        "max_rel_err": max((o.max_rel_err for o in checks), default=None),
+        "candidate_ms": None,
+        "candidate_ms_iqr": None,
+        "eager_ms": None,
+        "compile_ms": None,
+        "speedup_eager": None,
+        "speedup_compile": None,
+        "baseline_eager": BASELINE_EAGER,
+        "baseline_compile": BASELINE_COMPILE,
+        "suspicious": False,
+    }
+    if timing is not None:
+        out["candidate_ms"] = timing.candidate.median_ms
+        out["candidate_ms_iqr"] = timing.candidate.iqr_ms
+        out["eager_ms"] = timing.eager.median_ms if timing.eager else None
+        out["compile_ms"] = timing.compile.median_ms if timing.compile else None
+        out["speedup_eager"] = timing.speedup_eager
+        out["speedup_compile"] = timing.speedup_compile
+        out["suspicious"] = timing.suspicious
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Parent
+# ---------------------------------------------------------------------------------------
+
+#: Phases in which only the problem's code (Model, get_inputs) runs.
+_REFERENCE_PHASES = {"load_problem", "reference", "inputs", "reference.fp64"}
+
+_PHASE_WORDS = {
+    "start": "while starting",
+    "device": "while opening the CUDA device",
+    "load_problem": "while loading the problem",
+    "import_candidate": "while importing the candidate",
+    "build": "while building the candidate",
+    "construct": "while constructing Model and ModelNew",
+    "inputs": "while generating inputs",
+    "candidate": "in ModelNew.forward",
+    "candidate.sync": "in the synchronize after ModelNew.forward",
+    "reference": "in Model.forward",
+    "reference.fp64": "in the float64 reference run",
+    "compare": "while comparing outputs",
+    "guards.profile": "in the profiled forward",
+    "guards.result_cache": "in the repeated-call check",
+    "timing.candidate": "while timing ModelNew",
+    "timing.eager": "while timing PyTorch eager",
+    "timing.compile": "while compiling/timing torch.compile(Model)",
+    "timing.check": "while checking the output after timing",
+    "done": "after finishing",
+}
+
+
+def _where(state: Mapping[str, Any]) -> str:
+    phase = state.get("phase") or "start"
+    text = _PHASE_WORDS.get(phase, f"in phase '{phase}'")
+    if state.get("config") is not None:
+        text += f" (config '{state['config']}'"
+        if state.get("trial") is not None:
+            text += f", trial {state['trial']}"
+        text += ")"
+    return text
+
+
+def _spawn(
+    args: list[str],
+    stdin_data: bytes,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str],
+    state_path: str,
+    err_path: str,
+) -> tuple[int | None, bytes, float, bool]:
+    """Run the torch worker in its own session; kill its process group at ``timeout_s``.
+    Returns (exit status or None, stdout, seconds, timed_out).  Mirrors
+    :func:`cudaperf_cli.evaluate.runner._spawn_worker` for another module."""
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env[STATE_ENV] = state_path
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(err_path, "wb") as err_fh:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", TORCH_WORKER_MODULE, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err_fh,
+            start_new_session=True,
+            env=full_env,
+        )
+        timed_out = False
+        try:
+            out, _ = proc.communicate(stdin_data, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_process_group(proc)
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                out = b""
+        except BaseException:
+            kill_process_group(proc)
+            proc.wait()
+            raise
+        finally:
+            elapsed = time.monotonic() - t0
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a worker that exited
+        except (ProcessLookupError, PermissionError):
+            pass
+    return proc.returncode, out, elapsed, timed_out
+
+
+def _run_child(
+    args: list[str], job: TorchEvalJob, timeout_s: float, env: Mapping[str, str]
+) -> tuple[int | None, str, float, bool, dict[str, Any], str]:
+    """(rc, stdout text, seconds, timed_out, state, stderr tail) of one child run."""
+    fd_state, state_path = tempfile.mkstemp(prefix="cudaperf-state-", suffix=".json")
+    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-stderr-", suffix=".log")
+    os.close(fd_state)
+    os.close(fd_err)
+    try:
+        rc, out, elapsed, timed_out = _spawn(
+            args,
+            json.dumps(job.to_json()).encode(),
+            timeout_s=timeout_s,
+            env=env,
+            state_path=state_path,
+            err_path=err_path,
+        )
+        state = _read_state(state_path)
+        tail = _tail(err_path, STDERR_TAIL_CHARS)
+    finally:
+        for p in (state_path, err_path):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    return rc, out.decode(errors="replace").strip(), elapsed, timed_out, state, tail
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        doc = json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return doc if isinstance(doc, dict) and "status" in doc else None
+
+
+def syntax_error(path: str | Path) -> dict[str, Any] | None:
+    """``{"type": "SyntaxError", "message", "file", "line", "offset", "text"}`` when the
+    Python file does not compile, else None."""
+    p = Path(path)
+    try:
+        compile(p.read_text(), p.name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return {
+            "type": type(exc).__name__,
+            "message": exc.msg,
+            "file": p.name,
+            "line": exc.lineno,
+            "offset": exc.offset,
+            "text": (exc.text or "").rstrip("\n"),
+        }
+    return None
+
+
+def _static_check(job: TorchEvalJob) -> dict[str, Any] | None:
+    """Run :func:`cudaperf_cli.evaluate.static_guards.check_candidate_source` (imported
+    lazily; skipped when the module is absent) on the candidate's ``.py`` with its ``.cu``
+    files.  Returns ``{"id", "reason", "static": True, "violations": [...]}`` for the first
+    violation, else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("cudaperf_cli.evaluate.static_guards") is None:
+        return None
+    from cudaperf_cli.evaluate import static_guards
+
+    ops = set(job.allowed_ops)
+    if job.allow_torch_ops:
+        ops |= set(getattr(static_guards, "LIBRARY_OPS", ()))
+    found = static_guards.check_candidate_source(
+        Path(job.module_path).read_text(),
+        allow_torch_ops=frozenset(ops),
+        allow_lower_precision=job.allow_lower_precision,
+        cuda_sources={Path(p).name: Path(p).read_text() for p in job.cuda_files},
+    )
+    if not found:
+        return None
+    first = found[0]
+    where = f"{first.file}:{first.line}" if first.file else f"{Path(job.module_path).name}:{first.line}"
+    return {
+        "id": first.guard,
+        "reason": f"{where}: {first.message}",
+        "static": True,
+        "violations": [str(v) for v in found[:10]],
+    }
+
+
+def _torch_arch_list(arch: str) -> str | None:
+    """``"9.0"`` for ``sm_90`` (``"9.0a"`` for ``sm_90a``): load_inline's target list."""
+    if not arch.startswith(("sm_", "compute_")):
+        return None
+    digits = arch.split("_", 1)[1]
+    suffix = "a" if digits.endswith("a") else ""
+    digits = digits.rstrip("a")
+    if len(digits) < 2 or not digits.isdigit():
+        return None
+    return f"{digits[:-1]}.{digits[-1]}{suffix}"
+
+
+def _child_env(job: TorchEvalJob, arch: str) -> dict[str, str]:
+    from cudaperf_cli.torch_runtime import ARCH_ENV, BUILD_ROOT_ENV
+
+    env = {
+        ARCH_ENV: arch,
+        BUILD_ROOT_ENV: str(job.build_root_path()),
+        EXT_DIR_ENV: str(job.extensions_dir()),
+    }
+    tal = _torch_arch_list(arch)
+    if tal:
+        env["TORCH_CUDA_ARCH_LIST"] = tal
+    return env
+
+
+def _build_fast(job: TorchEvalJob, arch: str) -> tuple[str, str, dict[str, Any]]:
+    """Compile every .cu of a fast-format candidate here (nvcc in a child process group).
+    Returns (status, message, build info); status ``ok``, ``compile_error`` or
+    ``compile_timeout``."""
+    from cudaperf_cli.torch_runtime import (
+        CudaCompileError,
+        LauncherSignatureError,
+        compile_cuda,
+        parse_launchers,
+    )
+
+    info: dict[str, Any] = {"format": job.format, "arch": arch, "libs": [], "seconds": 0.0,
+                            "cached": True, "errors": ""}
+    deadline = time.monotonic() + job.build_timeout_s
+    for path in job.cuda_files:
+        name = Path(path).name
+        source = Path(path).read_text()
+        try:
+            sigs = parse_launchers(source, filename=name)
+            res = compile_cuda(
+                source,
+                filename=name,
+                arch=arch,
+                build_root=job.build_root_path(),
+                timeout_s=max(deadline - time.monotonic(), 1.0),
+            )
+        except LauncherSignatureError as exc:
+            info["errors"] = str(exc)
+            return COMPILE_ERROR, str(exc), info
+        except CudaCompileError as exc:
+            info["errors"] = exc.errors
+            info["seconds"] += exc.build.seconds
+            return exc.status, str(exc).splitlines()[0].rstrip(":"), info
+        info["seconds"] += 0.0 if res.cached else res.seconds
+        info["cached"] = info["cached"] and res.cached
+        info["libs"].append(
+            {"file": name, "lib": str(res.lib_path), "launchers": [s.describe() for s in sigs],
+             "resources": [to_jsonable(r) for r in res.resources]}
+        )
+    return "ok", "", info
+
+
+def _build_inline(job: TorchEvalJob, arch: str, env: Mapping[str, str]) -> tuple[str, str, dict[str, Any]]:
+    """Import a load_inline candidate in a build child (``--build``) under
+    ``build_timeout_s``; the extension lands in ``TORCH_EXTENSIONS_DIR`` (removed again when
+    the build times out)."""
+    ext = job.extensions_dir()
+    ext.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {"format": job.format, "arch": arch, "extensions_dir": str(ext),
+                            "seconds": 0.0, "cached": False, "errors": ""}
+    rc, text, elapsed, timed_out, _, tail = _run_child(["--build"], job, job.build_timeout_s, env)
+    info["seconds"] = elapsed
+    if timed_out:
+        # Not cached (as the C path): a killed build can leave torch's lock file behind,
+        # which would make the next build of this candidate wait on it.
+        shutil.rmtree(ext, ignore_errors=True)
+        msg = f"the load_inline build did not finish within {job.build_timeout_s:g} s and was killed"
+        info["errors"] = tail[-1500:]
+        return COMPILE_TIMEOUT, msg, info
+    doc = _last_json(text)
+    if doc is None:
+        sig = _signal_name(rc or 0)
+        how = f"was killed by {sig}" if sig else f"exited with status {rc}"
+        info["errors"] = tail[-2000:]
+        return CRASH, f"the build child {how} without a result", info
+    info["cached"] = bool(doc.get("cached"))
+    info["errors"] = doc.get("errors", "")
+    if doc.get("error"):
+        info["error"] = doc["error"]
+    return doc["status"], doc.get("message", ""), info
+
+
+def run_torch_evaluation(
+    job: TorchEvalJob,
+    timeout_s: float,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> TorchEvalResult:
+    """Build, verify and time a PyTorch candidate; the candidate runs only in children.
+
+    Order: Python syntax of the candidate's ``.py`` (``compile_error`` with file, line and
+    text); the static guards when present (``guard_rejected``); the build phase under
+    ``job.build_timeout_s`` (``compile_error``/``compile_timeout``); then the evaluation
+    worker under ``timeout_s``.
+
+    Args:
+        job: the :class:`TorchEvalJob` (validated here: ``ValueError`` when malformed or a
+            file is missing).
+        timeout_s: wall-clock limit of the evaluation worker (verification, guards, timing,
+            torch.compile included), seconds; past it its process group is killed and the
+            status is ``timeout``.
+        env: extra environment variables for the children (``CUDA_VISIBLE_DEVICES``...).
+
+    Returns:
+        A :class:`TorchEvalResult`; every outcome of the candidate is a status.
+
+    Raises:
+        ValueError: a malformed job.
+        ToolchainError: nvcc is missing (fast format).
+    """
+    job.validate()
+    t0 = time.monotonic()
+
+    def done(r: TorchEvalResult) -> TorchEvalResult:
+        r.elapsed_s = time.monotonic() - t0
+        if not r.summary:
+            r.summary = summarize_torch_result(r.configs, r.timing)
+        return r
+
+    err = syntax_error(job.module_path)
+    if err is not None:
+        where = f"{err['file']}, line {err['line']}"
+        text = f"\n    {err['text']}" if err.get("text") else ""
+        return done(TorchEvalResult(
+            status=COMPILE_ERROR,
+            message=f"SyntaxError in {where}: {err['message']}{text}",
+            error={"source": "syntax", **err},
+            phase="syntax",
+        ))
+
+    warnings: list[str] = []
+    if job.static_guards:
+        try:
+            found = _static_check(job)
+        except Exception as exc:  # noqa: BLE001 - the guard module is not ours to trust
+            found = None
+            warnings.append(f"static guards could not run: {type(exc).__name__}: {exc}")
+        if found is not None:
+            return done(TorchEvalResult(
+                status=GUARD_REJECTED,
+                message=f"rejected by static guard '{found['id']}': {found['reason']}",
+                guard=found,
+                phase="static_guards",
+                warnings=warnings,
+            ))
+
+    from cudaperf_cli.torch_runtime import resolve_arch
+
+    arch = resolve_arch(job.arch)
+    child_env = _child_env(job, arch)
+    if env:
+        child_env.update(env)
+    if job.format == FAST:
+        bstatus, bmsg, build = _build_fast(job, arch)
+    else:
+        bstatus, bmsg, build = _build_inline(job, arch, child_env)
+    if bstatus != "ok":
+        errors = build.get("errors") or ""
+        message = bmsg if not errors or errors in bmsg else f"{bmsg}:\n{errors}"
+        return done(TorchEvalResult(
+            status=bstatus if bstatus in TORCH_STATUSES else CRASH,
+            message=message,
+            build=build,
+            error=build.pop("error", None),
+            phase="build",
+            warnings=warnings,
+        ))
+
+    # One evaluation at a time per GPU across processes (evaluate/gpu_lock.py); the time
+    # limit starts once the lock is held.
+    with gpu_lock(job.device):
+        rc, text, elapsed, timed_out, state, tail = _run_child([], job, timeout_s, child_env)
+    partial = [TorchConfigResult.from_json(c) for c in state.get("configs", [])]
+    phase = state.get("phase")
+    if timed_out:
+        return done(TorchEvalResult(
+            status=TIMEOUT,
+            message=f"timed out after {elapsed:.1f} s (limit {timeout_s:g} s) {_where(state)}",
+            configs=partial,
+            build=build,
+            phase=phase,
+            exit_code=rc,
+            signal="SIGKILL",
+            stderr_tail=tail,
+            warnings=warnings,
+            details={"state": state, "eval_s": elapsed},
+        ))
+    doc = _last_json(text)
+    if doc is not None:
+        try:
+            result = TorchEvalResult.from_json(doc)
+        except (TypeError, KeyError, ValueError):
+            result = None
+        if result is not None:
+            result.build = build
+            result.exit_code = rc
+            result.stderr_tail = tail
+            result.warnings = warnings + result.warnings
+            result.details.setdefault("eval_s", elapsed)
+            if rc:
+                result.warnings.append(
+                    f"the worker wrote its result, then exited with status {rc}"
+                    + (f" ({_signal_name(rc)})" if rc < 0 else "")
+                )
+            return done(result)
+    sig = _signal_name(rc if rc is not None else 0)
+    if rc:
+        how = f"killed by {sig}" if sig else f"exited with status {rc}"
+        status = CRASH
+        message = f"the worker was {how} {_where(state)}"
+        if phase in _REFERENCE_PHASES and not state.get("candidate_started"):
+            status = REFERENCE_ERROR
+            message += ", before the candidate ran"
+    else:
+        status = CRASH
+        snippet = text[:200].replace("\n", " ")
+        message = f"the worker exited without a valid result {_where(state)}" + (
+            f"; it printed: {snippet!r}" if snippet else ""
+        )
+    return done(TorchEvalResult(
+        status=status,
+        message=message,
+        configs=partial,
+        build=build,
+        phase=phase,
+        exit_code=rc,
+        signal=sig,
+        stderr_tail=tail,
+        warnings=warnings,
+        details={"state": state, "eval_s": elapsed},
+    ))
+
+
+__all__ = [
+    "ALIASING",
+    "BASELINE_COMPILE",
+    "BASELINE_EAGER",
+    "COMPILE_ERROR",
+    "COMPILE_TIMEOUT",
+    "DEFAULT_TORCH_TOLERANCES",
+    "DYNAMIC_GUARDS",
+    "FAST",
+    "FORMATS",
+    "GUARD_REJECTED",
+    "INHERITS_MODEL",
+    "LOAD_INLINE",
+    "LOWER_PRECISION",
+    "NO_CUSTOM_KERNEL",
+    "OutputCheck",
+    "PATCHING",
+    "RESULT_CACHE",
+    "SHAPE_SPECIALISED",
+    "SIDE_STREAM",
+    "TORCH_FALLBACK",
+    "TORCH_STATUSES",
+    "TorchConfigResult",
+    "TorchEvalJob",
+    "TorchEvalResult",
+    "TorchTiming",
+    "run_torch_evaluation",
+    "summarize_torch_result",
+    "syntax_error",
+    "torch_tolerance",
+    "trial_seed",
+]

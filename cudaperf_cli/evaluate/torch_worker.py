@@ -1,0 +1,1766 @@
+"""The PyTorch evaluation worker: ``python -m cudaperf_cli.evaluate.torch_worker [--build]``.
+
+Same protocol as the C path's worker (``docs/evaluation.md`` section 3): the
+:class:`~cudaperf_cli.evaluate.torch_job.TorchEvalJob` as JSON on stdin, one
+:class:`~cudaperf_cli.evaluate.torch_job.TorchEvalResult` JSON document on stdout (fd 1 is
+pointed at stderr at start-up, so prints from the problem, the candidate, ninja or device
+``printf`` cannot corrupt it), the phase in ``$CUDAPERF_WORKER_STATE``.
+
+``--build`` only imports the candidate module (a load_inline candidate compiles its
+extension then, into ``$TORCH_EXTENSIONS_DIR``) and answers ``{"status": "ok" |
+"compile_error" | "runtime_error", "message", "errors", "seconds", "cached"}``.
+
+Without it the worker verifies the candidate against the problem's ``Model`` on every
+shape configuration, runs the dynamic guards and times it against PyTorch eager and
+``torch.compile`` (``docs/pytorch-evaluation.md``).  torch is imported lazily, so the pure
+helpers here (:func:`analyze_profile`, :func:`profile_verdict`,
+:func:`apply_constant_overrides`, ...) can be tested without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import importlib.util
+import inspect
+import json
+import os
+import re
+import sys
+import time
+import traceback
+import types
+import warnings as _warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from cudaperf_cli.evaluate.job import (
+    BACKEND_ENV,
+    CORRECT,
+    CRASH,
+    HOOKS_ENV,
+    NO_DEVICE,
+    REFERENCE_ERROR,
+    RUNTIME_ERROR,
+    STATE_ENV,
+    WRONG,
+    TimingStats,
+    json_float,
+)
+from cudaperf_cli.evaluate.timing import (
+    SUSPICIOUS_SPEEDUP,
+    flush_size,
+    need_more_reps,
+    speedup,
+    summarize,
+)
+from cudaperf_cli.evaluate.torch_job import (
+    ALIASING,
+    COMPILE_ERROR,
+    EXT_DIR_ENV,
+    GUARD_REJECTED,
+    INHERITS_MODEL,
+    LOWER_PRECISION,
+    NO_CUSTOM_KERNEL,
+    PATCHING,
+    RESULT_CACHE,
+    SHAPE_SPECIALISED,
+    SIDE_STREAM,
+    TORCH_FALLBACK,
+    OutputCheck,
+    TorchConfigResult,
+    TorchEvalJob,
+    TorchEvalResult,
+    TorchTiming,
+    summarize_torch_result,
+    torch_tolerance,
+    trial_seed,
+)
+from cudaperf_cli.evaluate.worker import (
+    State,
+    _emit,
+    _flush_c_stdio,
+    _line_buffer_c_stdout,
+    _run_hook,
+)
+
+#: record_function names around the profiled forward and the current-stream markers.
+FORWARD_ANNOTATION = "cudaperf::candidate_forward"
+MARKER_ANNOTATION = "cudaperf::stream_marker"
+#: Timed repetitions enqueued between two synchronizations.
+BATCH = 10
+
+#: ``aten`` ops ``ModelNew.forward`` may run without ``torch_fallback``: allocation,
+#: views/metadata, copies and reading a scalar.  Everything else that computes is refused.
+ALLOWED_ATEN_OPS = frozenset(
+    {
+        # allocation and initialisation
+        "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+        "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+        "full", "full_like", "new_full", "fill_", "zero_", "resize_", "resize_as_",
+        "scalar_tensor", "lift_fresh", "lift_fresh_copy",
+        # views and metadata
+        "view", "view_as", "reshape", "_reshape_alias", "_unsafe_view", "as_strided",
+        "as_strided_", "expand", "expand_as", "squeeze", "squeeze_", "unsqueeze",
+        "unsqueeze_", "flatten", "unflatten", "permute", "transpose", "transpose_", "t",
+        "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
+        "alias", "detach", "detach_", "movedim", "swapaxes", "numpy_T", "unfold",
+        "resolve_conj", "resolve_neg", "set_", "is_same_size", "result_type",
+        "_has_compatible_shallow_copy_type", "record_stream",
+        # copies
+        "copy_", "clone", "contiguous", "to", "_to_copy", "_copy_from",
+        "_copy_from_and_resize", "type_as",
+        # scalars
+        "item", "_local_scalar_dense", "is_nonzero",
+    }
+)
+#: Added to :data:`ALLOWED_ATEN_OPS` by ``allow_torch_ops`` (cuBLAS / cuDNN work).
+MATMUL_CONV_OPS = frozenset(
+    {
+        "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+        "dot", "vdot", "einsum", "_addmm_activation", "tensordot",
+        "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+        "conv_transpose2d", "conv_transpose3d", "cudnn_convolution",
+        "cudnn_convolution_transpose", "_conv_depthwise2d", "conv_depthwise3d",
+        "slow_conv2d_forward", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
+    }
+)
+#: CPU ops whose kernels count as PyTorch's own (the op that launched a kernel).
+TORCH_OP_PREFIXES = ("aten::", "prim::", "quantized::", "torchvision::", "inductor::")
+#: Kernel names of PyTorch, cuBLAS(Lt), cuDNN, CUTLASS inside those, and Inductor's Triton
+#: kernels.  A kernel whose launch was not inside a PyTorch op still counts as a library
+#: kernel when its name matches.
+LIBRARY_KERNEL_RE = re.compile(
+    r"(\bat::|\bat_cuda_detail::|\bc10::|cublas|cudnn|cutlass|nvjet|xmma|\bcask_|"
+    r"^triton_(poi|red|per|tem|for)_|\bgemv2[NT]_kernel|\bgemmSN_|\bgemmk1_kernel|"
+    r"\bsplitKreduce_kernel|\bimplicit_convolve_sgemm|\bwinograd|\bfft2d_|\bfft_)",
+    re.IGNORECASE,
+)
+_RUNTIME_NAME = re.compile(r"^(cuda|cu)[A-Z]\w*$")
+
+
+# ---------------------------------------------------------------------------------------
+# Failures
+# ---------------------------------------------------------------------------------------
+
+
+class Stop(Exception):
+    """Ends the evaluation with ``status`` (and, for ``guard_rejected``, the guard)."""
+
+    def __init__(
+        self,
+        status: str,
+        message: str,
+        *,
+        error: dict[str, Any] | None = None,
+        guard: dict[str, Any] | None = None,
+        config: str | None = None,
+        trial: int | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error = error
+        self.guard = guard
+        self.config = config
+        self.trial = trial
+
+
+def guard_stop(gid: str, reason: str, config: str | None = None, trial: int | None = None) -> Stop:
+    where = ""
+    if config is not None:
+        where = f" (config '{config}'" + (f", trial {trial}" if trial is not None else "") + ")"
+    return Stop(
+        GUARD_REJECTED,
+        f"rejected by guard '{gid}'{where}: {reason}",
+        guard={"id": gid, "reason": reason, "config": config, "trial": trial},
+        config=config,
+        trial=trial,
+    )
+
+
+def _exc_error(exc: BaseException, source: str, config: str | None = None,
+               trial: int | None = None) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "source": source,
+        "type": type(exc).__name__,
+        "message": str(exc)[:4000],
+        "config": config,
+        "trial": trial,
+        "traceback": tb[-4000:],
+    }
+
+
+def _one_line(exc: BaseException, limit: int = 600) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}"
+
+
+# ---------------------------------------------------------------------------------------
+# Problem and candidate modules
+# ---------------------------------------------------------------------------------------
+
+
+def apply_constant_overrides(source: str, overrides: Mapping[str, int], filename: str) -> Any:
+    """Compile a problem's source with module-level constants replaced in their assignments
+    (``batch_size = 16`` -> ``batch_size = 7``), so constants derived from them follow.
+    ``a = b = 16`` is split into one assignment per name first.
+
+    Raises:
+        ValueError: an override names no module-level assignment.
+        SyntaxError: the source does not parse.
+    """
+    tree = ast.parse(source, filename)
+    seen: set[str] = set()
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in overrides for t in node.targets
+        ):
+            for t in node.targets:
+                value = node.value
+                if isinstance(t, ast.Name) and t.id in overrides:
+                    value = ast.copy_location(ast.Constant(int(overrides[t.id])), node.value)
+                    seen.add(t.id)
+                body.append(ast.copy_location(ast.Assign(targets=[t], value=value), node))
+            continue
+        if (isinstance(node, ast.AnnAssign) and node.value is not None
+                and isinstance(node.target, ast.Name) and node.target.id in overrides):
+            node.value = ast.copy_location(ast.Constant(int(overrides[node.target.id])), node.value)
+            seen.add(node.target.id)
+        body.append(node)
+    missing = sorted(set(overrides) - seen)
+    if missing:
+        raise ValueError(f"no module-level assignment of {', '.join(missing)} in {filename}")
+    tree.body = body
+    ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec")
+
+
+def load_problem_module(path: str, overrides: Mapping[str, int], tag: str) -> types.ModuleType:
+    """Execute a problem file (constants overridden) as module ``cudaperf_problem_<tag>``.
+
+    Raises:
+        ValueError: it lacks ``Model``, ``get_inputs`` or ``get_init_inputs``.
+        Exception: whatever its code raises.
+    """
+    code = apply_constant_overrides(Path(path).read_text(), overrides, path)
+    name = f"cudaperf_problem_{tag}"
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod
+    exec(code, mod.__dict__)  # noqa: S102 - the problem file is the user's own input
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(mod, n)]
+    if missing:
+        raise ValueError(f"the problem file defines no {', '.join(missing)}")
+    return mod
+
+
+def import_candidate(path: str) -> types.ModuleType:
+    """Import the candidate's ``.py`` as module ``cudaperf_candidate`` (its directory first
+    on ``sys.path``)."""
+    p = Path(path).resolve()
+    if str(p.parent) not in sys.path:
+        sys.path.insert(0, str(p.parent))
+    spec = importlib.util.spec_from_file_location("cudaperf_candidate", p)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["cudaperf_candidate"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def classify_import_error(exc: BaseException, filename: str) -> tuple[str, str, str]:
+    """(status, one-line message, compiler errors) for an exception raised while importing
+    the candidate: compile failures (nvcc through load_cuda or load_inline, a syntax error,
+    a missing launcher or module) are ``compile_error``/``compile_timeout``; anything else
+    is a ``runtime_error`` at import."""
+    from cudaperf_cli.build.nvcc import extract_errors
+    from cudaperf_cli.core import ToolchainError
+
+    try:
+        from cudaperf_cli.torch_runtime import CudaCompileError, LauncherSignatureError
+    except Exception:  # noqa: BLE001
+        CudaCompileError = LauncherSignatureError = ()  # type: ignore[assignment,misc]
+    if isinstance(exc, SyntaxError):
+        return COMPILE_ERROR, f"SyntaxError in {exc.filename or filename}, line {exc.lineno}: {exc.msg}", ""
+    if CudaCompileError and isinstance(exc, CudaCompileError):  # type: ignore[arg-type]
+        return exc.status, str(exc).splitlines()[0].rstrip(":"), exc.errors  # type: ignore[attr-defined]
+    if LauncherSignatureError and isinstance(exc, LauncherSignatureError):  # type: ignore[arg-type]
+        return COMPILE_ERROR, str(exc), ""
+    if isinstance(exc, ToolchainError):
+        return COMPILE_ERROR, str(exc), ""
+    text = str(exc)
+    if "Error building extension" in text or type(exc).__name__ == "CalledProcessError":
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return COMPILE_ERROR, f"load_inline failed while importing {filename}: {first[:300]}", extract_errors(text)
+    if isinstance(exc, ImportError):
+        return COMPILE_ERROR, f"importing {filename} failed: {_one_line(exc)}", ""
+    return RUNTIME_ERROR, f"importing {filename} raised {_one_line(exc)}", ""
+
+
+# ---------------------------------------------------------------------------------------
+# Tensors: flattening, comparison, aliasing (torch imported by the caller)
+# ---------------------------------------------------------------------------------------
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def flatten_outputs(obj: Any, path: str = "out") -> list[tuple[str, Any]]:
+    """``[(path, leaf)]`` of a forward's return value: tensors, tuples/lists, dicts (keys
+    sorted), other values as leaves."""
+    torch = _torch()
+    if isinstance(obj, torch.Tensor):
+        return [(path, obj)]
+    if isinstance(obj, (tuple, list)):
+        out: list[tuple[str, Any]] = []
+        for i, v in enumerate(obj):
+            out.extend(flatten_outputs(v, f"{path}[{i}]"))
+        return out
+    if isinstance(obj, dict):
+        out = []
+        for k in sorted(obj, key=str):
+            out.extend(flatten_outputs(obj[k], f"{path}[{k!r}]"))
+        return out
+    return [(path, obj)]
+
+
+def _describe(obj: Any) -> str:
+    torch = _torch()
+    if isinstance(obj, torch.Tensor):
+        return f"a tensor {list(obj.shape)} {str(obj.dtype).replace('torch.', '')}"
+    if isinstance(obj, (tuple, list)):
+        return f"a {type(obj).__name__} of {len(obj)}"
+    return f"a {type(obj).__name__}"
+
+
+def _unravel(flat: int, shape: Sequence[int]) -> list[int]:
+    idx = []
+    for extent in reversed(list(shape)):
+        idx.append(flat % extent if extent else 0)
+        flat = flat // extent if extent else 0
+    return list(reversed(idx))
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, complex):
+        return str(v)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    return json_float(float(v))
+
+
+def compare_tensor(path: str, got: Any, expected: Any, atol: float, rtol: float) -> OutputCheck:
+    """Element-wise check ``|got - expected| <= atol + rtol * |expected|`` (exact when
+    ``atol == rtol == 0``), shape and dtype first.  A NaN in ``got`` never passes (nor does
+    a NaN expected); equal infinities pass.  Computed in float64 (complex128) on the
+    tensors' device."""
+    torch = _torch()
+    chk = OutputCheck(
+        path=path,
+        ok=False,
+        shape=list(got.shape),
+        dtype=str(got.dtype).replace("torch.", ""),
+        expected_shape=list(expected.shape),
+        expected_dtype=str(expected.dtype).replace("torch.", ""),
+        atol=atol,
+        rtol=rtol,
+    )
+    if tuple(got.shape) != tuple(expected.shape):
+        chk.message = f"{path}: shape {chk.shape} differs from the expected {chk.expected_shape}"
+        return chk
+    if got.dtype != expected.dtype:
+        chk.message = f"{path}: dtype {chk.dtype} differs from the expected {chk.expected_dtype}"
+        return chk
+    n = expected.numel()
+    chk.n_elements = int(n)
+    if n == 0:
+        chk.ok = True
+        return chk
+    if got.device != expected.device:
+        got = got.to(expected.device)
+    inexact = expected.is_floating_point() or expected.is_complex()
+    wide = torch.complex128 if expected.is_complex() else torch.float64
+    c = got.detach().reshape(-1).to(wide)
+    r = expected.detach().reshape(-1).to(wide)
+    diff = (c - r).abs()
+    rabs = r.abs()
+    tol = atol + rtol * rabs
+    nan_c = torch.isnan(c)
+    fin = torch.isfinite(c) & torch.isfinite(r)
+    if inexact:
+        ok_el = fin & (diff <= tol)
+        ok_el |= ~fin & ~nan_c & ~torch.isnan(r) & (c == r)  # the same infinity
+        bad = ~ok_el
+    else:  # integers and bool: exact, compared in their own type
+        bad = got.detach().reshape(-1) != expected.detach().reshape(-1)
+    chk.n_mismatch = int(bad.sum())
+    chk.n_nan = int(nan_c.sum())
+    zero = torch.zeros((), dtype=torch.float64, device=diff.device)
+    chk.max_abs_err = float(torch.where(fin, diff, zero).max())
+    rel = torch.where(fin & (rabs != 0), diff / torch.where(rabs != 0, rabs, zero + 1), zero)
+    chk.max_rel_err = float(rel.max())
+    if chk.n_mismatch == 0:
+        chk.ok = True
+        return chk
+    inf = torch.full((), float("inf"), dtype=torch.float64, device=diff.device)
+    score = torch.where(bad, torch.where(fin, diff - tol, inf), -inf)
+    flat = int(score.argmax())
+    g = got.detach().reshape(-1)[flat].item()
+    e = expected.detach().reshape(-1)[flat].item()
+    a = float(diff[flat]) if bool(fin[flat]) else float("nan")
+    rl = a / abs(e) if bool(fin[flat]) and e != 0 else None
+    idx = _unravel(flat, expected.shape)
+    chk.worst_mismatch = {
+        "index": idx,
+        "got": _scalar(g),
+        "expected": _scalar(e),
+        "abs_err": json_float(a),
+        "rel_err": json_float(rl),
+    }
+    rule = "exact" if atol == 0 and rtol == 0 else f"atol {atol:g}, rtol {rtol:g}"
+    nan_note = f", {chk.n_nan} NaN" if chk.n_nan else ""
+    chk.message = (
+        f"{path}: {chk.n_mismatch} of {n} elements differ ({rule}{nan_note}); worst at "
+        f"[{', '.join(map(str, idx))}]: got {_scalar(g)}, expected {_scalar(e)}"
+        + (f" (abs err {a:.3g}" + (f", rel err {rl:.3g})" if rl is not None else ")") if bool(fin[flat]) else "")
+    )
+    return chk
+
+
+def compare_outputs(
+    got: Any, expected: Any, tolerances: Mapping[str, Mapping[str, float]] | None = None
+) -> list[OutputCheck]:
+    """One :class:`OutputCheck` per leaf of the reference's output (a single failing
+    check when the structures differ)."""
+    torch = _torch()
+    fg, fe = flatten_outputs(got), flatten_outputs(expected)
+    if [p for p, _ in fg] != [p for p, _ in fe] or any(
+        isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor) for (_, a), (_, b) in zip(fg, fe)
+    ):
+        return [OutputCheck(
+            path="out",
+            ok=False,
+            message=f"the candidate returns {_describe(got)}, the reference {_describe(expected)}",
+        )]
+    out = []
+    for (p, g), (_, e) in zip(fg, fe):
+        if isinstance(e, torch.Tensor):
+            atol, rtol = torch_tolerance(str(e.dtype), tolerances)
+            out.append(compare_tensor(p, g, e, atol, rtol))
+        elif isinstance(e, (int, float)) and isinstance(g, (int, float)):
+            atol, rtol = torch_tolerance("float64", tolerances)
+            ok = abs(float(g) - float(e)) <= atol + rtol * abs(float(e))
+            out.append(OutputCheck(p, ok, message="" if ok else f"{p}: got {g!r}, expected {e!r}"))
+        else:
+            ok = g == e
+            out.append(OutputCheck(p, bool(ok), message="" if ok else f"{p}: got {g!r}, expected {e!r}"))
+    return out
+
+
+def outputs_match(got: Any, expected: Any, tolerances: Mapping[str, Mapping[str, float]] | None) -> bool:
+    return all(c.ok for c in compare_outputs(got, expected, tolerances))
+
+
+def bits_equal(a: Any, b: Any) -> bool:
+    """Same shape, dtype and bytes (NaN payloads included)."""
+    torch = _torch()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    x = a.detach().contiguous().reshape(-1)
+    y = b.detach().contiguous().reshape(-1)
+    if y.device != x.device:
+        y = y.to(x.device)
+    try:
+        return bool(torch.equal(x.view(torch.uint8), y.view(torch.uint8)))
+    except RuntimeError:  # dtypes that cannot be viewed as bytes
+        return bool(torch.equal(x, y))
+
+
+def snapshot_outputs(obj: Any) -> Any:
+    """A copy of the output structure, tensors cloned (on the current stream)."""
+    torch = _torch()
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(snapshot_outputs(v) for v in obj) if isinstance(obj, list) else tuple(
+            snapshot_outputs(v) for v in obj
+        )
+    if isinstance(obj, dict):
+        return {k: snapshot_outputs(v) for k, v in obj.items()}
+    return obj
+
+
+def outputs_bits_equal(a: Any, b: Any) -> bool:
+    torch = _torch()
+    fa, fb = flatten_outputs(a), flatten_outputs(b)
+    if len(fa) != len(fb):
+        return False
+    for (_, x), (_, y) in zip(fa, fb):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and not bits_equal(x, y):
+            return False
+    return True
+
+
+def _span(t: Any) -> tuple[int, int] | None:
+    s = t.untyped_storage()
+    n = s.nbytes()
+    return (s.data_ptr(), s.data_ptr() + n) if n else None
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    sa, sb = _span(a), _span(b)
+    return bool(sa and sb and sa[0] < sb[1] and sb[0] < sa[1])
+
+
+def find_aliasing(out: Any, cand_inputs: Sequence[Any], ref_out: Any, ref_inputs: Sequence[Any]) -> str | None:
+    """Why a candidate output shares memory (storage overlap) with one of its inputs (unless
+    the reference's output does too, e.g. a view problem) or with the reference's output;
+    None when it does not."""
+    torch = _torch()
+    outs = [(p, t) for p, t in flatten_outputs(out) if isinstance(t, torch.Tensor)]
+    routs = [(p, t) for p, t in flatten_outputs(ref_out) if isinstance(t, torch.Tensor)]
+    rins = [t for t in ref_inputs if isinstance(t, torch.Tensor)]
+    ref_aliases_input = any(_overlap(r, x) for _, r in routs for x in rins)
+    for p, o in outs:
+        if not ref_aliases_input:
+            for j, x in enumerate(cand_inputs):
+                if isinstance(x, torch.Tensor) and _overlap(o, x):
+                    return (
+                        f"{p} shares memory with input {j}: return a new tensor (the reference "
+                        "does not return its input's memory)"
+                    )
+        for rp, r in routs:
+            if _overlap(o, r):
+                return f"{p} shares memory with the reference's output {rp}"
+    return None
+
+
+def check_inputs(
+    cand_inputs: Sequence[Any],
+    ref_inputs: Sequence[Any],
+    pristine: Sequence[Any],
+    tolerances: Mapping[str, Mapping[str, float]] | None,
+) -> tuple[str | None, bool]:
+    """(why the candidate's inputs are wrong after forward or None, whether the reference
+    modifies its inputs).  Inputs the reference leaves unchanged must come back bit for
+    bit; inputs it changes in place must match its result within tolerance."""
+    torch = _torch()
+    ref_modifies = False
+    problem = None
+    for i, (c, r, p) in enumerate(zip(cand_inputs, ref_inputs, pristine)):
+        if not isinstance(p, torch.Tensor):
+            continue
+        if not bits_equal(r, p):
+            ref_modifies = True
+            atol, rtol = torch_tolerance(str(r.dtype), tolerances)
+            chk = compare_tensor(f"input {i}", c, r, atol, rtol)
+            if not chk.ok and problem is None:
+                problem = f"after forward, input {i} differs from the reference's in-place result: {chk.message}"
+        elif not bits_equal(c, p) and problem is None:
+            problem = (
+                f"the candidate modified input {i} ({list(p.shape)} "
+                f"{str(p.dtype).replace('torch.', '')}), which the reference leaves unchanged"
+            )
+    return problem, ref_modifies
+
+
+def describe_inputs(args: Sequence[Any]) -> list[dict[str, Any]]:
+    torch = _torch()
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append({"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", "")})
+        else:
+            out.append({"value": repr(a)[:80]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Guards: pure decisions (tested without a GPU)
+# ---------------------------------------------------------------------------------------
+
+
+def inherits_model(model_new: Any, model: Any) -> str | None:
+    """Why ``ModelNew`` reuses the reference (a subclass of ``Model``, a base class named
+    ``Model``, or ``forward`` being ``Model.forward`` itself), else None.  Equal code is not
+    compared: ``return self.conv(x)`` is the same bytecode in both when ModelNew keeps
+    Model's attribute names for a custom module."""
+    if not isinstance(model_new, type):
+        return None
+    if issubclass(model_new, model):
+        return "ModelNew is a subclass of the problem's Model"
+    for base in model_new.__mro__[1:]:
+        if base.__name__ == "Model":
+            return f"ModelNew inherits from a class named Model ({base.__module__})"
+    f_new = getattr(model_new, "forward", None)
+    f_ref = getattr(model, "forward", None)
+    if f_new is not None and f_new is f_ref:
+        return "ModelNew.forward is Model.forward"
+    return None
+
+
+def lower_precision_verdict(
+    cand_err: float, ref_err: float, factor: float, floor: float
+) -> tuple[bool, float]:
+    """(too imprecise, threshold): the candidate's normwise relative error against the
+    float64 reference may be at most ``max(factor * ref_err, floor)``, ``ref_err`` being the
+    float32 reference's own error."""
+    threshold = max(factor * ref_err, floor)
+    return cand_err > threshold, threshold
+
+
+def patch_targets(torch: Any) -> list[tuple[str, Any, str]]:
+    """``(label, owner, attribute)`` of everything the evaluation relies on that a candidate
+    could replace: timers, events, synchronize, comparison and seeding functions, tensor
+    methods used in checks, nn.Module's call path, the profiler."""
+    import builtins
+    import time as time_mod
+
+    T = torch.Tensor
+    targets: list[tuple[str, Any, str]] = [
+        ("torch.cuda.Event", torch.cuda, "Event"),
+        ("torch.cuda.Event.record", torch.cuda.Event, "record"),
+        ("torch.cuda.Event.elapsed_time", torch.cuda.Event, "elapsed_time"),
+        ("torch.cuda.Event.synchronize", torch.cuda.Event, "synchronize"),
+        ("torch.cuda.Event.query", torch.cuda.Event, "query"),
+        ("torch.cuda.synchronize", torch.cuda, "synchronize"),
+        ("torch.cuda.current_stream", torch.cuda, "current_stream"),
+        ("torch.cuda.default_stream", torch.cuda, "default_stream"),
+        ("time.perf_counter", time_mod, "perf_counter"),
+        ("time.perf_counter_ns", time_mod, "perf_counter_ns"),
+        ("time.monotonic", time_mod, "monotonic"),
+        ("time.time", time_mod, "time"),
+        ("torch.manual_seed", torch, "manual_seed"),
+        ("torch.randn", torch, "randn"),
+        ("torch.rand", torch, "rand"),
+        ("torch.randint", torch, "randint"),
+        ("torch.allclose", torch, "allclose"),
+        ("torch.isclose", torch, "isclose"),
+        ("torch.equal", torch, "equal"),
+        ("torch.isfinite", torch, "isfinite"),
+        ("torch.isnan", torch, "isnan"),
+        ("torch.where", torch, "where"),
+        ("torch.zeros", torch, "zeros"),
+        ("torch.full", torch, "full"),
+        ("torch.nn.Module.__call__", torch.nn.Module, "__call__"),
+        ("torch.nn.Module._call_impl", torch.nn.Module, "_call_impl"),
+        ("torch.nn.Module.load_state_dict", torch.nn.Module, "load_state_dict"),
+        ("torch.nn.Module.state_dict", torch.nn.Module, "state_dict"),
+        ("torch.nn.Module.to", torch.nn.Module, "to"),
+        ("torch.profiler.profile", torch.profiler, "profile"),
+        ("torch.autograd.profiler.record_function", torch.autograd.profiler, "record_function"),
+        ("torch.compile", torch, "compile"),
+        ("json.dumps", json, "dumps"),
+        ("os.write", os, "write"),
+        ("builtins.isinstance", builtins, "isinstance"),
+        ("builtins.issubclass", builtins, "issubclass"),
+    ]
+    for m in ("clone", "copy_", "to", "double", "abs", "max", "sum", "item", "reshape", "view",
+              "contiguous", "detach", "zero_", "data_ptr", "untyped_storage", "numel",
+              "__sub__", "__eq__", "__ne__", "__le__", "__and__", "__or__", "__invert__"):
+        targets.append((f"torch.Tensor.{m}", T, m))
+    return targets
+
+
+def snapshot_patchables(torch: Any, module: types.ModuleType | None = None) -> dict[str, tuple[Any, str, Any]]:
+    """``{label: (owner, attribute, original object)}`` for :func:`patch_targets` and the
+    functions and classes bound in ``module``'s globals (the worker itself)."""
+    snap: dict[str, tuple[Any, str, Any]] = {}
+    for label, owner, attr in patch_targets(torch):
+        if hasattr(owner, attr):
+            snap[label] = (owner, attr, getattr(owner, attr))
+    if module is not None:
+        for name, obj in vars(module).items():
+            if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj):
+                snap[f"{module.__name__}.{name}"] = (module, name, obj)
+    return snap
+
+
+def find_patches(snapshot: Mapping[str, tuple[Any, str, Any]]) -> list[str]:
+    """Labels whose object was replaced since :func:`snapshot_patchables`."""
+    return [label for label, (owner, attr, orig) in snapshot.items() if getattr(owner, attr, None) is not orig]
+
+
+def precision_flags(torch: Any) -> dict[str, Any]:
+    """The PyTorch settings that allow reduced precision (TF32, reduced-precision
+    reductions, the default dtype)."""
+    flags: dict[str, Any] = {}
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        m = torch.backends.cuda.matmul
+        for name in ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                     "allow_bf16_reduced_precision_reduction", "fp32_precision"):
+            if hasattr(m, name):
+                try:
+                    flags[f"torch.backends.cuda.matmul.{name}"] = getattr(m, name)
+                except Exception:  # noqa: BLE001
+                    pass
+        for name in ("allow_tf32", "fp32_precision"):
+            if hasattr(torch.backends.cudnn, name):
+                try:
+                    flags[f"torch.backends.cudnn.{name}"] = getattr(torch.backends.cudnn, name)
+                except Exception:  # noqa: BLE001
+                    pass
+        flags["torch.get_float32_matmul_precision()"] = torch.get_float32_matmul_precision()
+        flags["torch.get_default_dtype()"] = str(torch.get_default_dtype())
+    return flags
+
+
+def profile_records(events: Any, cuda_device_type: Any) -> list[dict[str, Any]]:
+    """Plain records of ``torch.profiler`` FunctionEvents: ``{"kind": "kernel" | "memcpy"
+    | "memset" | "runtime" | "annotation" | "cpu_op", "name", "id", "linked_id",
+    "start_us", "end_us", "thread", "stream"}``.  GPU-side copies of user annotations are
+    dropped."""
+    events = list(events)
+    user_names = {FORWARD_ANNOTATION, MARKER_ANNOTATION}
+    for e in events:
+        if getattr(e, "is_user_annotation", False) and getattr(e, "device_type", None) != cuda_device_type:
+            user_names.add(e.name)
+    out = []
+    for e in events:
+        name = e.name
+        on_gpu = getattr(e, "device_type", None) == cuda_device_type
+        if on_gpu:
+            if name in user_names or getattr(e, "is_user_annotation", False):
+                continue
+            kind = "memcpy" if name.startswith("Memcpy") else "memset" if name.startswith("Memset") else "kernel"
+        elif name in (FORWARD_ANNOTATION, MARKER_ANNOTATION):
+            kind = "annotation"
+        elif _RUNTIME_NAME.match(name):
+            kind = "runtime"
+        else:
+            kind = "cpu_op"
+        out.append({
+            "kind": kind,
+            "name": name,
+            "id": int(getattr(e, "id", 0) or 0),
+            "linked_id": int(getattr(e, "linked_correlation_id", 0) or 0),
+            "start_us": float(e.time_range.start),
+            "end_us": float(e.time_range.end),
+            "thread": getattr(e, "thread", None),
+            "stream": getattr(e, "device_resource_id", None) if on_gpu else None,
+        })
+    return out
+
+
+def _base_op(name: str) -> str:
+    return name.split("::", 1)[1].split(".", 1)[0] if "::" in name else name
+
+
+def analyze_profile(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    allow_torch_ops: bool = False,
+    allowed_ops: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What ran during the profiled forward.
+
+    A GPU activity belongs to the forward when the CPU op it is linked to (the profiler's
+    correlation: the innermost op active at its launch) is the :data:`FORWARD_ANNOTATION`
+    window or starts inside it; without a link, when its launch (the runtime call with the
+    same correlation id) started inside the window; without either, when it started on the
+    GPU after the window opened.  A kernel's *owner* is that linked op (else the innermost
+    CPU op around its launch); the kernel is PyTorch's (not custom) when the owner is a
+    PyTorch op (:data:`TORCH_OP_PREFIXES`) or its name matches :data:`LIBRARY_KERNEL_RE`.
+    Records of all threads are used as one timeline (the worker calls forward from one
+    thread).  The current stream is the stream of the marker kernels
+    launched in :data:`MARKER_ANNOTATION` windows just before and after the forward.
+
+    Returns:
+        ``{"gpu_activities": n, "kernels": [{"name", "stream", "owner", "custom"}],
+        "custom_kernels": [names],
+        "torch_ops": {aten op: count}, "disallowed_ops": [names], "dtoh_copies": n,
+        "side_stream_launches": [{"name", "stream"}], "current_streams": [ids], "notes"}``.
+
+    Raises:
+        ValueError: the records hold no forward window.
+    """
+    notes: list[str] = []
+    wins = [r for r in records if r["kind"] == "annotation" and r["name"] == FORWARD_ANNOTATION]
+    if not wins:
+        raise ValueError("the profile holds no forward window")
+    win = wins[0]
+    markers = [r for r in records if r["kind"] == "annotation" and r["name"] == MARKER_ANNOTATION]
+    cpu = [r for r in records if r["kind"] in ("cpu_op", "annotation")]
+    by_id = {r["id"]: r for r in cpu if r.get("id")}
+    runtime = {r["id"]: r for r in records if r["kind"] == "runtime" and r.get("id")}
+    gpu = [r for r in records if r["kind"] in ("kernel", "memcpy", "memset")]
+
+    def contains(w: Mapping[str, Any], t: float) -> bool:
+        return w["start_us"] <= t <= w["end_us"]
+
+    def linked_op(g: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return by_id.get(g.get("linked_id")) if g.get("linked_id") else None
+
+    def in_window(g: Mapping[str, Any], w: Mapping[str, Any]) -> bool | None:
+        """Whether ``g`` was launched inside window ``w``; None when nothing places it."""
+        op = linked_op(g)
+        if op is not None:
+            return op is w or contains(w, op["start_us"])
+        r = runtime.get(g.get("id"))
+        if r is not None:
+            return contains(w, r["start_us"])
+        return None
+
+    def in_forward(g: Mapping[str, Any]) -> bool:
+        placed = in_window(g, win)
+        if placed is not None:
+            return placed
+        return g["start_us"] >= win["start_us"]  # nothing to place it: ran after forward began
+
+    def owner(g: Mapping[str, Any]) -> str | None:
+        op = linked_op(g)
+        if op is not None:
+            return op["name"]
+        r = runtime.get(g.get("id"))
+        if r is None:
+            return None
+        around = [o for o in cpu if contains(o, r["start_us"])]
+        if not around:
+            return None
+        return min(around, key=lambda o: o["end_us"] - o["start_us"])["name"]
+
+    if gpu and not any(runtime.get(g.get("id")) or linked_op(g) for g in gpu):
+        notes.append("no launch records or correlation links: GPU work placed by its start time")
+    fwd = [g for g in gpu if in_forward(g)]
+    current = sorted({
+        g["stream"] for g in gpu if g.get("stream") is not None and any(in_window(g, m) for m in markers)
+    })
+    if not current:
+        notes.append("the current stream could not be identified (no marker kernel seen)")
+    kernels = []
+    for g in fwd:
+        if g["kind"] != "kernel":
+            continue
+        own = owner(g)
+        library = (own is not None and own.startswith(TORCH_OP_PREFIXES)) or bool(
+            LIBRARY_KERNEL_RE.search(g["name"])
+        )
+        kernels.append({"name": g["name"], "stream": g.get("stream"), "owner": own, "custom": not library})
+    ops = [
+        o for o in cpu
+        if o is not win and o["kind"] == "cpu_op"
+        and win["start_us"] <= o["start_us"] and o["end_us"] <= win["end_us"]
+    ]
+    torch_ops = Counter(_base_op(o["name"]) for o in ops if o["name"].startswith("aten::"))
+    allowed = set(ALLOWED_ATEN_OPS) | set(allowed_ops)
+    if allow_torch_ops:
+        allowed |= MATMUL_CONV_OPS
+    disallowed = sorted(n for n in torch_ops if n not in allowed)
+    dtoh = [
+        g for g in fwd
+        if g["kind"] == "memcpy" and "DtoH" in g["name"] and owner(g) != "aten::_local_scalar_dense"
+    ]
+    side = [
+        {"name": g["name"], "stream": g.get("stream")}
+        for g in fwd
+        if current and g.get("stream") is not None and g["stream"] not in current
+    ]
+    return {
+        "gpu_activities": len(gpu),
+        "kernels": kernels,
+        "custom_kernels": [k["name"] for k in kernels if k["custom"]],
+        "torch_ops": dict(torch_ops),
+        "disallowed_ops": disallowed,
+        "dtoh_copies": len(dtoh),
+        "side_stream_launches": side,
+        "current_streams": current,
+        "notes": notes,
+    }
+
+
+def _short(name: str, limit: int = 90) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def profile_verdict(
+    report: Mapping[str, Any], disabled: Sequence[str] = (), allow_torch_ops: bool = False
+) -> tuple[str, str] | None:
+    """``(guard id, reason)`` from an :func:`analyze_profile` report, checked in the order
+    ``no_custom_kernel``, ``torch_fallback``, ``side_stream``; None when all pass."""
+    if NO_CUSTOM_KERNEL not in disabled and not report["custom_kernels"]:
+        seen = ", ".join(_short(k["name"]) for k in report["kernels"][:4]) or "none"
+        return NO_CUSTOM_KERNEL, (
+            "no kernel of the candidate's own ran during forward (kernels launched: "
+            f"{seen}); the work must be done by the candidate's CUDA kernels"
+        )
+    if TORCH_FALLBACK not in disabled:
+        if report["disallowed_ops"]:
+            ops = ", ".join("aten::" + n for n in report["disallowed_ops"][:6])
+            allowed = "allocation, views and copies" + (", matmul and convolution" if allow_torch_ops else "")
+            return TORCH_FALLBACK, (
+                f"forward ran PyTorch compute ops: {ops} (allowed in forward: {allowed})"
+            )
+        if report["dtoh_copies"]:
+            return TORCH_FALLBACK, (
+                f"forward copied device memory to the host ({report['dtoh_copies']} "
+                "device-to-host copies): the work must stay on the GPU"
+            )
+    if SIDE_STREAM not in disabled and report["side_stream_launches"]:
+        side = report["side_stream_launches"]
+        streams = sorted({s["stream"] for s in side})
+        return SIDE_STREAM, (
+            f"{len(side)} launch(es) (e.g. {_short(side[0]['name'])}) ran on stream(s) "
+            f"{streams}, not on the current stream {report['current_streams']}: launch on "
+            "the stream the runtime passes (torch.cuda.current_stream())"
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Worker
+# ---------------------------------------------------------------------------------------
+
+
+class _HostEvent:
+    """Host-clock stand-in for ``torch.cuda.Event`` in the host test backend."""
+
+    def __init__(self, enable_timing: bool = True):
+        self.t = 0.0
+
+    def record(self, stream: Any = None) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: "_HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+@dataclass
+class _Context:
+    """What the guards and the timing of the default configuration reuse."""
+
+    mod: types.ModuleType
+    ref: Any
+    cand: Any
+    ref_modifies_inputs: bool = False
+
+
+@dataclass
+class _Trial:
+    ok: bool
+    message: str
+    checks: list[OutputCheck]
+    ref_out: Any = None
+    lower_precision: dict[str, Any] | None = None
+    ref_modifies_inputs: bool = False
+
+
+class TorchWorker:
+    """Runs one :class:`TorchEvalJob`; :meth:`run` returns the :class:`TorchEvalResult`."""
+
+    def __init__(self, job: TorchEvalJob, state: State):
+        self.job = job
+        self.state = state
+        self.configs: list[TorchConfigResult] = []
+        self.warnings: list[str] = []
+        self.profile: dict[str, Any] | None = None
+        self.timing: TorchTiming | None = None
+        self.device_info: dict[str, Any] | None = None
+        self.t0 = time.monotonic()
+        self.disabled = set(job.disabled_guards)
+        self.torch: Any = None
+        self.dev: Any = None
+        self.snapshot: dict[str, tuple[Any, str, Any]] = {}
+        self.flags: dict[str, Any] = {}
+        #: ``CUDAPERF_WORKER_BACKEND=host``: tests only.  Models run on the CPU, the host
+        #: clock replaces CUDA events, the profiler guards are skipped.
+        self.host = os.environ.get(BACKEND_ENV) == "host"
+
+    # -- entry -------------------------------------------------------------------------
+
+    def run(self) -> TorchEvalResult:
+        try:
+            return self._run()
+        except Stop as s:
+            return self._result(s.status, s.message, error=s.error, guard=s.guard)
+
+    def _result(
+        self,
+        status: str,
+        message: str,
+        *,
+        error: dict[str, Any] | None = None,
+        guard: dict[str, Any] | None = None,
+        worst: dict[str, Any] | None = None,
+    ) -> TorchEvalResult:
+        self.state.set("done")
+        if self.timing is not None:
+            self.warnings.extend(self.timing.warnings)
+        return TorchEvalResult(
+            status=status,
+            message=message,
+            configs=self.configs,
+            guard=guard,
+            worst_mismatch=worst,
+            timing=self.timing,
+            profile=self.profile,
+            device=self.device_info,
+            error=error,
+            phase="done",
+            elapsed_s=time.monotonic() - self.t0,
+            warnings=self.warnings,
+            summary=summarize_torch_result(self.configs, self.timing),
+        )
+
+    def _guard_on(self, gid: str) -> bool:
+        return gid not in self.disabled
+
+    def _run(self) -> TorchEvalResult:
+        job = self.job
+        torch = self._open_device()
+        self.state.set("load_problem")
+        try:
+            default_mod = load_problem_module(job.problem, {}, "default")
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"cannot load the problem: {_one_line(exc)}",
+                       error=_exc_error(exc, "problem")) from None
+
+        self.snapshot = snapshot_patchables(torch, sys.modules[__name__])
+        self.flags = precision_flags(torch)
+        if self.host:
+            self._orig_event: Any = _HostEvent
+            self._orig_record: Any = _HostEvent.record
+            self._orig_elapsed: Any = _HostEvent.elapsed_time
+        else:
+            self._orig_event = torch.cuda.Event
+            self._orig_record = torch.cuda.Event.record
+            self._orig_elapsed = torch.cuda.Event.elapsed_time
+        self._orig_sync = torch.cuda.synchronize
+        self._orig_perf = time.perf_counter
+
+        self.state.set("import_candidate")
+        self.state.mark_candidate()
+        name = Path(job.module_path).name
+        try:
+            mod = import_candidate(job.module_path)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from candidate code too
+            status, message, errors = classify_import_error(exc, name)
+            err = _exc_error(exc, "import")
+            if errors:
+                err["errors"] = errors
+                message = f"{message}:\n{errors}"
+            raise Stop(status, message, error=err) from None
+        model_new = getattr(mod, "ModelNew", None)
+        if not isinstance(model_new, type) or not issubclass(model_new, torch.nn.Module):
+            raise Stop(COMPILE_ERROR, f"{name} defines no class ModelNew(torch.nn.Module)")
+        self._check_patching("while the candidate was imported")
+        if self._guard_on(INHERITS_MODEL):
+            why = inherits_model(model_new, default_mod.Model)
+            if why:
+                raise guard_stop(INHERITS_MODEL, why)
+
+        configs: list[tuple[str, dict[str, int]]] = [("default", {})]
+        configs += [(f"alt{i + 1}", dict(s)) for i, s in enumerate(job.shapes)]
+        ctx: _Context | None = None
+        for ci, (cname, consts) in enumerate(configs):
+            if ci > 0 and self.configs[0].status != CORRECT:
+                cr = TorchConfigResult(cname, consts, "skipped", "not run: the default configuration failed")
+                self.configs.append(cr)
+                continue
+            try:
+                if ci == 0:
+                    pmod = default_mod
+                else:
+                    self.state.set("load_problem", cname)
+                    try:
+                        pmod = load_problem_module(job.problem, consts, cname)
+                    except Exception as exc:  # noqa: BLE001
+                        raise Stop(REFERENCE_ERROR,
+                                   f"cannot load the problem with {consts}: {_one_line(exc)}",
+                                   error=_exc_error(exc, "problem", cname), config=cname) from None
+                cr, c = self._verify_config(ci, cname, consts, pmod, model_new)
+            except Stop as s:
+                if ci > 0 and s.status == RUNTIME_ERROR and self._guard_on(SHAPE_SPECIALISED):
+                    raise guard_stop(
+                        SHAPE_SPECIALISED,
+                        f"correct on the default shapes but fails on config '{cname}' "
+                        f"({_consts(consts)}): {s.message}",
+                        cname,
+                        s.trial,
+                    ) from None
+                raise
+            if ci == 0:
+                ctx = c
+        default = self.configs[0]
+        if default.status != CORRECT:
+            worst = None
+            for o in default.outputs:
+                if not o.ok and o.worst_mismatch:
+                    worst = {"path": o.path, **o.worst_mismatch}
+                    break
+            return self._result(WRONG, default.message, worst=worst)
+        bad_alt = [c for c in self.configs[1:] if c.status != CORRECT]
+        if bad_alt:
+            c = bad_alt[0]
+            if self._guard_on(SHAPE_SPECIALISED):
+                raise guard_stop(
+                    SHAPE_SPECIALISED,
+                    f"correct on the default shapes but wrong on config '{c.name}' "
+                    f"({_consts(c.constants)}): {c.message}",
+                    c.name,
+                    c.failed_trial,
+                )
+            worst = next(({"path": o.path, **o.worst_mismatch} for o in c.outputs
+                          if not o.ok and o.worst_mismatch), None)
+            return self._result(WRONG, c.message, worst=worst)
+        assert ctx is not None
+
+        self._profile_guards(ctx)
+        if self._guard_on(RESULT_CACHE):
+            self._result_cache_check(ctx)
+        if job.time:
+            self._time(ctx)
+        n = sum(c.trials_run for c in self.configs)
+        message = f"correct on {len(self.configs)} shape configuration(s), {n} trial(s)"
+        t = self.timing
+        if t is not None:
+            message += f"; ModelNew {t.candidate.median_ms:.4g} ms"
+            if t.speedup_eager is not None:
+                message += f", {t.speedup_eager:.3g}x vs {t.baselines['eager']}"
+            if t.speedup_compile is not None:
+                message += f", {t.speedup_compile:.3g}x vs {t.baselines['compile']}"
+            elif t.compile_error:
+                message += "; torch.compile baseline failed"
+        return self._result(CORRECT, message)
+
+    # -- device ------------------------------------------------------------------------
+
+    def _open_device(self) -> Any:
+        self.state.set("device")
+        try:
+            import torch
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(NO_DEVICE, f"no CUDA device: PyTorch cannot be imported ({_one_line(exc)})") from None
+        if self.host:
+            self.torch, self.dev = torch, torch.device("cpu")
+            self._no_tf32(torch)
+            self.device_info = {"name": "host (CUDAPERF_WORKER_BACKEND=host, tests only)",
+                                "l2_bytes": None, "torch_version": torch.__version__}
+            return torch
+        if not torch.cuda.is_available():
+            raise Stop(
+                NO_DEVICE,
+                f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                f"built for CUDA {torch.version.cuda})",
+            )
+        count = torch.cuda.device_count()
+        if self.job.device >= count:
+            raise Stop(NO_DEVICE, f"no CUDA device: device {self.job.device} requested, {count} visible")
+        self.torch = torch
+        self.dev = torch.device("cuda", self.job.device)
+        torch.cuda.set_device(self.dev)
+        self._no_tf32(torch)
+        props = torch.cuda.get_device_properties(self.dev)
+        self.device_info = {
+            "name": props.name,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "arch": f"sm_{props.major}{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            "memory_total_bytes": props.total_memory,
+            "torch_version": torch.__version__,
+            "torch_cuda_version": torch.version.cuda,
+        }
+        return torch
+
+    @staticmethod
+    def _no_tf32(torch: Any) -> None:
+        """fp32 stays fp32 for the reference and the baselines."""
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            torch.set_float32_matmul_precision("highest")
+
+    def _sync(self) -> None:
+        if not self.host:
+            self._orig_sync(self.dev)
+
+    # -- guards used everywhere ------------------------------------------------------------
+
+    def _check_patching(self, when: str, config: str | None = None, trial: int | None = None) -> None:
+        if self._guard_on(PATCHING):
+            patched = find_patches(self.snapshot)
+            if patched:
+                raise guard_stop(
+                    PATCHING,
+                    f"{', '.join(patched[:5])} replaced {when}: the evaluator's timers, "
+                    "synchronization and checks must stay PyTorch's own",
+                    config,
+                    trial,
+                )
+        if self._guard_on(LOWER_PRECISION) and not self.job.allow_lower_precision:
+            now = precision_flags(self.torch)
+            changed = [f"{k}: {self.flags[k]!r} -> {v!r}" for k, v in now.items() if self.flags.get(k) != v]
+            if changed:
+                raise guard_stop(
+                    LOWER_PRECISION,
+                    f"the candidate changed precision settings {when} ({'; '.join(changed)}): "
+                    "the problem is float32 without TF32",
+                    config,
+                    trial,
+                )
+
+    # -- models and inputs -----------------------------------------------------------------
+
+    def _to_dev(self, x: Any) -> Any:
+        return x.to(self.dev) if isinstance(x, self.torch.Tensor) else x
+
+    def _clone(self, args: Sequence[Any]) -> list[Any]:
+        T = self.torch.Tensor
+        return [a.clone() if isinstance(a, T) else copy.deepcopy(a) for a in args]
+
+    def _inputs(self, mod: types.ModuleType, seed: int, config: str, trial: int | None) -> list[Any]:
+        torch = self.torch
+        self.state.set("inputs", config, trial)
+        try:
+            torch.manual_seed(seed)
+            args = list(mod.get_inputs())
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"get_inputs() failed: {_one_line(exc)}",
+                       error=_exc_error(exc, "get_inputs", config, trial), config=config) from None
+        return [self._to_dev(a) for a in args]
+
+    def _build_models(self, mod: types.ModuleType, model_new: Any, config: str) -> tuple[Any, Any]:
+        torch, seed = self.torch, self.job.seed
+        self.state.set("construct", config)
+        try:
+            torch.manual_seed(seed)
+            init = [self._to_dev(a) for a in mod.get_init_inputs()]
+            torch.manual_seed(seed)
+            ref = mod.Model(*copy.deepcopy(init)).to(self.dev)
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"cannot construct Model: {_one_line(exc)}",
+                       error=_exc_error(exc, "reference_init", config), config=config) from None
+        self.state.mark_candidate()
+        try:
+            torch.manual_seed(seed)
+            cand = model_new(*copy.deepcopy(init))
+            cand = cand.to(self.dev)
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(RUNTIME_ERROR, f"ModelNew(*get_init_inputs()) raised {_one_line(exc)}",
+                       error=_exc_error(exc, "init", config), config=config) from None
+        sd = ref.state_dict()
+        if sd:
+            try:
+                cand.load_state_dict(sd, strict=True)
+            except Exception as exc:  # noqa: BLE001
+                lines = " ".join(str(exc).split())[:700]
+                raise Stop(
+                    RUNTIME_ERROR,
+                    "ModelNew's parameters and buffers do not match Model's, so the reference "
+                    f"weights cannot be copied into it ({lines}); register the same names and "
+                    "shapes as Model",
+                    error=_exc_error(exc, "state_dict", config),
+                    config=config,
+                ) from None
+        self._check_patching("while ModelNew was constructed", config)
+        return ref, cand
+
+    def _call_candidate(self, cand: Any, args: Sequence[Any], config: str, trial: int | None,
+                        phase: str = "candidate") -> tuple[Any, Any]:
+        """Run ``cand(*args)``; returns (output, snapshot taken on the current stream before
+        any device-wide synchronize).  Exceptions and asynchronous CUDA errors become
+        ``runtime_error``."""
+        torch = self.torch
+        self.state.set(phase, config, trial)
+        try:
+            with torch.no_grad():
+                out = cand(*args)
+                snap = snapshot_outputs(out)
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(RUNTIME_ERROR, f"ModelNew.forward raised {_one_line(exc)}" + _at(config, trial),
+                       error=_exc_error(exc, "forward", config, trial), config=config, trial=trial) from None
+        self.state.set("candidate.sync", config, trial)
+        try:
+            self._sync()
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(RUNTIME_ERROR, f"a CUDA error surfaced after ModelNew.forward: {_one_line(exc)}"
+                       + _at(config, trial),
+                       error=_exc_error(exc, "synchronize", config, trial), config=config, trial=trial) from None
+        return out, snap
+
+    def _call_reference(self, ref: Any, args: Sequence[Any], config: str, trial: int | None) -> Any:
+        torch = self.torch
+        self.state.set("reference", config, trial)
+        try:
+            with torch.no_grad():
+                out = ref(*args)
+            self._sync()
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"Model.forward raised {_one_line(exc)}" + _at(config, trial),
+                       error=_exc_error(exc, "reference", config, trial), config=config, trial=trial) from None
+        return out
+
+    # -- verification ------------------------------------------------------------------
+
+    def _verify_config(
+        self, ci: int, name: str, consts: dict[str, int], mod: types.ModuleType, model_new: Any
+    ) -> tuple[TorchConfigResult, _Context]:
+        job = self.job
+        cr = TorchConfigResult(name, dict(consts), CORRECT)
+        try:
+            ref, cand = self._build_models(mod, model_new, name)
+            ctx = _Context(mod, ref, cand)
+            prev_refs: list[Any] = []
+            for t in range(job.trials):
+                seed = trial_seed(job.seed, ci, t)
+                cr.seeds.append(seed)
+                inputs = self._inputs(mod, seed, name, t)
+                if t == 0:
+                    cr.inputs = describe_inputs(inputs)
+                tr = self._trial(ref, cand, inputs, name, t, prev_refs, check_precision=(t == 0))
+                cr.trials_run = t + 1
+                cr.outputs = tr.checks
+                ctx.ref_modifies_inputs |= tr.ref_modifies_inputs
+                if tr.lower_precision is not None:
+                    cr.lower_precision = tr.lower_precision
+                if not tr.ok:
+                    cr.status = WRONG
+                    cr.failed_trial = t
+                    cr.message = f"config '{name}' trial {t}: {tr.message}"
+                    break
+                prev_refs.append(tr.ref_out)
+            else:
+                cr.message = f"config '{name}': correct on {job.trials} trials"
+        except Stop as s:
+            cr.status = s.status
+            cr.message = s.message
+            cr.failed_trial = s.trial
+            if s.trial is not None:
+                cr.trials_run = max(cr.trials_run, s.trial + 1)
+            self.configs.append(cr)
+            self.state.add_config(cr)
+            raise
+        self.configs.append(cr)
+        self.state.add_config(cr)
+        return cr, ctx
+
+    def _trial(self, ref: Any, cand: Any, inputs: list[Any], name: str, t: int,
+               prev_refs: Sequence[Any], check_precision: bool) -> _Trial:
+        job = self.job
+        cin, rin = self._clone(inputs), self._clone(inputs)
+        out, snap = self._call_candidate(cand, cin, name, t)
+        self._check_patching("during ModelNew.forward", name, t)
+        if self._guard_on(SIDE_STREAM) and not outputs_bits_equal(snap, out):
+            raise guard_stop(
+                SIDE_STREAM,
+                "the output changed after forward returned: a copy made on the current stream "
+                "right after forward differs from the output after a device-wide synchronize, "
+                "so work was left running on another stream",
+                name,
+                t,
+            )
+        rout = self._call_reference(ref, rin, name, t)
+        self.state.set("compare", name, t)
+        if self._guard_on(ALIASING):
+            why = find_aliasing(out, cin, rout, rin)
+            if why:
+                raise guard_stop(ALIASING, why, name, t)
+        checks = compare_outputs(out, rout, job.tolerances)
+        bad = [c for c in checks if not c.ok]
+        in_problem, ref_mod = check_inputs(cin, rin, inputs, job.tolerances)
+        if bad or in_problem:
+            stale = next(
+                (i for i, p in enumerate(prev_refs)
+                 if outputs_match(out, p, job.tolerances) and not outputs_match(rout, p, job.tolerances)),
+                None,
+            ) if bad and self._guard_on(RESULT_CACHE) else None
+            if stale is not None:
+                raise guard_stop(
+                    RESULT_CACHE,
+                    f"for new inputs forward returned the result of trial {stale} (cached by "
+                    "input address or call count?)",
+                    name,
+                    t,
+                )
+            return _Trial(False, bad[0].message if bad else str(in_problem), checks,
+                          ref_modifies_inputs=ref_mod)
+        lp = None
+        if check_precision and self._guard_on(LOWER_PRECISION) and not job.allow_lower_precision:
+            lp = self._lower_precision(ref, inputs, out, rout, name, t)
+        return _Trial(True, "", checks, ref_out=rout, lower_precision=lp, ref_modifies_inputs=ref_mod)
+
+    def _lower_precision(self, ref: Any, inputs: list[Any], out: Any, rout: Any,
+                         name: str, t: int) -> dict[str, Any] | None:
+        """Compare against a float64 run of the reference (float32 outputs only)."""
+        torch, job = self.torch, self.job
+        pairs = [
+            (p, c, r)
+            for (p, c), (_, r) in zip(flatten_outputs(out), flatten_outputs(rout))
+            if isinstance(r, torch.Tensor) and r.dtype == torch.float32 and r.numel() > 0
+        ]
+        if not pairs:
+            return None
+        self.state.set("reference.fp64", name, t)
+        try:
+            ref64 = copy.deepcopy(ref).double()
+            in64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                    for a in self._clone(inputs)]
+            with torch.no_grad():
+                out64 = ref64(*in64)
+            self._sync()
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.append(f"lower_precision not checked: the float64 reference failed ({_one_line(exc, 200)})")
+            return None
+        by_path = dict(flatten_outputs(out64))
+        worst: dict[str, Any] | None = None
+        for p, c, r in pairs:
+            r64 = by_path.get(p)
+            if not isinstance(r64, torch.Tensor) or r64.dtype != torch.float64 or r64.shape != r.shape:
+                self.warnings.append(f"lower_precision not checked for {p}: the float64 run gave no float64 tensor")
+                continue
+            scale = float(r64.abs().max()) or 1.0
+            ec = float((c.double() - r64).abs().max()) / scale
+            er = float((r.double() - r64).abs().max()) / scale
+            too_far, thr = lower_precision_verdict(ec, er, job.lower_precision_factor, job.lower_precision_floor)
+            rec = {"output": p, "candidate_rel_err": ec, "fp32_reference_rel_err": er, "threshold": thr}
+            if worst is None or (ec / thr if thr > 0 else float("inf")) > (
+                worst["candidate_rel_err"] / worst["threshold"] if worst["threshold"] > 0 else float("inf")
+            ):
+                worst = rec
+            if too_far:
+                ratio = f"{ec / er:.3g}x" if er > 0 else "far above"
+                raise guard_stop(
+                    LOWER_PRECISION,
+                    f"{p}: normwise relative error against a float64 reference is {ec:.3g}, "
+                    f"{ratio} the float32 reference's {er:.3g} (limit: max({job.lower_precision_factor:g}x, "
+                    f"{job.lower_precision_floor:.3g})): computed in lower precision than float32 "
+                    "(TF32, fp16, bf16)?",
+                    name,
+                    t,
+                )
+        return worst
+
+    # -- profiler guards -----------------------------------------------------------------
+
+    def _profile_guards(self, ctx: _Context) -> None:
+        wanted = {NO_CUSTOM_KERNEL, TORCH_FALLBACK, SIDE_STREAM} - self.disabled
+        if not wanted:
+            return
+        if self.host:
+            self.warnings.append("profiler guards not run: host test backend (no CUDA)")
+            return
+        torch, job = self.torch, self.job
+        inputs = self._inputs(ctx.mod, trial_seed(job.seed, 0, job.trials), "default", None)
+        self._call_candidate(ctx.cand, self._clone(inputs), "default", None, "guards.profile")
+        args = self._clone(inputs)
+        marker = torch.zeros(1, device=self.dev)
+        self._sync()
+        self.state.set("guards.profile", "default")
+        forward_exc: BaseException | None = None
+        try:
+            from torch.autograd import DeviceType
+            from torch.profiler import ProfilerActivity, profile, record_function
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                with record_function(MARKER_ANNOTATION):
+                    marker.add_(1)
+                with record_function(FORWARD_ANNOTATION):
+                    try:
+                        with torch.no_grad():
+                            ctx.cand(*args)
+                    except Exception as exc:  # noqa: BLE001 - the candidate's failure
+                        forward_exc = exc
+                with record_function(MARKER_ANNOTATION):
+                    marker.add_(1)
+                self._sync()
+            records = profile_records(prof.events(), DeviceType.CUDA)
+            report = analyze_profile(records, allow_torch_ops=job.allow_torch_ops,
+                                     allowed_ops=job.allowed_ops)
+        except Exception as exc:  # noqa: BLE001 - the profiler's failure, or a CUDA error
+            if forward_exc is None:
+                try:
+                    self._sync()
+                except Exception as exc2:  # noqa: BLE001
+                    raise Stop(RUNTIME_ERROR,
+                               f"a CUDA error surfaced after the profiled forward: {_one_line(exc2)}",
+                               error=_exc_error(exc2, "synchronize", "default"), config="default") from None
+                self.warnings.append(
+                    f"no_custom_kernel/torch_fallback/side_stream (profiler) not checked: {_one_line(exc, 300)}"
+                )
+                return
+        if forward_exc is not None:
+            raise Stop(RUNTIME_ERROR, f"ModelNew.forward raised {_one_line(forward_exc)} (profiled call)",
+                       error=_exc_error(forward_exc, "forward", "default"), config="default")
+        if report["gpu_activities"] == 0:
+            self.warnings.append(
+                "no_custom_kernel/torch_fallback/side_stream (profiler) not checked: the profiler "
+                "recorded no GPU activity (CUPTI unavailable?)"
+            )
+            return
+        self.profile = report
+        self._check_patching("during the profiled forward", "default")
+        verdict = profile_verdict(report, sorted(self.disabled), job.allow_torch_ops)
+        if verdict is not None:
+            raise guard_stop(verdict[0], verdict[1], "default")
+        for note in report["notes"]:
+            self.warnings.append(f"profiler: {note}")
+
+    # -- repeated calls ----------------------------------------------------------------
+
+    def _result_cache_check(self, ctx: _Context) -> None:
+        """Same input tensors with new values written in place, then new tensors."""
+        torch, job = self.torch, self.job
+        base = job.trials + 1
+        tol = job.tolerances
+        a = self._inputs(ctx.mod, trial_seed(job.seed, 0, base), "default", None)
+        b = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 1), "default", None)
+        c = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 2), "default", None)
+        x = self._clone(a)
+        _, o1 = self._call_candidate(ctx.cand, x, "default", None, "guards.result_cache")
+        r1 = self._call_reference(ctx.ref, self._clone(a), "default", None)
+        if not outputs_match(o1, r1, tol):
+            raise guard_stop(RESULT_CACHE, "wrong on new inputs after earlier calls", "default")
+        same_shapes = all(
+            not isinstance(xi, torch.Tensor) or (isinstance(bi, torch.Tensor) and xi.shape == bi.shape
+                                                 and xi.dtype == bi.dtype)
+            for xi, bi in zip(x, b)
+        )
+        if same_shapes:
+            for xi, bi in zip(x, b):
+                if isinstance(xi, torch.Tensor):
+                    xi.copy_(bi)
+            args = [bi if not isinstance(xi, torch.Tensor) else xi for xi, bi in zip(x, b)]
+            _, o2 = self._call_candidate(ctx.cand, args, "default", None, "guards.result_cache")
+            r2 = self._call_reference(ctx.ref, self._clone(b), "default", None)
+            if not outputs_match(o2, r2, tol):
+                again = outputs_match(o2, r1, tol)
+                raise guard_stop(
+                    RESULT_CACHE,
+                    "after new values were written into the same input tensors (same addresses), "
+                    "the next call returned "
+                    + ("the previous call's result" if again else "a wrong result")
+                    + ": results must not be cached by input address or object",
+                    "default",
+                )
+        else:
+            self.warnings.append("result_cache: in-place rewrite skipped (get_inputs() shapes vary)")
+        y = self._clone(c)
+        _, o3 = self._call_candidate(ctx.cand, y, "default", None, "guards.result_cache")
+        r3 = self._call_reference(ctx.ref, self._clone(c), "default", None)
+        if not outputs_match(o3, r3, tol):
+            raise guard_stop(RESULT_CACHE, "wrong for newly allocated inputs after earlier calls", "default")
+        self._check_patching("during repeated calls", "default")
+
+    # -- timing ------------------------------------------------------------------------
+
+    def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str) -> tuple[TimingStats, Any]:
+        """CUDA events on the current stream around each call, the flush buffer written
+        before each; warm-up first.  Returns (stats in ms, the last output)."""
+        torch, ts = self.torch, self.job.timing
+        self.state.set(phase, "default")
+        Event, record, elapsed = self._orig_event, self._orig_record, self._orig_elapsed
+        out = None
+        with torch.no_grad():
+            for _ in range(max(ts.warmup_reps, 1)):
+                out = fn(*args)
+            self._sync()
+            starts = [Event(enable_timing=True) for _ in range(BATCH)]
+            ends = [Event(enable_timing=True) for _ in range(BATCH)]
+            samples: list[float] = []
+            total = 0.0
+            while not samples or need_more_reps(len(samples), total, ts):
+                k = min(BATCH, max(ts.max_reps - len(samples), 1))
+                for i in range(k):
+                    if flush is not None:
+                        flush.zero_()
+                    record(starts[i])
+                    out = fn(*args)
+                    record(ends[i])
+                self._sync()
+                for i in range(k):
+                    ms = float(elapsed(starts[i], ends[i]))
+                    samples.append(ms)
+                    total += ms
+        return summarize(samples), out
+
+    def _time(self, ctx: _Context) -> None:
+        torch, job = self.torch, self.job
+        ts = job.timing
+        inputs = self._inputs(ctx.mod, trial_seed(job.seed, 0, job.trials + 4), "default", None)
+        fbytes = flush_size((self.device_info or {}).get("l2_bytes"), ts)
+        flush = torch.empty(fbytes // 4, dtype=torch.int32, device=self.dev) if fbytes else None
+        warnings: list[str] = []
+
+        cargs = self._clone(inputs)
+        try:
+            cand_stats, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate")
+            cand_out = snapshot_outputs(cand_out)
+            self.state.set("timing.candidate", "default")
+            sync_samples = []
+            with torch.no_grad():
+                for _ in range(max(ts.sync_reps, 1)):
+                    self._sync()
+                    t0 = self._orig_perf()
+                    ctx.cand(*cargs)
+                    self._sync()
+                    sync_samples.append((self._orig_perf() - t0) * 1e3)
+            sync_stats = summarize(sync_samples)
+        except Stop:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(RUNTIME_ERROR, f"ModelNew.forward failed while timing: {_one_line(exc)}",
+                       error=_exc_error(exc, "timing", "default"), config="default") from None
+        self._check_patching("during the timed calls", "default")
+
+        eargs = self._clone(inputs)
+        try:
+            eager_stats, eager_out = self._time_fn(ctx.ref, eargs, flush, "timing.eager")
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"Model.forward failed while timing: {_one_line(exc)}",
+                       error=_exc_error(exc, "reference_timing", "default"), config="default") from None
+
+        compile_stats = None
+        compile_error = None
+        if job.compile_baseline:
+            try:
+                compiled = torch.compile(ctx.ref)
+                compile_stats, _ = self._time_fn(compiled, self._clone(inputs), flush, "timing.compile")
+            except Exception as exc:  # noqa: BLE001
+                compile_error = _one_line(exc, 400)
+                warnings.append(f"torch.compile baseline failed, eager kept: {compile_error}")
+                try:
+                    self._sync()
+                except Exception:  # noqa: BLE001
+                    pass
+
+        self.state.set("timing.check", "default")
+        if self._guard_on(RESULT_CACHE) and not ctx.ref_modifies_inputs:
+            if not outputs_match(cand_out, eager_out, job.tolerances):
+                raise guard_stop(
+                    RESULT_CACHE,
+                    "after the timed calls the output no longer matches the reference on the "
+                    "same inputs (work skipped on repeated calls?)",
+                    "default",
+                )
+
+        se = speedup(eager_stats.median_ms, cand_stats.median_ms)
+        sc = speedup(compile_stats.median_ms, cand_stats.median_ms) if compile_stats else None
+        suspicious = any(s is not None and s > SUSPICIOUS_SPEEDUP for s in (se, sc))
+        if suspicious:
+            warnings.append(
+                f"speedup above {SUSPICIOUS_SPEEDUP:g}x (eager {se and round(se, 2)}x, "
+                f"compile {sc and round(sc, 2)}x): worth a second look"
+            )
+        if cand_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05:
+            warnings.append(
+                f"event time {cand_stats.median_ms:.4g} ms is much shorter than forward + "
+                f"synchronize {sync_stats.median_ms:.4g} ms: work outside the current stream, "
+                "or on the host?"
+            )
+        self.timing = TorchTiming(
+            config="default",
+            candidate=cand_stats,
+            eager=eager_stats,
+            compile=compile_stats,
+            compile_error=compile_error,
+            sync_call=sync_stats,
+            speedup_eager=se,
+            speedup_compile=sc,
+            suspicious=suspicious,
+            flush_bytes=fbytes,
+            warmup_reps=max(ts.warmup_reps, 1),
+            warnings=warnings,
+        )
+
+
+def _consts(consts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in consts.items()) or "default constants"
+
+
+def _at(config: str | None, trial: int | None) -> str:
+    if config is None:
+        return ""
+    return f" (config '{config}'" + (f", trial {trial}" if trial is not None else "") + ")"
+
+
+# ---------------------------------------------------------------------------------------
+# Build mode
+# ---------------------------------------------------------------------------------------
+
+
+def build_candidate_module(job: TorchEvalJob, state: State) -> dict[str, Any]:
+    """``--build``: import the candidate (a load_inline build runs now) and report."""
+    state.set("build")
+    state.mark_candidate()
+    t0 = time.monotonic()
+    ext = os.environ.get(EXT_DIR_ENV)
+    cached = bool(ext) and any(Path(ext).rglob("*.so"))
+    name = Path(job.module_path).name
+    try:
+        import_candidate(job.module_path)
+    except BaseException as exc:  # noqa: BLE001
+        status, message, errors = classify_import_error(exc, name)
+        return {"status": status, "message": message, "errors": errors,
+                "seconds": time.monotonic() - t0, "cached": False,
+                "error": _exc_error(exc, "import")}
+    return {"status": "ok", "message": "", "errors": "", "seconds": time.monotonic() - t0,
+            "cached": cached}
+
+
+# ---------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m cudaperf_cli.evaluate.torch_worker")
+    parser.add_argument("--build", action="store_true")
+    args = parser.parse_args(argv)
+
+    sys.stdout.flush()
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    _line_buffer_c_stdout()
+    state = State(os.environ.get(STATE_ENV))
+    try:
+        job = TorchEvalJob.from_json(json.loads(sys.stdin.read()))
+    except Exception as exc:  # noqa: BLE001
+        _emit(out_fd, TorchEvalResult(status=CRASH, message=f"worker got an unreadable job: {exc}"))
+        return 0
+    if job.debug_hook and os.environ.get(HOOKS_ENV) == "1":
+        if _run_hook(job.debug_hook, out_fd, state):
+            return 0
+    result: Any
+    try:
+        if args.build:
+            result = build_candidate_module(job, state)
+        else:
+            result = TorchWorker(job, state).run()
+    except BaseException as exc:  # noqa: BLE001 - report, never die silently
+        result = TorchEvalResult(
+            status=CRASH,
+            message=f"internal error in the torch evaluation worker: {_one_line(exc)}",
+            phase=state.data.get("phase"),
+            details={"traceback": traceback.format_exc()},
+        )
+        if args.build:
+            result = {"status": CRASH, "message": result.message, "errors": result.details["traceback"]}
+    _flush_c_stdio()
+    _emit(out_fd, result)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    try:
+        _flush_c_stdio()
+        sys.stderr.flush()
+        sys.stdout.flush()
+    finally:
+        os._exit(code)

@@ -1,0 +1,19 @@
+# Cheat: see kernel.cu (fp16 arithmetic for a float32 problem).
+import torch
+import torch.nn as nn
+
+from cudaperf_cli.torch_runtime import load_cuda
+
+lib = load_cuda("kernel.cu")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = float(scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        lib.scaled_relu(x, y, x.numel(), self.scale)
+        return y

@@ -1,0 +1,773 @@
+"""PyTorch-problem evaluation on the CPU: job/result JSON, comparison rules, guard decisions
+(on synthetic profiler records), the parent's process handling (no device, timeouts, build
+timeouts, syntax and compile errors), and the whole worker pipeline against the host test
+backend (``CUDAPERF_WORKER_BACKEND=host``: models on the CPU, the host clock for timing, no
+profiler guards).  The same pipeline on a GPU: tests/test_gpu_torch_eval.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cudaperf_cli.evaluate.job import HOOKS_ENV, TimingSettings, TimingStats
+from cudaperf_cli.evaluate.torch_job import (
+    ALIASING,
+    COMPILE_ERROR,
+    COMPILE_TIMEOUT,
+    DEFAULT_TORCH_TOLERANCES,
+    DYNAMIC_GUARDS,
+    GUARD_REJECTED,
+    INHERITS_MODEL,
+    LOWER_PRECISION,
+    NO_CUSTOM_KERNEL,
+    PATCHING,
+    RESULT_CACHE,
+    SHAPE_SPECIALISED,
+    SIDE_STREAM,
+    TORCH_FALLBACK,
+    OutputCheck,
+    TorchConfigResult,
+    TorchEvalJob,
+    TorchEvalResult,
+    TorchTiming,
+    run_torch_evaluation,
+    torch_tolerance,
+    trial_seed,
+)
+from cudaperf_cli.evaluate.torch_worker import (
+    FORWARD_ANNOTATION,
+    MARKER_ANNOTATION,
+    analyze_profile,
+    apply_constant_overrides,
+    inherits_model,
+    lower_precision_verdict,
+    profile_verdict,
+)
+
+DATA = Path(__file__).parent / "data"
+PROBLEM = DATA / "torch_problems" / "scaled_relu.py"
+BIAS_PROBLEM = DATA / "torch_problems" / "bias_relu.py"
+HOST = {"CUDAPERF_WORKER_BACKEND": "host"}
+FAST_TIMING = TimingSettings(
+    warmup_reps=1, min_reps=3, max_reps=5, min_total_ms=0.0, flush_l2=False, sync_reps=2
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Job and result
+# ---------------------------------------------------------------------------------------
+
+
+def _cand(tmp_path: Path, py: str, *, cu: bool = True, name: str = "cand") -> list[str]:
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    (d / "model.py").write_text(py)
+    files = [str(d / "model.py")]
+    if cu:
+        (d / "kernel.cu").write_text('extern "C" int noop(cudaStream_t stream) { return 0; }\n')
+        files.append(str(d / "kernel.cu"))
+    return files
+
+
+def test_job_json_round_trip(tmp_path: Path) -> None:
+    files = _cand(tmp_path, "class ModelNew: pass\n")
+    job = TorchEvalJob(
+        problem=str(PROBLEM),
+        candidate=files,
+        shapes=[{"batch_size": 7}],
+        tolerances={"float32": {"atol": 1e-3, "rtol": 1e-3}},
+        timing=TimingSettings(min_reps=4),
+        allowed_ops=["softmax"],
+        disabled_guards=[SIDE_STREAM],
+        build_root=str(tmp_path / "b"),
+    )
+    job.validate()
+    back = TorchEvalJob.from_json(json.loads(json.dumps(job.to_json())))
+    assert back == job
+    assert back.module_path == files[0] and back.cuda_files == [files[1]]
+    assert job.extensions_dir() == tmp_path / "b" / "ext" / job.content_key()
+    key = job.content_key()
+    Path(files[1]).write_text("// changed\n")
+    assert job.content_key() != key
+
+
+def test_result_json_round_trip() -> None:
+    stats = TimingStats(n=5, median_ms=1.5, min_ms=1.0, max_ms=2.0, p25_ms=1.2, p75_ms=1.7, mean_ms=1.5)
+    res = TorchEvalResult(
+        status="wrong",
+        message="m",
+        configs=[TorchConfigResult(
+            name="default", constants={}, status="wrong", trials_run=1, failed_trial=0,
+            seeds=[1], inputs=[{"shape": [2, 3], "dtype": "float32"}],
+            outputs=[OutputCheck(path="out", ok=False, shape=[2, 3], dtype="float32",
+                                 n_mismatch=1, worst_mismatch={"index": [1, 2], "got": "nan",
+                                                               "expected": 0.5, "abs_err": "nan",
+                                                               "rel_err": None})],
+        )],
+        worst_mismatch={"path": "out", "index": [1, 2]},
+        timing=TorchTiming(config="default", candidate=stats, eager=stats, compile=None,
+                           compile_error="boom", speedup_eager=1.0),
+        guard={"id": ALIASING, "reason": "r", "config": "default", "trial": 0},
+        warnings=["w"],
+    )
+    text = json.dumps(res.to_json(), allow_nan=False)
+    assert TorchEvalResult.from_json(json.loads(text)) == res
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"trials": 2}, "trials must be at least 3"),
+        ({"format": "triton"}, "format 'triton'"),
+        ({"problem": "/nonexistent/p.py"}, "file not found"),
+        ({"shapes": [{"nope": 3}]}, "'nope' is not a module-level int constant"),
+        ({"shapes": [{"batch_size": 2.5}]}, "must be an int"),
+        ({"shapes": [{}]}, "shapes[0] is empty"),
+        ({"disabled_guards": ["bogus"]}, "unknown guard ids"),
+        ({"tolerances": {"float32": {"eps": 1}}}, "tolerances['float32']"),
+    ],
+)
+def test_malformed_jobs_raise(tmp_path: Path, change: dict[str, Any], words: str) -> None:
+    files = _cand(tmp_path, "class ModelNew: pass\n")
+    job = TorchEvalJob(**{"problem": str(PROBLEM), "candidate": files, **change})
+    with pytest.raises(ValueError) as ei:
+        run_torch_evaluation(job, timeout_s=5)
+    assert words in str(ei.value)
+
+
+def test_candidate_file_rules(tmp_path: Path) -> None:
+    py_only = _cand(tmp_path, "class ModelNew: pass\n", cu=False)
+    with pytest.raises(ValueError, match="fast format needs a .cu"):
+        TorchEvalJob(problem=str(PROBLEM), candidate=py_only).validate()
+    TorchEvalJob(problem=str(PROBLEM), candidate=py_only, format="load_inline").validate()
+    two = [*py_only, str(PROBLEM)]
+    with pytest.raises(ValueError, match="exactly one .py"):
+        TorchEvalJob(problem=str(PROBLEM), candidate=two, format="load_inline").validate()
+
+
+def test_constant_overrides_reach_derived_values() -> None:
+    src = ("import torch\nbatch_size = 16\ndim: int = 8\ntotal = batch_size * dim\n"
+           "rows = cols = 4\nscale = 0.5\n")
+    ns: dict[str, Any] = {}
+    code = apply_constant_overrides(src, {"batch_size": 3, "dim": 5, "cols": 9}, "p.py")
+    exec(code, ns)  # noqa: S102
+    assert (ns["batch_size"], ns["dim"], ns["total"], ns["rows"], ns["cols"]) == (3, 5, 15, 4, 9)
+    with pytest.raises(ValueError, match="no module-level assignment of missing"):
+        apply_constant_overrides(src, {"missing": 1}, "p.py")
+
+
+def test_tolerances_and_seeds() -> None:
+    assert torch_tolerance("float32") == (1e-4, 1e-4)
+    assert torch_tolerance("torch.bfloat16") == (1e-2, 1e-2)
+    assert torch_tolerance("int64") == (0.0, 0.0) and torch_tolerance("bool") == (0.0, 0.0)
+    assert torch_tolerance("float32", {"float32": {"atol": 1e-3}}) == (1e-3, 1e-4)
+    assert set(DEFAULT_TORCH_TOLERANCES) == {"float32", "float16", "bfloat16", "float64"}
+    assert trial_seed(42, 0, 0) == trial_seed(42, 0, 0)
+    seeds = {trial_seed(42, c, t) for c in range(3) for t in range(5)}
+    assert len(seeds) == 15 and all(0 <= s < 2**63 for s in seeds)
+
+
+# ---------------------------------------------------------------------------------------
+# Comparison, aliasing, inputs (torch on the CPU)
+# ---------------------------------------------------------------------------------------
+
+
+def test_compare_reports_the_worst_mismatch_index() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import compare_outputs
+
+    ref = torch.rand(4, 6)
+    got = ref.clone()
+    got[1, 2] += 5e-4  # out of tolerance, small
+    got[3, 4] += 1.0  # the worst
+    (chk,) = compare_outputs(got, ref)
+    assert not chk.ok and chk.n_mismatch == 2 and chk.n_elements == 24
+    assert chk.worst_mismatch is not None and chk.worst_mismatch["index"] == [3, 4]
+    assert chk.worst_mismatch["got"] == pytest.approx(float(got[3, 4]))
+    assert chk.worst_mismatch["expected"] == pytest.approx(float(ref[3, 4]))
+    assert chk.worst_mismatch["abs_err"] == pytest.approx(1.0, rel=1e-5)
+    assert chk.max_abs_err == pytest.approx(1.0, rel=1e-5)
+    assert "2 of 24 elements differ (atol 0.0001, rtol 0.0001); worst at [3, 4]" in chk.message
+    (ok,) = compare_outputs(ref + 5e-5, ref)
+    assert ok.ok and ok.max_abs_err == pytest.approx(5e-5, rel=1e-2)
+
+
+def test_nan_never_passes_and_equal_infinities_do() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import compare_outputs
+
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    got = torch.tensor([1.0, float("nan"), float("inf"), float("nan")])
+    (chk,) = compare_outputs(got, ref)
+    assert not chk.ok and chk.n_mismatch == 2 and chk.n_nan == 2
+    assert chk.worst_mismatch is not None and chk.worst_mismatch["index"] == [1]
+    assert chk.worst_mismatch["got"] == "nan"
+    (inf_ok,) = compare_outputs(torch.tensor([float("inf"), -1.0]), torch.tensor([float("inf"), -1.0]))
+    assert inf_ok.ok
+
+
+def test_shape_dtype_structure_and_integers() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import compare_outputs
+
+    (s,) = compare_outputs(torch.zeros(2, 3), torch.zeros(3, 2))
+    assert not s.ok and s.message == "out: shape [2, 3] differs from the expected [3, 2]"
+    (d,) = compare_outputs(torch.zeros(2, dtype=torch.float64), torch.zeros(2))
+    assert not d.ok and "dtype float64 differs from the expected float32" in d.message
+    (st,) = compare_outputs((torch.zeros(2), torch.zeros(2)), torch.zeros(2))
+    assert not st.ok and "a tuple of 2" in st.message and "a tensor [2] float32" in st.message
+    big = torch.tensor([2**60, 5], dtype=torch.int64)
+    (i,) = compare_outputs(big + torch.tensor([1, 0]), big)
+    assert not i.ok and i.n_mismatch == 1 and i.worst_mismatch["index"] == [0]
+    checks = compare_outputs([torch.ones(2), 3], [torch.ones(2), 3])
+    assert [c.path for c in checks] == ["out[0]", "out[1]"] and all(c.ok for c in checks)
+
+
+def test_aliasing_and_input_checks() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import check_inputs, find_aliasing
+
+    x = torch.rand(8)
+    rx = x.clone()
+    assert "shares memory with input 0" in (find_aliasing(x.view(2, 4), [x], rx * 2, [rx]) or "")
+    # A view problem: the reference returns its input's memory too, so the candidate may.
+    assert find_aliasing(x.view(2, 4), [x], rx.view(2, 4), [rx]) is None
+    r_out = torch.rand(8)
+    assert "reference's output out" in (find_aliasing(r_out[2:], [x], r_out, [rx]) or "")
+    assert find_aliasing(torch.rand(8), [x], r_out, [rx]) is None
+
+    pristine = torch.rand(4)
+    c, r = pristine.clone(), pristine.clone()
+    c[0] += 1
+    why, ref_mod = check_inputs([c], [r], [pristine], None)
+    assert why is not None and "modified input 0" in why and not ref_mod
+    c2, r2 = pristine.clone(), pristine.clone()
+    c2.mul_(2)
+    r2.mul_(2)
+    assert check_inputs([c2], [r2], [pristine], None) == (None, True)  # in-place problem
+
+
+# ---------------------------------------------------------------------------------------
+# Guard decisions
+# ---------------------------------------------------------------------------------------
+
+
+def _rec(kind: str, name: str, i: int, start: float, end: float, **kw: Any) -> dict[str, Any]:
+    return {"kind": kind, "name": name, "id": i, "linked_id": kw.get("linked", 0),
+            "start_us": start, "end_us": end, "thread": kw.get("thread", 1),
+            "stream": kw.get("stream")}
+
+
+def _profile(*fwd: dict[str, Any]) -> list[dict[str, Any]]:
+    """Marker (stream 7) - forward window [100, 200] - marker."""
+    return [
+        _rec("annotation", MARKER_ANNOTATION, 1, 10, 20),
+        _rec("cpu_op", "aten::add_", 2, 11, 19),
+        _rec("runtime", "cudaLaunchKernel", 1001, 12, 13),
+        _rec("kernel", "void at::native::vectorized_elementwise_kernel<add>", 1001, 30, 31, stream=7),
+        _rec("annotation", FORWARD_ANNOTATION, 3, 100, 200),
+        *fwd,
+        _rec("annotation", MARKER_ANNOTATION, 4, 300, 310),
+        _rec("cpu_op", "aten::add_", 5, 301, 309),
+        _rec("runtime", "cudaLaunchKernel", 1009, 302, 303),
+        _rec("kernel", "void at::native::vectorized_elementwise_kernel<add>", 1009, 320, 321, stream=7),
+    ]
+
+
+CUSTOM = [
+    _rec("cpu_op", "aten::empty_like", 10, 101, 105),
+    _rec("cpu_op", "aten::empty_strided", 11, 102, 104),
+    _rec("runtime", "cudaLaunchKernel", 1002, 110, 112),
+    _rec("kernel", "scaled_relu_kernel(float const*, float*, long, float)", 1002, 150, 160, stream=7),
+]
+
+
+def test_profile_custom_kernel_passes() -> None:
+    rep = analyze_profile(_profile(*CUSTOM))
+    assert rep["current_streams"] == [7]
+    assert rep["custom_kernels"] == ["scaled_relu_kernel(float const*, float*, long, float)"]
+    assert rep["kernels"][0]["owner"] == FORWARD_ANNOTATION
+    assert rep["torch_ops"] == {"empty_like": 1, "empty_strided": 1}
+    assert rep["disallowed_ops"] == [] and rep["side_stream_launches"] == []
+    assert profile_verdict(rep) is None
+
+
+def test_profile_pytorch_only_is_no_custom_kernel() -> None:
+    fwd = [
+        _rec("cpu_op", "aten::relu", 10, 101, 110),
+        _rec("cpu_op", "aten::clamp_min", 11, 102, 109),
+        _rec("runtime", "cudaLaunchKernel", 1002, 103, 104),
+        # anonymous-namespace name: attributed to PyTorch by the op around its launch
+        _rec("kernel", "void (anonymous namespace)::launch_clamp_scalar", 1002, 150, 160, stream=7),
+        _rec("cpu_op", "aten::mul", 12, 120, 130),
+        # clock skew put the launch record outside aten::mul: the correlation link decides
+        _rec("runtime", "cudaLaunchKernel", 1003, 131, 132),
+        _rec("kernel", "void at::native::vectorized_elementwise_kernel<mul>", 1003, 170, 180,
+             stream=7, linked=12),
+    ]
+    rep = analyze_profile(_profile(*fwd))
+    assert rep["custom_kernels"] == [] and len(rep["kernels"]) == 2
+    assert [k["owner"] for k in rep["kernels"]] == ["aten::clamp_min", "aten::mul"]
+    gid, why = profile_verdict(rep)  # type: ignore[misc]
+    assert gid == NO_CUSTOM_KERNEL and "no kernel of the candidate's own" in why
+    # with no_custom_kernel off, the same forward is a torch_fallback
+    gid2, why2 = profile_verdict(rep, [NO_CUSTOM_KERNEL])  # type: ignore[misc]
+    assert gid2 == TORCH_FALLBACK and "aten::clamp_min, aten::mul, aten::relu" in why2
+
+
+def test_profile_decoy_kernel_plus_pytorch_is_torch_fallback() -> None:
+    fwd = [*CUSTOM, _rec("cpu_op", "aten::mm", 20, 120, 130),
+           _rec("runtime", "cudaLaunchKernel", 1005, 121, 122),
+           _rec("kernel", "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32", 1005, 165, 190, stream=7)]
+    rep = analyze_profile(_profile(*fwd))
+    assert rep["disallowed_ops"] == ["mm"]
+    assert profile_verdict(rep) == (
+        TORCH_FALLBACK,
+        "forward ran PyTorch compute ops: aten::mm (allowed in forward: allocation, views and copies)",
+    )
+    assert profile_verdict(analyze_profile(_profile(*fwd), allow_torch_ops=True), allow_torch_ops=True) is None
+    assert profile_verdict(analyze_profile(_profile(*fwd), allowed_ops=["mm"])) is None
+
+
+def test_profile_library_kernel_names_are_not_custom() -> None:
+    # cuBLAS called directly from the candidate's own code: no aten op around the launch,
+    # but the name is a library's.
+    fwd = [_rec("runtime", "cudaLaunchKernel", 1002, 110, 112),
+           _rec("kernel", "nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NNT", 1002, 150, 160, stream=7)]
+    rep = analyze_profile(_profile(*fwd))
+    assert rep["custom_kernels"] == []
+    assert profile_verdict(rep)[0] == NO_CUSTOM_KERNEL  # type: ignore[index]
+
+
+def test_profile_side_stream_and_host_copies() -> None:
+    side = [_rec("runtime", "cudaLaunchKernel", 1002, 110, 112),
+            _rec("kernel", "my_kernel", 1002, 150, 5000, stream=21)]
+    rep = analyze_profile(_profile(*side))
+    assert rep["side_stream_launches"] == [{"name": "my_kernel", "stream": 21}]
+    gid, why = profile_verdict(rep)  # type: ignore[misc]
+    assert gid == SIDE_STREAM and "stream(s) [21], not on the current stream [7]" in why
+    assert profile_verdict(rep, [SIDE_STREAM]) is None
+
+    dtoh = [*CUSTOM, _rec("cpu_op", "aten::_to_copy", 30, 120, 140),
+            _rec("runtime", "cudaMemcpyAsync", 1006, 121, 122),
+            _rec("memcpy", "Memcpy DtoH (Device -> Pageable)", 1006, 170, 175, stream=7)]
+    gid, why = profile_verdict(analyze_profile(_profile(*dtoh)))  # type: ignore[misc]
+    assert gid == TORCH_FALLBACK and "device-to-host" in why
+    item = [*CUSTOM, _rec("cpu_op", "aten::_local_scalar_dense", 30, 120, 140),
+            _rec("runtime", "cudaMemcpyAsync", 1006, 121, 122),
+            _rec("memcpy", "Memcpy DtoH (Device -> Pageable)", 1006, 170, 175, stream=7)]
+    assert profile_verdict(analyze_profile(_profile(*item))) is None
+
+
+def test_profile_without_runtime_records_uses_correlation_links() -> None:
+    recs = [r for r in _profile(*CUSTOM) if r["kind"] != "runtime"]
+    for r in recs:
+        if r["name"].startswith("scaled_relu_kernel"):
+            r["linked_id"] = 3  # the forward annotation
+    rep = analyze_profile(recs)
+    assert rep["custom_kernels"] and rep["notes"]
+    assert rep["current_streams"] == []  # markers cannot be placed: side streams unchecked
+    with pytest.raises(ValueError, match="no forward window"):
+        analyze_profile([r for r in recs if r["name"] != FORWARD_ANNOTATION])
+
+
+def test_inherits_model_and_precision_verdicts() -> None:
+    class Model:
+        def forward(self, x: Any) -> Any:
+            return x
+
+    class Sub(Model):
+        pass
+
+    class Copy:
+        forward = Model.forward
+
+    class Own:
+        def forward(self, x: Any) -> Any:
+            return x
+
+    assert "subclass" in (inherits_model(Sub, Model) or "")
+    assert inherits_model(Copy, Model) == "ModelNew.forward is Model.forward"
+    assert inherits_model(Own, Model) is None
+    NamedModel = type("Model", (), {})
+    Indirect = type("ModelNew", (NamedModel,), {"forward": lambda self, x: x})
+    assert "a class named Model" in (inherits_model(Indirect, Model) or "")
+
+    assert lower_precision_verdict(6e-8, 6e-8, 64, 2**-16) == (False, 2**-16)
+    tf32_like = 2**-11
+    assert lower_precision_verdict(tf32_like, 6e-8, 64, 2**-16)[0]
+    assert not lower_precision_verdict(60 * 1e-6, 1e-6, 64, 2**-16)[0]
+    assert lower_precision_verdict(65 * 1e-6, 1e-6, 64, 2**-16)[0]
+
+
+def test_patches_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import cudaperf_cli.evaluate.torch_worker as tw
+
+    snap = tw.snapshot_patchables(torch, tw)
+    assert tw.find_patches(snap) == []
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 1e-3)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(tw, "compare_outputs", lambda *a, **k: [])
+    assert tw.find_patches(snap) == [
+        "torch.cuda.Event.elapsed_time",
+        "time.perf_counter",
+        "cudaperf_cli.evaluate.torch_worker.compare_outputs",
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# Parent process handling
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def build_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("torch-builds")
+
+
+@pytest.fixture
+def small_problem(tmp_path: Path) -> Path:
+    p = tmp_path / "problem.py"
+    p.write_text(PROBLEM.read_text().replace("batch_size = 64", "batch_size = 4").replace(
+        "dim = 16384", "dim = 64"))
+    return p
+
+
+def test_syntax_error_is_a_compile_error_without_a_child(tmp_path: Path) -> None:
+    files = _cand(tmp_path, "import torch\nclass ModelNew(torch.nn.Module:\n    pass\n", cu=False)
+    r = run_torch_evaluation(TorchEvalJob(problem=str(PROBLEM), candidate=files, format="load_inline"),
+                             timeout_s=30)
+    assert r.status == COMPILE_ERROR and r.phase == "syntax"
+    assert r.message.startswith("SyntaxError in model.py, line 2: ")
+    assert "class ModelNew(torch.nn.Module:" in r.message
+    assert r.error is not None and r.error["line"] == 2 and r.exit_code is None
+
+
+def test_fast_format_compile_error_has_nvcc_text(tmp_path: Path, build_root: Path, nvcc_path: str) -> None:
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "model.py").write_text("class ModelNew: pass\n")
+    (d / "kernel.cu").write_text('extern "C" int f(float *x, cudaStream_t s)\n{\n    return nope;\n}\n')
+    r = run_torch_evaluation(
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(d / "model.py"), str(d / "kernel.cu")],
+                     build_root=str(build_root), arch="sm_90", static_guards=False),
+        timeout_s=60,
+    )
+    assert r.status == COMPILE_ERROR and r.phase == "build"
+    assert r.message.startswith("nvcc failed to compile kernel.cu:\n")
+    assert 'kernel.cu(3): error: identifier "nope" is undefined' in r.message
+    assert 'kernel.cu(3): error: identifier "nope" is undefined' in r.build["errors"]
+
+
+def test_missing_launcher_is_a_compile_error(tmp_path: Path, build_root: Path) -> None:
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "model.py").write_text("class ModelNew: pass\n")
+    (d / "kernel.cu").write_text("__global__ void k(float *x) {}\n")
+    r = run_torch_evaluation(
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(d / "model.py"), str(d / "kernel.cu")],
+                     build_root=str(build_root), static_guards=False),
+        timeout_s=60,
+    )
+    assert r.status == COMPILE_ERROR and 'no extern "C" launcher found in kernel.cu' in r.message
+
+
+def test_worker_answers_no_device_without_cuda(build_root: Path, nvcc_path: str) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    d = DATA / "torch_cands" / "fast_ok"
+    r = run_torch_evaluation(
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(d / "model.py"), str(d / "kernel.cu")],
+                     build_root=str(build_root), arch="sm_90"),
+        timeout_s=120,
+    )
+    assert r.status == "no_device", (r.message, r.stderr_tail)
+    assert r.message.startswith("no CUDA device: torch.cuda.is_available() is False")
+    assert r.exit_code == 0 and r.build["libs"][0]["launchers"] == [
+        "int scaled_relu(const float *x, float *y, int64_t n, float scale, cudaStream_t stream)"
+    ]
+
+
+def test_hanging_worker_is_killed_at_the_time_limit(tmp_path: Path, build_root: Path, nvcc_path: str) -> None:
+    files = _cand(tmp_path, "class ModelNew: pass\n")
+    job = TorchEvalJob(problem=str(PROBLEM), candidate=files, build_root=str(build_root),
+                       arch="sm_90", debug_hook="spawn-sleep:120", static_guards=False)
+    t0 = time.monotonic()
+    r = run_torch_evaluation(job, timeout_s=3, env={HOOKS_ENV: "1"})
+    assert time.monotonic() - t0 < 30
+    assert r.status == "timeout" and r.signal == "SIGKILL" and r.phase == "hook.spawn-sleep"
+    assert re.match(r"timed out after \d+\.\d s \(limit 3 s\) in phase 'hook.spawn-sleep'", r.message)
+    m = re.search(r"spawned pid (\d+)", r.stderr_tail)
+    assert m, r.stderr_tail
+    pid = int(m.group(1))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"grandchild {pid} survived the timeout")
+
+
+def test_load_inline_build_has_its_own_time_limit(tmp_path: Path, build_root: Path) -> None:
+    files = _cand(tmp_path, "import time\ntime.sleep(120)\nclass ModelNew: pass\n", cu=False)
+    job = TorchEvalJob(problem=str(PROBLEM), candidate=files, format="load_inline",
+                       build_root=str(build_root), build_timeout_s=2, static_guards=False)
+    t0 = time.monotonic()
+    r = run_torch_evaluation(job, timeout_s=600)
+    assert time.monotonic() - t0 < 20
+    assert r.status == COMPILE_TIMEOUT and r.phase == "build"
+    assert "did not finish within 2 s" in r.message
+    assert Path(r.build["extensions_dir"]) == job.extensions_dir()
+    assert not job.extensions_dir().exists()  # a timed-out build is not kept
+
+
+def test_load_inline_build_failure_is_a_compile_error(tmp_path: Path, build_root: Path) -> None:
+    # What torch.utils.cpp_extension raises when nvcc fails (the build child classifies it).
+    files = _cand(tmp_path, (
+        "raise RuntimeError(\"Error building extension 'ext': [1/2] nvcc ... -c cuda.cu\\n"
+        "FAILED: cuda.cuda.o\\n"
+        "cuda.cu(7): error: identifier \\\"nope\\\" is undefined\\n\\n"
+        "1 error detected in the compilation of \\\"cuda.cu\\\".\\n"
+        "ninja: build stopped: subcommand failed.\")\n"
+    ), cu=False)
+    job = TorchEvalJob(problem=str(PROBLEM), candidate=files, format="load_inline",
+                       build_root=str(build_root), static_guards=False)
+    r = run_torch_evaluation(job, timeout_s=60)
+    assert r.status == COMPILE_ERROR, r.message
+    assert r.message.startswith("load_inline failed while importing model.py: Error building extension 'ext'")
+    assert 'cuda.cu(7): error: identifier "nope" is undefined' in r.build["errors"]
+
+
+def test_static_guards_run_first(tmp_path: Path, build_root: Path) -> None:
+    pytest.importorskip("cudaperf_cli.evaluate.static_guards")
+    files = _cand(tmp_path, (
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, scale):\n        super().__init__()\n        self.scale = scale\n\n"
+        "    def forward(self, x):\n        return torch.relu(x) * self.scale\n"
+    ))
+    r = run_torch_evaluation(TorchEvalJob(problem=str(PROBLEM), candidate=files,
+                                          build_root=str(build_root)), timeout_s=30)
+    assert r.status == GUARD_REJECTED and r.phase == "static_guards"
+    assert r.guard is not None and r.guard["id"] == "torch_fallback" and r.guard["static"]
+    assert "model.py:10" in r.guard["reason"]
+
+
+# ---------------------------------------------------------------------------------------
+# The worker pipeline on the host test backend
+# ---------------------------------------------------------------------------------------
+
+HEAD = "import torch\nimport torch.nn as nn\n\n"
+INIT = (
+    "    def __init__(self, scale):\n        super().__init__()\n        self.scale = scale\n\n"
+)
+
+
+def _host_job(tmp_path: Path, problem: Path, build_root: Path, forward: str, *,
+              extra: str = "", init: str = INIT, **kw: Any) -> TorchEvalJob:
+    py = HEAD + extra + "class ModelNew(nn.Module):\n" + init + forward
+    files = _cand(tmp_path, py)
+    kw.setdefault("time", False)
+    kw.setdefault("timing", FAST_TIMING)
+    return TorchEvalJob(problem=str(problem), candidate=files, build_root=str(build_root),
+                        arch="sm_90", static_guards=False, compile_baseline=False, **kw)
+
+
+def _run_host(job: TorchEvalJob, monkeypatch: pytest.MonkeyPatch) -> TorchEvalResult:
+    pytest.importorskip("torch")
+    for k, v in HOST.items():
+        monkeypatch.setenv(k, v)
+    r = run_torch_evaluation(job, timeout_s=120)
+    assert r.status != "crash", (r.message, r.stderr_tail, r.details)
+    return r
+
+
+CORRECT_FWD = "    def forward(self, x):\n        return torch.relu(x) * self.scale\n"
+
+
+def test_host_correct_candidate_is_verified_and_timed(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _host_job(tmp_path, small_problem, build_root, CORRECT_FWD,
+                    shapes=[{"batch_size": 3, "dim": 17}], time=True)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "correct", r.message
+    assert [c.name for c in r.configs] == ["default", "alt1"]
+    assert r.configs[0].inputs == [{"shape": [4, 64], "dtype": "float32"}]
+    assert r.configs[1].inputs == [{"shape": [3, 17], "dtype": "float32"}]
+    assert r.configs[1].constants == {"batch_size": 3, "dim": 17}
+    assert all(c.trials_run == 3 and len(set(c.seeds)) == 3 for c in r.configs)
+    lp = r.configs[0].lower_precision
+    assert lp is not None and lp["candidate_rel_err"] <= lp["threshold"]
+    t = r.timing
+    assert t is not None and t.eager is not None and t.compile is None
+    assert 3 <= t.candidate.n <= 5 and t.candidate.median_ms > 0
+    assert t.speedup_eager == pytest.approx(t.eager.median_ms / t.candidate.median_ms)
+    assert t.baselines["eager"] == "PyTorch eager (fp32, TF32 off)"
+    assert r.summary["speedup_eager"] == t.speedup_eager
+    assert "profiler guards not run: host test backend (no CUDA)" in r.warnings
+
+
+def test_host_wrong_candidate_reports_the_worst_index(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fwd = ("    def forward(self, x):\n        y = torch.relu(x) * self.scale\n"
+           "        y.view(-1)[77] += 1.0\n        return y\n")
+    r = _run_host(_host_job(tmp_path, small_problem, build_root, fwd), monkeypatch)
+    assert r.status == "wrong", r.message
+    assert r.worst_mismatch is not None and r.worst_mismatch["index"] == [1, 13]
+    assert r.worst_mismatch["path"] == "out"
+    assert r.message.startswith("config 'default' trial 0: out: 1 of 256 elements differ")
+    assert r.configs[0].failed_trial == 0
+
+
+@pytest.mark.parametrize(
+    "gid, forward, extra, kw",
+    [
+        (ALIASING, "    def forward(self, x):\n        return x.relu_().mul_(self.scale)\n", "", {}),
+        (RESULT_CACHE,
+         "    def forward(self, x):\n        k = x.data_ptr()\n"
+         "        if k not in CACHE:\n            CACHE[k] = torch.relu(x) * self.scale\n"
+         "        return CACHE[k]\n", "CACHE = {}\n\n", {}),
+        (SHAPE_SPECIALISED,
+         "    def forward(self, x):\n        y = torch.zeros_like(x)\n"
+         "        y.view(-1)[:256] = (torch.relu(x) * self.scale).view(-1)[:256]\n        return y\n",
+         "", {"shapes": [{"batch_size": 5}]}),
+        (LOWER_PRECISION,
+         "    def forward(self, x):\n        return (torch.relu(x.half()) * self.scale).float()\n", "", {}),
+        (PATCHING, CORRECT_FWD, "torch.cuda.Event.elapsed_time = lambda self, end: 1e-3\n\n", {}),
+        (LOWER_PRECISION, CORRECT_FWD, "torch.backends.cuda.matmul.allow_tf32 = True\n\n", {}),
+        (INHERITS_MODEL, "    pass\n",
+         "class Model(nn.Module):\n" + INIT + CORRECT_FWD + "\n\n", {}),
+    ],
+    ids=["aliasing", "result_cache", "shape_specialised", "lower_precision_fp16",
+         "patching", "lower_precision_tf32_flag", "inherits_model"],
+)
+def test_host_cheats_are_rejected(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch,
+    gid: str, forward: str, extra: str, kw: dict[str, Any],
+) -> None:
+    if gid == INHERITS_MODEL:
+        job = _host_job(tmp_path, small_problem, build_root, forward, extra=extra, init="", **kw)
+        job_py = Path(job.module_path)
+        job_py.write_text(job_py.read_text().replace("class ModelNew(nn.Module):", "class ModelNew(Model):"))
+    else:
+        job = _host_job(tmp_path, small_problem, build_root, forward, extra=extra, **kw)
+    r = _run_host(job, monkeypatch)
+    assert r.status == GUARD_REJECTED, (r.status, r.message)
+    assert r.guard is not None and r.guard["id"] == gid, r.message
+    assert r.message.startswith(f"rejected by guard '{gid}'")
+    assert gid in DYNAMIC_GUARDS
+
+
+def test_host_guard_messages(tmp_path: Path, small_problem: Path, build_root: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fwd = ("    def forward(self, x):\n        y = torch.zeros_like(x)\n"
+           "        y.view(-1)[:256] = (torch.relu(x) * self.scale).view(-1)[:256]\n        return y\n")
+    r = _run_host(_host_job(tmp_path, small_problem, build_root, fwd,
+                            shapes=[{"batch_size": 5}]), monkeypatch)
+    assert r.guard is not None and r.guard["config"] == "alt1"
+    assert "correct on the default shapes but wrong on config 'alt1' (batch_size=5)" in r.guard["reason"]
+    assert [c.status for c in r.configs] == ["correct", "wrong"]
+    assert r.configs[1].outputs[0].worst_mismatch is not None
+
+
+def test_host_parameters_are_copied_or_refused(
+    tmp_path: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = tmp_path / "bias.py"
+    problem.write_text(BIAS_PROBLEM.read_text().replace("batch_size = 32", "batch_size = 3").replace(
+        "dim = 4096", "dim = 16"))
+    init = ("    def __init__(self, dim):\n        super().__init__()\n"
+            "        self.{name} = nn.Parameter(torch.zeros(dim))\n\n")
+    fwd = "    def forward(self, x):\n        return torch.relu(x + self.{name})\n"
+    ok = _run_host(_host_job(tmp_path, problem, build_root, fwd.format(name="bias"),
+                             init=init.format(name="bias")), monkeypatch)
+    assert ok.status == "correct", ok.message  # zeros replaced by Model's random bias
+    bad = _run_host(_host_job(tmp_path, problem, build_root, fwd.format(name="b"),
+                              init=init.format(name="b")), monkeypatch)
+    assert bad.status == "runtime_error"
+    assert bad.message.startswith("ModelNew's parameters and buffers do not match Model's")
+    assert "bias" in bad.message and bad.error is not None and bad.error["source"] == "state_dict"
+
+
+def test_host_candidate_errors(tmp_path: Path, small_problem: Path, build_root: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    raising = _run_host(_host_job(
+        tmp_path, small_problem, build_root,
+        "    def forward(self, x):\n        raise RuntimeError('kernel exploded')\n"), monkeypatch)
+    assert raising.status == "runtime_error"
+    assert raising.message == (
+        "ModelNew.forward raised RuntimeError: kernel exploded (config 'default', trial 0)"
+    )
+    assert raising.error is not None and raising.error["source"] == "forward"
+    assert "kernel exploded" in raising.error["traceback"]
+
+    files = _cand(tmp_path, "import torch\nx = 1\n", name="nomodel")
+    none = _run_host(TorchEvalJob(problem=str(small_problem), candidate=files, build_root=str(build_root),
+                                  arch="sm_90", static_guards=False), monkeypatch)
+    assert none.status == COMPILE_ERROR and none.message == "model.py defines no class ModelNew(torch.nn.Module)"
+
+    files = _cand(tmp_path, "import torch\nraise ValueError('bad import')\n", name="imp")
+    imp = _run_host(TorchEvalJob(problem=str(small_problem), candidate=files, build_root=str(build_root),
+                                 arch="sm_90", static_guards=False), monkeypatch)
+    assert imp.status == "runtime_error" and imp.message == "importing model.py raised ValueError: bad import"
+
+
+def test_prompt_template_renders() -> None:
+    pytest.importorskip("jinja2")
+    from cudaperf_cli.policies.prompts import render
+
+    text = render(
+        "torch_to_cuda.j2",
+        source=PROBLEM.read_text(),
+        inputs=[{"name": "x", "shape": [64, 16384], "dtype": "float32"}],
+        init_inputs=["0.01"],
+        arch="sm_90",
+    )
+    assert "class Model(nn.Module)" in text and "- `x`: float32 [64, 16384]" in text
+    assert "`Model(0.01)`" in text and "sm_90" in text
+    assert 'extern "C" int name(<arguments>, cudaStream_t stream)' in text
+    assert 'lib = load_cuda("kernel.cu")' in text and "load_inline(" in text
+    assert text.count("```cuda\n") == 1 and text.count("```python\n") == 2  # fenced blocks
+    unnamed = render("torch_to_cuda.j2", source="s", inputs=[{"value": "3"}],
+                     init_inputs=[], arch="sm_90")
+    assert "- `input 0`: 3" in unnamed
+
+
+def test_profile_records_of_a_real_cpu_profile() -> None:
+    # The FunctionEvent attributes profile_records reads exist in the installed torch, and
+    # the window/op bookkeeping holds on a real (CPU-only) profile.
+    torch = pytest.importorskip("torch")
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from cudaperf_cli.evaluate.torch_worker import profile_records
+
+    x, marker = torch.randn(64), torch.zeros(1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(MARKER_ANNOTATION):
+            marker.add_(1)
+        with record_function(FORWARD_ANNOTATION):
+            torch.empty_like(x)
+            torch.relu(x)
+        with record_function(MARKER_ANNOTATION):
+            marker.add_(1)
+    recs = profile_records(prof.events(), DeviceType.CUDA)
+    kinds = {(r["kind"], r["name"]) for r in recs}
+    assert ("annotation", FORWARD_ANNOTATION) in kinds and ("cpu_op", "aten::relu") in kinds
+    rep = analyze_profile(recs)
+    assert rep["torch_ops"]["relu"] == 1 and "add_" not in rep["torch_ops"]
+    assert "relu" in rep["disallowed_ops"] and "empty_like" not in rep["disallowed_ops"]
+    assert profile_verdict(rep)[0] == NO_CUSTOM_KERNEL  # type: ignore[index]
