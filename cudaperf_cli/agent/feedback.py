@@ -24,6 +24,8 @@ def feedback_for(r: TurnRecord) -> str:
         errors = r.build.get("errors") or r.message
         what = "did not compile" if r.status == "compile_error" else "compile timed out"
         return f"{head} {what} with nvcc. Compiler output:\n{errors}"
+    if r.status == "guard_rejected":
+        return f"{head} was rejected: {r.message}"
     if r.status == "no_device":
         return f"{head} compiled; it was not run because no CUDA device is available."
     if r.status in ("runtime_error", "crash"):
@@ -34,6 +36,17 @@ def feedback_for(r: TurnRecord) -> str:
         return f"{head} compiled and ran but gave wrong results: {r.message}"
     if r.status == "reference_error":
         return f"{head}: the reference itself failed: {r.message}"
+    if r.speedup_compile is not None or r.eager_ms is not None:  # a PyTorch problem
+        lines = [
+            f"{head} is correct (max relative error {_e(r.max_rel_err)}).",
+            f"Time {r.gpu_ms:.4g} ms (median), PyTorch eager {_ms(r.eager_ms)}, torch.compile "
+            f"{_ms(r.compile_ms)}: speedup {_x(r.speedup_kernel)} vs eager and "
+            f"{_x(r.speedup_compile)} vs torch.compile.",
+        ]
+        if r.structure_score is not None:
+            lines.append(f"Structural score {r.structure_score:.2f} of 1. What to improve first:")
+            lines.extend(f"- {reason}" for reason in r.structure_reasons)
+        return "\n".join(lines)
     lines = [
         f"{head} is correct (max relative error {r.max_rel_err:.1e}).",
         f"GPU kernel time {r.gpu_ms:.4g} ms (median), speedup {r.speedup_kernel:.3g}x "
@@ -44,6 +57,18 @@ def feedback_for(r: TurnRecord) -> str:
         lines.append(f"Structural score {r.structure_score:.2f} of 1. What to improve first:")
         lines.extend(f"- {reason}" for reason in r.structure_reasons)
     return "\n".join(lines)
+
+
+def _e(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1e}"
+
+
+def _ms(v: float | None) -> str:
+    return "not measured" if v is None else f"{v:.4g} ms"
+
+
+def _x(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3g}x"
 
 
 def follow(records: list[TurnRecord]) -> TurnRecord | None:

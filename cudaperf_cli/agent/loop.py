@@ -27,6 +27,7 @@ STATUSES = (
     "format_error",  # a model's reply held no usable code
     "compile_error",
     "compile_timeout",
+    "guard_rejected",  # a reward-hack guard caught the candidate (PyTorch problems)
     "no_device",  # compiled; not verified (no CUDA device)
     "runtime_error",  # CUDA error, illegal address
     "crash",  # the evaluation process died
@@ -43,7 +44,9 @@ class TurnRecord:
 
     ``speedup_kernel`` = CPU reference median / GPU kernel median;
     ``speedup_e2e`` = CPU reference median / end-to-end median (copies in and out included);
-    both against ``baseline`` (e.g. "gcc -O3, 1 thread").  ``structure_score`` in [0, 1] and
+    both against ``baseline`` (e.g. "gcc -O3, 1 thread").  For a PyTorch problem,
+    ``speedup_kernel`` = PyTorch eager median / candidate median (``baseline`` = "PyTorch
+    eager") and ``speedup_compile`` = torch.compile median / candidate median.  ``structure_score`` in [0, 1] and
     ``structure_reasons`` (most costly first) come from the static structural analysis
     (docs/structural-score.md).
     """
@@ -69,6 +72,12 @@ class TurnRecord:
     speedup_kernel: float | None = None
     speedup_e2e: float | None = None
     baseline: str | None = None
+    #: PyTorch problems: ``speedup_kernel`` is against PyTorch eager (``baseline``);
+    #: these are the eager and torch.compile medians (ms) and the speedup over compile.
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_compile: float | None = None
+    guard: str | None = None  #: the id of the guard that rejected the candidate
     access: dict[str, str] = field(default_factory=dict)
     structure_score: float | None = None
     structure_reasons: list[str] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""``cudaperf optimize FILE.c``: the main job, stage by stage.
+"""``cudaperf optimize FILE.c``: the main job, stage by stage (``FILE.py``: agent/torch_optimize.py).
 
 1. load the problem (preprocess, parse, parameters, extents, sizes)      problems/c.py
 2. build the reference library (gcc -O3, the file untouched)            problems/c.py
@@ -462,6 +462,19 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         raise ProblemError(f"{opts.file} is a directory, not a C file")
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
+    if opts.file.suffix == ".py":  # a PyTorch (KernelBench-format) problem
+        from cudaperf_cli.agent.torch_optimize import run_torch_optimize
+
+        c_only = [flag for flag, used in (("-I/-D", opts.cpp_args), ("--function", opts.function),
+                                          ("--size", opts.sizes), ("--init", opts.init)) if used]
+        if c_only:
+            raise ProblemError(
+                f"{', '.join(c_only)} apply to C files only",
+                hint="a PyTorch problem sets its shapes with its module constants",
+            )
+        if opts.arch is not None:
+            check_arch(opts.arch)
+        return run_torch_optimize(opts, resumed, console, detect_arch())
     out_path = resolve_output(
         opts if resumed is None or not _written_by_run(opts, resumed)
         else dataclasses.replace(opts, force=True)
@@ -595,6 +608,28 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         follow(records)
         return records
 
+    result, interrupted, wall_s = drive_loop(opts, store, policy, run_turn, history, observer, console)
+    return conclude(
+        opts, store, result, interrupted, console,
+        finish=lambda res: _finish(problem, res, evaluator, out_path, arch, opts),
+        make_summary=lambda res, written, code: _summary(
+            problem, res, configs, arch, store.path, written, code, wall_s, evaluator),
+        reports=evaluator.reports,
+        best_panel=best_panel,
+    )
+
+
+def drive_loop(
+    opts: OptimizeOptions, store: RunStore, policy: Any, run_turn: Any, history: list[TurnRecord],
+    observer: Any, console: Any,
+) -> tuple[LoopResult, bool, float]:
+    """Run the turns with the run's stopping rules, questions (interactive runs) and Ctrl-C
+    handling; every record is appended to ``turns.jsonl`` as it finishes.
+
+    Returns ``(result, interrupted, wall seconds)``; after a Ctrl-C the result holds the
+    records written so far.
+    """
+    human = not opts.json_output
     ask = None
     if opts.interactive and human:
         from cudaperf_cli.agent.interact import TerminalAsk
@@ -626,16 +661,25 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         from cudaperf_cli.agent.loop import best_index
 
         result = LoopResult(kept, best_index(kept), "interrupted (Ctrl-C)", True)
-    wall_s = time.perf_counter() - started
+    return result, interrupted, time.perf_counter() - started
 
+
+def conclude(
+    opts: OptimizeOptions, store: RunStore, result: LoopResult, interrupted: bool, console: Any,
+    *, finish: Any, make_summary: Any, reports: dict[tuple[int, int], Any], best_panel: Any,
+) -> int:
+    """Write the result (``finish(result) -> (code, panel lines, written path)``) unless the
+    run was stopped, write ``summary.json`` (``make_summary(result, written, code)``), print
+    the end of the run (Rich or ``--json``) and return the exit code."""
+    human = not opts.json_output
     stopped = interrupted or (result.stopped_by_user and result.stop_reason.startswith("the user stopped"))
     if stopped:  # nothing written; the run folder can be resumed
         code, written = EXIT_INTERRUPTED, None
         lines = ["Stopped before the end: nothing written.",
                  f"resume      cudaperf optimize --resume {store.path}"]
     else:
-        code, lines, written = _finish(problem, result, evaluator, out_path, arch, opts)
-    summary = _summary(problem, result, configs, arch, store.path, written, code, wall_s, evaluator)
+        code, lines, written = finish(result)
+    summary = make_summary(result, written, code)
     store.write_json("summary.json", summary)
     if interrupted:
         print(f"interrupted: resume with: cudaperf optimize --resume {store.path}", file=sys.stderr)
@@ -644,10 +688,10 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         print(f"stopped by the user: resume with: cudaperf optimize --resume {store.path}", file=sys.stderr)
     if human:
         best_key = None if result.best is None else (result.best.turn, result.best.sample)
-        if best_key in evaluator.reports:
+        if best_key in reports:
             from cudaperf_cli.structure.render import print_report
 
-            print_report(evaluator.reports[best_key], console, top=3)
+            print_report(reports[best_key], console, top=3)
         console.print(best_panel(result, lines))
         console.print(f"stopped: {result.stop_reason}; run folder: {store.path}", markup=False)
     else:

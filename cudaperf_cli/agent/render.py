@@ -29,6 +29,7 @@ STATUS_STYLE = {
     "compile_timeout": "yellow",
     "refused": "yellow",
     "format_error": "yellow",
+    "guard_rejected": "bold magenta",
     "no_device": "cyan",
     "reference_error": "magenta",
 }
@@ -40,6 +41,7 @@ STATUS_LABEL = {
     "runtime_error": "runtime error",
     "no_device": "compiled (no GPU)",
     "reference_error": "reference error",
+    "guard_rejected": "guard rejected",
 }
 
 
@@ -75,16 +77,26 @@ def fmt_err(v: float | None) -> str:
 
 #: Columns of the per-turn table: (header, justify, cell); the narrow terminal layout
 #: (< 120 columns) keeps only those marked essential.
-def _columns() -> list[tuple[str, str, bool, Any]]:
+def _columns(kind: str = "c") -> list[tuple[str, str, bool, Any]]:
+    if kind == "torch":  # speedups against PyTorch eager and torch.compile
+        speed = [
+            ("GPU ms", "right", True, lambda r: fmt_ms(r.gpu_ms)),
+            ("vs eager", "right", True, lambda r: fmt_x(r.speedup_kernel)),
+            ("vs compile", "right", True, lambda r: fmt_x(r.speedup_compile)),
+        ]
+    else:
+        speed = [
+            ("GPU ms", "right", True, lambda r: fmt_ms(r.gpu_ms)),
+            ("speedup", "right", True, lambda r: fmt_x(r.speedup_kernel)),  # kernel-only
+            ("speedup e2e", "right", False, lambda r: fmt_x(r.speedup_e2e)),
+        ]
     return [
         ("turn", "right", True, lambda r: r.label),
         ("candidate", "left", True, lambda r: Text(r.description)),
         ("status", "left", True,
          lambda r: Text(STATUS_LABEL.get(r.status, r.status), style=STATUS_STYLE.get(r.status, ""))),
         ("max rel err", "right", False, lambda r: fmt_err(r.max_rel_err)),
-        ("GPU ms", "right", True, lambda r: fmt_ms(r.gpu_ms)),
-        ("speedup", "right", True, lambda r: fmt_x(r.speedup_kernel)),  # kernel-only
-        ("speedup e2e", "right", False, lambda r: fmt_x(r.speedup_e2e)),
+        *speed,
         ("struct", "right", True,
          lambda r: "-" if r.structure_score is None else f"{r.structure_score:.2f}"),
         ("regs", "right", False, lambda r: "-" if r.registers is None else str(r.registers)),
@@ -95,10 +107,12 @@ def _columns() -> list[tuple[str, str, bool, Any]]:
     ]
 
 
-def turns_table(records: list[TurnRecord], title: str | None = None, width: int = 160) -> Table:
+def turns_table(records: list[TurnRecord], title: str | None = None, width: int = 160,
+                kind: str = "c") -> Table:
     """The per-turn table: status, max error, GPU ms, speedups, structure, registers,
-    spills, seconds; in a terminal narrower than 120 columns, the essential columns only."""
-    cols = [c for c in _columns() if c[2] or width >= 120]
+    spills, seconds; in a terminal narrower than 120 columns, the essential columns only.
+    ``kind="torch"``: the speedups are against PyTorch eager and torch.compile."""
+    cols = [c for c in _columns(kind) if c[2] or width >= 120]
     table = Table(title=title, header_style="bold", expand=False)
     for header, justify, _, _ in cols:
         if header == "candidate":
@@ -115,6 +129,12 @@ def turns_table(records: list[TurnRecord], title: str | None = None, width: int 
 def turn_line(r: TurnRecord) -> str:
     """One plain line for a finished turn (non-terminal output)."""
     head = f"turn {r.label}: {STATUS_LABEL.get(r.status, r.status)}"
+    if r.correct and (r.speedup_compile is not None or r.eager_ms is not None):
+        return (
+            f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, {fmt_x(r.speedup_kernel)} vs PyTorch eager "
+            f"({fmt_ms(r.eager_ms)} ms), {fmt_x(r.speedup_compile)} vs torch.compile "
+            f"({fmt_ms(r.compile_ms)} ms); {r.description}"
+        )
     if r.correct:
         return (
             f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
@@ -128,9 +148,10 @@ def turn_line(r: TurnRecord) -> str:
 class RichObserver:
     """Shows the loop's progress with Rich (live table on a terminal, lines otherwise)."""
 
-    def __init__(self, console: Console, title: str):
+    def __init__(self, console: Console, title: str, kind: str = "c"):
         self.console = console
         self.title = title
+        self.kind = kind
         self.records: list[TurnRecord] = []
         self._stage = ""
         self._live: Live | None = None
@@ -148,10 +169,10 @@ class RichObserver:
             self._stage = ""
             self._live.__exit__(*exc)
             self._live = None
-        self.console.print(turns_table(self.records, self.title, self.console.width))
+        self.console.print(turns_table(self.records, self.title, self.console.width, self.kind))
 
     def _render(self) -> Group:
-        parts: list[Any] = [turns_table(self.records, self.title, self.console.width)]
+        parts: list[Any] = [turns_table(self.records, self.title, self.console.width, self.kind)]
         if self._stage:
             parts.append(Spinner("dots", text=Text(self._stage, style="dim")))
         return Group(*parts)
@@ -200,6 +221,21 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     lines = [escape(ln) for ln in lines]
     if best is None:
         return Panel("\n".join(lines), title="no verified kernel", border_style="red", expand=False)
+    if best.speedup_compile is not None or best.eager_ms is not None:  # a PyTorch problem
+        body = [
+            f"[bold]{escape(best.description)}[/]",
+            f"candidate   {fmt_ms(best.gpu_ms)} ms (median; IQR {fmt_ms(best.gpu_ms_iqr)} ms)",
+            f"eager       {fmt_ms(best.eager_ms)} ms (PyTorch eager, fp32, TF32 off)",
+            f"compile     {fmt_ms(best.compile_ms)} ms (torch.compile, default mode)",
+            f"speedup     {fmt_x(best.speedup_kernel)} vs PyTorch eager, "
+            f"{fmt_x(best.speedup_compile)} vs torch.compile",
+            f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
+            *lines,
+        ]
+        if any(v is not None and v > 10 for v in (best.speedup_kernel, best.speedup_compile)):
+            body.append("(!)         above 10x: worth a second look")
+        return Panel("\n".join(body), title=f"best: turn {best.label}", border_style="green",
+                     expand=False)
     body = [
         f"[bold]{escape(best.description)}[/]",
         f"GPU kernel  {fmt_ms(best.gpu_ms)} ms (median; IQR {fmt_ms(best.gpu_ms_iqr)} ms)",

@@ -66,4 +66,48 @@ def missing_code_feedback(fn: str, text: str | None = None) -> str:
     )
 
 
-__all__ = ["LANGUAGES", "code_blocks", "entry_pattern", "extract_code", "missing_code_feedback"]
+#: Fence labels accepted for a PyTorch candidate's Python file.
+PY_LANGUAGES = ("python", "py", "")
+_MODELNEW = re.compile(r"^class\s+ModelNew\b", re.M)
+_CUDA_LAUNCHER = re.compile(r'extern\s+"C"')
+
+
+def extract_torch_files(text: str) -> dict[str, str] | None:
+    """A PyTorch candidate's files from a reply, or ``None``.
+
+    Format A (fast): the last ```` ```python ```` block defining ``class ModelNew`` becomes
+    ``model.py`` and the last ```` ```cuda ```` (``cu``, ``c++``, ``cpp``) block holding an
+    ``extern "C"`` launcher becomes ``kernel.cu``.  Format B (``load_inline``): the Python
+    block alone (it builds its CUDA itself).
+    """
+    blocks = code_blocks(text)
+    py = [body for label, body in blocks if label in PY_LANGUAGES and _MODELNEW.search(body)]
+    if not py:
+        return None
+    files = {"model.py": py[-1] if py[-1].endswith("\n") else py[-1] + "\n"}
+    cu = [body for label, body in blocks
+          if label in LANGUAGES and label != "" and _CUDA_LAUNCHER.search(body)]
+    if cu and "load_inline" not in files["model.py"]:
+        files["kernel.cu"] = cu[-1] if cu[-1].endswith("\n") else cu[-1] + "\n"
+    return files
+
+
+def missing_torch_code_feedback(text: str | None = None) -> str:
+    """What was missing from a reply to a PyTorch problem, written for the model."""
+    need = ("a ```cuda block (kernel.cu with extern \"C\" launchers) and a ```python block "
+            "(model.py defining class ModelNew), or one ```python block defining ModelNew "
+            "with load_inline")
+    blocks = code_blocks(text or "")
+    if not blocks:
+        why = "it contains no fenced code block"
+    elif not any(label in PY_LANGUAGES and _MODELNEW.search(body) for label, body in blocks):
+        why = "none of its python blocks defines `class ModelNew`"
+    else:
+        why = "it is incomplete"
+    return f"Your reply had no usable code: {why}. Reply with {need}."
+
+
+__all__ = [
+    "LANGUAGES", "PY_LANGUAGES", "code_blocks", "entry_pattern", "extract_code",
+    "extract_torch_files", "missing_code_feedback", "missing_torch_code_feedback",
+]

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from cudaperf_cli.core import CProblem
 from cudaperf_cli.policies.base import ChatModel, PolicyRefusal, Proposal, Reply
-from cudaperf_cli.policies.extract import extract_code, missing_code_feedback
+from cudaperf_cli.policies.extract import (
+    extract_code, extract_torch_files, missing_code_feedback, missing_torch_code_feedback,
+)
 
 #: Characters per token of the estimate (see the module docstring).
 CHARS_PER_TOKEN = 4
@@ -90,16 +91,22 @@ class ModelPolicy:
 
     # ------------------------------------------------------------------ conversation
 
-    def conversation(self, problem: CProblem, history: Sequence[Any] = ()) -> tuple[list[dict[str, str]], int]:
+    def conversation(self, problem: Any, history: Sequence[Any] = ()) -> tuple[list[dict[str, str]], int]:
         """The messages for the next request and how many earlier turns were summarised.
 
-        ``history``: every earlier :class:`~cudaperf_cli.agent.loop.TurnRecord`; records
+        ``problem``: a C problem or a PyTorch problem (TorchProblem: the PyTorch prompt, and
+        replies must hold model.py (+ kernel.cu)).  ``history``: every earlier
+        :class:`~cudaperf_cli.agent.loop.TurnRecord`; records
         without a model reply (``mapping["reply"]``) are skipped.
         """
-        from cudaperf_cli.policies.prompts import c_to_cuda_prompt, feedback_prompt, system_prompt
+        from cudaperf_cli.policies.prompts import (
+            feedback_prompt, is_torch_problem, system_prompt_for, task_prompt,
+        )
 
-        system = {"role": "system", "content": system_prompt(self.arch)}
-        task = c_to_cuda_prompt(problem)
+        torch = is_torch_problem(problem)
+        fn = "" if torch else problem.function
+        system = {"role": "system", "content": system_prompt_for(problem, self.arch)}
+        task = task_prompt(problem, self.arch)
         exchanges: list[tuple[Any, list[dict[str, str]]]] = []
         for turn, group in _turns(history):
             followed = _followed(group)
@@ -110,7 +117,7 @@ class ModelPolicy:
             exchanges.append((followed, [
                 {"role": "assistant", "content": followed.mapping["reply"]},
                 {"role": "user", "content": feedback_prompt(
-                    feedback, followed.status, problem.function, self.hints.get(turn))},
+                    feedback, followed.status, fn, self.hints.get(turn), torch=torch)},
             ]))
         for folded in range(len(exchanges)):
             first = task
@@ -129,7 +136,7 @@ class ModelPolicy:
     # ------------------------------------------------------------------ proposals
 
     def propose_samples(
-        self, problem: CProblem, turn: int, history: Sequence[Any] | None = None, n: int = 1
+        self, problem: Any, turn: int, history: Sequence[Any] | None = None, n: int = 1
     ) -> list[Proposal]:
         """Ask the model for turn ``turn``'s ``n`` candidates (one request; more requests
         if the server returns fewer than ``n`` choices).
@@ -150,9 +157,17 @@ class ModelPolicy:
             replies.extend(got[: n - len(replies)])
             if len(replies) >= n or not got:
                 break
+        from cudaperf_cli.policies.prompts import is_torch_problem
+
+        torch = is_torch_problem(problem)
         proposals = []
         for reply in replies:
-            code = reply.code if reply.code is not None else extract_code(reply.text, problem.function)
+            files: dict[str, str] = {}
+            if torch:
+                files = extract_torch_files(reply.text) or {}
+                code = files.get("model.py")
+            else:
+                code = reply.code if reply.code is not None else extract_code(reply.text, problem.function)
             mapping: dict[str, Any] = {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
@@ -163,13 +178,15 @@ class ModelPolicy:
                 "reply": reply.text,
             }
             if code is None:
-                mapping["format_error"] = missing_code_feedback(problem.function, reply.text)
+                mapping["format_error"] = (missing_torch_code_feedback(reply.text) if torch
+                                           else missing_code_feedback(problem.function, reply.text))
                 proposals.append(Proposal("", "reply had no usable code", mapping, self.name))
             else:
-                proposals.append(Proposal(code, _describe(reply.text, self.name), mapping, self.name))
+                proposals.append(Proposal(code, _describe(reply.text, self.name), mapping, self.name,
+                                          files))
         return proposals
 
-    def propose(self, problem: CProblem, turn: int, history: Sequence[Any] | None = None) -> Proposal:
+    def propose(self, problem: Any, turn: int, history: Sequence[Any] | None = None) -> Proposal:
         """One candidate (``propose_samples`` with ``n=1``)."""
         return self.propose_samples(problem, turn, history, 1)[0]
 

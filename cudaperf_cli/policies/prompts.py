@@ -84,9 +84,48 @@ def c_to_cuda_prompt(problem: CProblem) -> str:
     )
 
 
-def feedback_prompt(feedback: str, status: str, fn: str, hint: str | None = None) -> str:
-    """A later user message: the previous turn's feedback and what to do next."""
-    return render("feedback.j2", feedback=feedback.strip(), status=status, fn=fn, hint=hint)
+def torch_to_cuda_prompt(problem: Any, arch: str = "sm_90") -> str:
+    """The first user message for a PyTorch problem (``prompts/torch_to_cuda.j2``): the
+    Model source, the forward inputs (shapes, dtypes), the two candidate formats and rules.
+
+    ``problem`` is a :class:`~cudaperf_cli.problems.pytorch.TorchProblem`.
+    """
+    inputs = []
+    for spec in problem.inputs:
+        if spec.kind == "tensor":
+            inputs.append({"shape": list(spec.shape), "dtype": spec.dtype})
+        else:
+            inputs.append({"value": repr(spec.value)})
+    return render(
+        "torch_to_cuda.j2", source=problem.source.strip(), inputs=inputs,
+        init_inputs=[repr(v) for v in problem.init_inputs], arch=arch,
+    )
 
 
-__all__ = ["c_to_cuda_prompt", "cuda_signature", "feedback_prompt", "render", "system_prompt"]
+def is_torch_problem(problem: Any) -> bool:
+    """True for a :class:`~cudaperf_cli.problems.pytorch.TorchProblem` (C problems have a
+    ``function``)."""
+    return not hasattr(problem, "function")
+
+
+def task_prompt(problem: Any, arch: str = "sm_90") -> str:
+    """The first user message for a C or a PyTorch problem."""
+    return torch_to_cuda_prompt(problem, arch) if is_torch_problem(problem) else c_to_cuda_prompt(problem)
+
+
+def system_prompt_for(problem: Any, arch: str = "sm_90") -> str:
+    """The system message for a C or a PyTorch problem."""
+    return render("torch_system.j2", arch=arch) if is_torch_problem(problem) else system_prompt(arch)
+
+
+def feedback_prompt(feedback: str, status: str, fn: str, hint: str | None = None, *, torch: bool = False) -> str:
+    """A later user message: the previous turn's feedback and what to do next.  ``fn``: the
+    C function (C problems); ``torch``: a PyTorch problem (the format reminder differs)."""
+    return render("feedback.j2", feedback=feedback.strip(), status=status, fn=fn, hint=hint,
+                  torch=torch)
+
+
+__all__ = [
+    "c_to_cuda_prompt", "cuda_signature", "feedback_prompt", "is_torch_problem", "render",
+    "system_prompt", "system_prompt_for", "task_prompt", "torch_to_cuda_prompt",
+]
