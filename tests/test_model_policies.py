@@ -191,7 +191,9 @@ def test_unreachable_server_is_one_line_exit_3(tmp_path):
     )
     assert proc.returncode == 3, proc.stderr
     lines = error_lines(proc)
-    assert len(lines) == 1 and url in lines[0] and "cannot reach" in lines[0], lines
+    assert url in lines[0] and "cannot reach" in lines[0], lines
+    # one error line; the hint says how to resume the run (nothing done is lost)
+    assert len(lines) == 2 and lines[1].startswith("hint: ") and "--resume" in lines[1], lines
     assert "Traceback" not in proc.stderr
 
 

@@ -297,7 +297,7 @@ def test_resume_continues_a_run_and_keeps_everything(tmp_path):
     assert json.loads(lines[1])["mapping"]["messages"] == 5
     # options of the run cannot change; a non-run folder is refused
     proc = cli("optimize", "--resume", str(run), "--policy", "builtin", cwd=tmp_path)
-    assert proc.returncode == 2 and "cannot change policy" in error_lines(proc)[0]
+    assert proc.returncode == 2 and "cannot change --policy" in error_lines(proc)[0]
     proc = cli("optimize", "--resume", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "not a resumable run folder" in error_lines(proc)[0]
     proc = cli("optimize", ELEMENTWISE, "--resume", str(run), cwd=tmp_path)

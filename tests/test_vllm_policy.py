@@ -218,7 +218,7 @@ def test_missing_vllm_is_a_model_server_error_with_the_hint(monkeypatch):
     err = info.value
     assert err.exit_code == 3
     assert "\n" not in str(err) and "vllm" in str(err)
-    assert "pip install vllm" in err.hint and "vllm serve" in err.hint
+    assert "pip install 'cudaperf[vllm]'" in err.hint and "vllm serve" in err.hint
     assert "--policy openai --base-url" in err.hint
     assert err.__cause__ is None and err.__suppress_context__
 

@@ -363,6 +363,18 @@ class ResumeState:
     output_sha256: str | None
 
 
+#: OptimizeOptions field -> its command-line flag, where the names differ.
+_FLAG_OF_FIELD = {
+    "eval_timeout_s": "--timeout", "compile_timeout_s": "--compile-timeout", "json_output": "--json",
+    "request_timeout_s": "--request-timeout", "interactive": "--yes", "sizes": "--size",
+    "cpp_args": "-I/-D", "run_root": "--run-dir",
+}
+
+
+def _flag(name: str) -> str:
+    return _FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
+
+
 def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeOptions, ResumeState]:
     """Read the run folder ``opts.resume``: its options (``run.json``), turns, hints and
     baseline; options in ``given`` (named on this command line) override the run's when
@@ -390,11 +402,11 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
         if getattr(opts, name) != getattr(stored, name)
     )
     if changed:
-        flags = ", ".join(name.replace("_", "-") for name in changed)
+        flags = ", ".join(_flag(name) for name in changed)
         raise CudaperfError(
             f"cannot change {flags} when resuming; the run keeps its own options",
             hint="start a new run for other options; on resume you may change: "
-            + ", ".join(sorted(n.replace("_", "-") for n in RESUME_OVERRIDES)),
+            + ", ".join(sorted(_flag(n) for n in RESUME_OVERRIDES)),
         )
     overrides = {name: getattr(opts, name) for name in given & RESUME_OVERRIDES}
     # How to present this invocation is always its own, never the stored run's.
@@ -453,6 +465,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
     from cudaperf_cli.problems.c import build_reference, load_c_problem
 
     console = stdout_console()
+    t_start = time.perf_counter()
     resumed: ResumeState | None = None
     if opts.resume is not None:
         opts, resumed = load_resume(opts, given)
@@ -474,7 +487,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
             )
         if opts.arch is not None:
             check_arch(opts.arch)
-        return run_torch_optimize(opts, resumed, console, detect_arch())
+        return run_torch_optimize(opts, resumed, console, detect_arch(), t_start)
     out_path = resolve_output(
         opts if resumed is None or not _written_by_run(opts, resumed)
         else dataclasses.replace(opts, force=True)
@@ -608,7 +621,8 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         follow(records)
         return records
 
-    result, interrupted, wall_s = drive_loop(opts, store, policy, run_turn, history, observer, console)
+    result, interrupted, _ = drive_loop(opts, store, policy, run_turn, history, observer, console)
+    wall_s = time.perf_counter() - t_start  # the whole command: loading, baseline, turns
     return conclude(
         opts, store, result, interrupted, console,
         finish=lambda res: _finish(problem, res, evaluator, out_path, arch, opts),
@@ -644,7 +658,7 @@ def drive_loop(
     started = time.perf_counter()
     interrupted = False
     try:
-        with observer if human else contextlib.nullcontext():
+        with observer if human else contextlib.nullcontext(), _resumable(store):
             result = run_loop(
                 run_turn,
                 turns=opts.turns,
@@ -662,6 +676,17 @@ def drive_loop(
 
         result = LoopResult(kept, best_index(kept), "interrupted (Ctrl-C)", True)
     return result, interrupted, time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _resumable(store: RunStore) -> Any:
+    """A run-ending error (e.g. the model server went away) says how to resume the run."""
+    try:
+        yield
+    except CudaperfError as err:
+        if err.hint is None:
+            err.hint = f"the turns done are kept; resume with: cudaperf optimize --resume {store.path}"
+        raise
 
 
 def conclude(

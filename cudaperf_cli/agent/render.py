@@ -142,6 +142,8 @@ def turn_line(r: TurnRecord) -> str:
         )
     if r.status == "no_device" or not r.message:
         return f"{head}; {r.description}"
+    if r.status == "format_error":  # the full text is the model's feedback
+        return f"{head}; {r.message.split('. Reply with', 1)[0]}"
     return f"{head}; {r.message}"
 
 

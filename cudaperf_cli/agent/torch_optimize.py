@@ -15,6 +15,7 @@ The loop, run folder, questions, ``--resume`` and Ctrl-C handling are the C path
 from __future__ import annotations
 
 import shutil
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ def fill_from_torch_result(record: TurnRecord, result: Any) -> None:
     record.eval_s = data.get("elapsed_s")
 
 
-def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str | None) -> int:
+def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str | None,
+                       t_start: float | None = None) -> int:
     """``cudaperf optimize FILE.py`` (after the C path's option checks and ``--resume``
     loading); returns the exit code."""
     from rich.markup import escape
@@ -201,7 +203,8 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
     observer: Any = RichObserver(console, title, kind="torch") if human else QuietObserver()
     if human and history:
         observer.records.extend(history)
-    result, interrupted, wall_s = drive_loop(opts, store, policy, run_turn, history, observer, console)
+    result, interrupted, loop_s = drive_loop(opts, store, policy, run_turn, history, observer, console)
+    wall_s = loop_s if t_start is None else time.perf_counter() - t_start
 
     def finish(res: LoopResult) -> tuple[int, list[str], Path | None]:
         best = res.best

@@ -15,7 +15,9 @@ Where it is looked for, first found wins: ``--config FILE``; the file named by
 ``$CUDAPERF_CONFIG``; ``./cudaperf.toml``; ``$XDG_CONFIG_HOME/cudaperf/config.toml`` (default
 ``~/.config/cudaperf/config.toml``).  A value on the command line beats the file; the file
 beats the built-in default.  Keys are checked like the command line (unknown key, wrong
-type, out of range: one line naming the file, table and key).  API keys do not belong in
+type, out of range: one line naming the file, table and key); so are the tables (only
+``[optimize]``).  Relative paths are relative to the file's folder.  ``-I``/``-D`` have no
+long names and cannot be set here.  API keys do not belong in
 it: ``--api-key-env`` names the variable holding one.
 """
 
@@ -29,6 +31,8 @@ from typing import Any
 from cudaperf_cli.core import CudaperfError
 
 CONFIG_ENV = "CUDAPERF_CONFIG"
+#: The tables a config file may hold (one per command that reads it).
+SECTIONS = ("optimize",)
 #: Options a config file may not set (they name a run, not a default).
 NOT_CONFIGURABLE = frozenset({"config", "resume", "help", "version"})
 
@@ -96,8 +100,9 @@ def apply_config(
     ctx: Any, section: str, explicit: Path | None = None, params: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], Path | None]:
     """``params`` (default ``ctx.params``) with every option still at its default replaced by
-    the config file's value from table ``[section]``; returns the parameters and the file
-    used (or ``None``).
+    the config file's value from table ``[section]``; returns the parameters (with
+    ``"_config_applied"``: the keys taken from the file) and the file used (or ``None``).
+    Relative paths in the file are relative to the file's folder.
 
     ``ctx`` is the command's click/Typer context.  A value from the file is converted by the
     option's own type, and to :class:`~pathlib.Path` where the current value is a path
@@ -111,9 +116,16 @@ def apply_config(
     path = find_config(explicit)
     if path is None:
         return params, None
-    table = load_config(path).get(section, {})
-    if not isinstance(table, dict):
-        raise CudaperfError(f"{path}: [{section}] must be a table")
+    document = load_config(path)
+    for key, value in document.items():
+        if not isinstance(value, dict):
+            raise CudaperfError(f"{path}: '{key}' must be inside a table, e.g. [{section}]",
+                                hint=f"tables: {', '.join(f'[{t}]' for t in SECTIONS)}")
+        if key not in SECTIONS:
+            raise CudaperfError(f"{path}: unknown table [{key}]",
+                                hint=f"tables: {', '.join(f'[{t}]' for t in SECTIONS)}")
+    table = document.get(section, {})
+    applied: list[str] = []
     by_key: dict[str, Any] = {}
     for param in ctx.command.params:
         key = _option_key(param)
@@ -127,14 +139,20 @@ def apply_config(
             raise CudaperfError(f"{path}: [{section}] unknown key '{raw_key}'", hint=f"known keys: {known}")
         if source_name(ctx, param.name) not in ("DEFAULT", None):
             continue  # the command line (or an environment variable) wins
+        if isinstance(params.get(param.name), str) and not isinstance(value, str):
+            raise CudaperfError(f"{path}: [{section}] {raw_key}: expected a string, got {value!r}")
         try:
             converted = param.process_value(ctx, value)
             if isinstance(converted, str) and _is_path_param(param):
                 converted = Path(converted)
+            if isinstance(converted, Path) and not converted.is_absolute():
+                converted = path.parent / converted  # relative to the config file
             params[param.name] = converted
+            applied.append(key)
         except Exception as exc:  # click's BadParameter (Typer vendors click), TypeError...
             why = exc.format_message() if hasattr(exc, "format_message") else str(exc)
             raise CudaperfError(f"{path}: [{section}] {raw_key}: {why}") from None
+    params["_config_applied"] = applied
     return params, path
 
 

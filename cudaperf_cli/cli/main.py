@@ -149,7 +149,7 @@ def optimize(
         "'s'): its turns are kept, --turns is the new total."
     ),
     config: Optional[Path] = typer.Option(
-        None, "--config", help="TOML file of defaults ([optimize] table; default: "
+        None, "--config", help="TOML file of defaults (its 'optimize' table; default: "
         "$CUDAPERF_CONFIG, ./cudaperf.toml, ~/.config/cudaperf/config.toml)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
@@ -162,7 +162,9 @@ def optimize(
 
     try:
         if resume is None:
-            p, _ = apply_config(ctx, "optimize", config, args)
+            p, cfg = apply_config(ctx, "optimize", config, args)
+            if cfg is not None and p.get("_config_applied") and not p["json_out"]:
+                typer.echo(f"defaults from {cfg}: {', '.join(p['_config_applied'])}")
         else:  # a resumed run keeps its own options; the command line may change a few
             p = args
         if p["file"] is None and resume is None:

@@ -678,6 +678,10 @@ def patch_targets(torch: Any) -> list[tuple[str, Any, str]]:
 def snapshot_patchables(torch: Any, module: types.ModuleType | None = None) -> dict[str, tuple[Any, str, Any]]:
     """``{label: (owner, attribute, original object)}`` for :func:`patch_targets` and the
     functions and classes bound in ``module``'s globals (the worker itself)."""
+    try:  # TorchDynamo rebinds some torch functions (torch.manual_seed) when it is first
+        import torch._dynamo  # noqa: F401  # imported (by the profiler, torch.compile): do it first
+    except Exception:  # noqa: BLE001 - an install without dynamo has nothing to rebind
+        pass
     snap: dict[str, tuple[Any, str, Any]] = {}
     for label, owner, attr in patch_targets(torch):
         if hasattr(owner, attr):
@@ -690,8 +694,26 @@ def snapshot_patchables(torch: Any, module: types.ModuleType | None = None) -> d
 
 
 def find_patches(snapshot: Mapping[str, tuple[Any, str, Any]]) -> list[str]:
-    """Labels whose object was replaced since :func:`snapshot_patchables`."""
-    return [label for label, (owner, attr, orig) in snapshot.items() if getattr(owner, attr, None) is not orig]
+    """Labels whose object was replaced since :func:`snapshot_patchables`.
+
+    A replacement made by PyTorch itself is not a patch: a wrapper defined in a ``torch``
+    module whose ``__wrapped__`` chain leads to the original (TorchDynamo wraps
+    ``torch.manual_seed`` in ``torch._disable_dynamo`` on first use).
+    """
+    return [label for label, (owner, attr, orig) in snapshot.items()
+            if not _same_or_torch_wrapper(getattr(owner, attr, None), orig)]
+
+
+def _same_or_torch_wrapper(obj: Any, orig: Any) -> bool:
+    for _ in range(4):
+        if obj is orig:
+            return True
+        if not str(getattr(obj, "__module__", "") or "").startswith("torch"):
+            return False
+        obj = getattr(obj, "__wrapped__", None)
+        if obj is None:
+            return False
+    return False
 
 
 def precision_flags(torch: Any) -> dict[str, Any]:

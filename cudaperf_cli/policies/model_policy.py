@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.policies.base import ChatModel, PolicyRefusal, Proposal, Reply
 from cudaperf_cli.policies.extract import (
     extract_code, extract_torch_files, missing_code_feedback, missing_torch_code_feedback,
@@ -150,10 +151,10 @@ class ModelPolicy:
         for _ in range(n):  # servers that ignore n answer one choice a request
             try:
                 got = self.chat_model.complete(list(messages), n=n - len(replies))
-            except PolicyRefusal:
+            except (PolicyRefusal, CudaperfError):
                 if not replies:
                     raise
-                break  # e.g. a replay file with fewer replies left than samples
+                break  # a follow-up request failed (replies ran out): keep what came
             replies.extend(got[: n - len(replies)])
             if len(replies) >= n or not got:
                 break

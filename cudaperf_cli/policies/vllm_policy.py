@@ -24,7 +24,7 @@ from cudaperf_cli.policies.base import Reply
 from cudaperf_cli.policies.openai_policy import ModelServerError
 
 INSTALL_HINT = (
-    "pip install vllm (it brings its own torch), or serve the model with `vllm serve M` "
+    "pip install 'cudaperf[vllm]' (vllm brings its own torch), or serve the model with `vllm serve M` "
     "and use --policy openai --base-url ..."
 )
 
