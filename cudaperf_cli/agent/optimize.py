@@ -107,10 +107,19 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
             temperature=opts.temperature, top_p=opts.top_p, max_tokens=opts.max_tokens,
             seed=opts.sampling_seed, timeout=opts.request_timeout_s, max_retries=opts.max_retries,
         )
+        chat.client()  # a missing package or API key fails now, before any work
     elif name == "vllm":
         if not opts.model:
             raise CudaperfError("--policy vllm needs --model NAME_OR_PATH (Hugging Face name or local weights)")
-        from cudaperf_cli.policies.vllm_policy import VLLMChatModel
+        import importlib.util
+
+        from cudaperf_cli.policies.vllm_policy import INSTALL_HINT, VLLMChatModel
+
+        if importlib.util.find_spec("vllm") is None:  # before any work; the model loads later
+            from cudaperf_cli.policies.openai_policy import ModelServerError
+
+            raise ModelServerError("the vllm policy needs the vllm package, which is not installed",
+                                   hint=INSTALL_HINT)
 
         chat = VLLMChatModel(
             opts.model, temperature=opts.temperature, top_p=opts.top_p,
