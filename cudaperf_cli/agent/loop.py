@@ -112,8 +112,24 @@ class TurnRecord:
             KeyError, TypeError: ``data`` lacks ``turn``, ``policy``, ``description`` or
                 ``status``.
         """
+        if not isinstance(data, dict):
+            raise TypeError("a turn record must be a JSON object")
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        record = cls(**{k: v for k, v in data.items() if k in names})
+        for f in fields(cls):  # numbers must be numbers (a damaged file is skipped, not run)
+            value = getattr(record, f.name)
+            kind = str(f.type)
+            if value is None:
+                continue
+            if kind.startswith(("float", "int")) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"{f.name} must be a number, not {value!r}")
+            if kind.startswith("str") and not isinstance(value, str):
+                raise TypeError(f"{f.name} must be a string, not {value!r}")
+            if kind.startswith("dict") and not isinstance(value, dict):
+                raise TypeError(f"{f.name} must be an object, not {value!r}")
+            if kind.startswith("list") and not isinstance(value, list):
+                raise TypeError(f"{f.name} must be a list, not {value!r}")
+        return record
 
 
 class LoopObserver(Protocol):
@@ -218,6 +234,10 @@ def run_loop(
     by_user = False
     if first >= turns:
         stop_reason = f"the run already had {first} turn(s) (--turns {turns})"
+    elif done_turns and all(r.status == "refused" for r in records if r.turn == done_turns[-1]):
+        last = [r for r in records if r.turn == done_turns[-1]][0]
+        if last.policy == "builtin":  # the built-in policy's refusals are final
+            return LoopResult(records, best, f"the policy had no more candidates ({last.message})")
     for t in range(first, turns):
         out = run_turn(t, list(records))
         batch = [out] if isinstance(out, TurnRecord) else list(out)

@@ -75,7 +75,7 @@ POLICIES = ("builtin", "openai", "vllm", "replay")
 #: Options a resumed run (``--resume``) may change; every other one is the run's own.
 RESUME_OVERRIDES = frozenset({
     "turns", "target_speedup", "patience", "output", "force", "json_output", "interactive",
-    "eval_timeout_s", "compile_timeout_s", "request_timeout_s", "max_retries",
+    "eval_timeout_s", "compile_timeout_s", "request_timeout_s", "max_retries", "base_url",
 })
 
 
@@ -100,6 +100,9 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
     if name == "openai":
         if not opts.model:
             raise CudaperfError("--policy openai needs --model NAME (the served model's name)")
+        if opts.base_url is not None and not opts.base_url.startswith(("http://", "https://")):
+            raise CudaperfError(f"--base-url {opts.base_url!r} is not an http:// or https:// URL",
+                                hint="e.g. --base-url http://127.0.0.1:8000/v1")
         from cudaperf_cli.policies.openai_policy import OpenAIChatModel
 
         chat = OpenAIChatModel(
@@ -358,7 +361,17 @@ def options_from_json(data: dict[str, Any]) -> OptimizeOptions:
         elif name == "cpp_args":
             value = tuple(value)
         kw[name] = value
-    return OptimizeOptions(**kw)
+    opts = OptimizeOptions(**kw)
+    defaults = OptimizeOptions(file=Path("."))
+    for f in dataclasses.fields(OptimizeOptions):  # a hand-edited run.json: types checked
+        value, default = getattr(opts, f.name), getattr(defaults, f.name)
+        if value is None or default is None:
+            continue
+        ok = (isinstance(value, type(default)) and not (isinstance(value, bool) != isinstance(default, bool))
+              or (isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool)))
+        if not ok:
+            raise TypeError(f"option {f.name} is {value!r}, expected a {type(default).__name__}")
+    return opts
 
 
 @dataclass
@@ -403,12 +416,17 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
     try:
         meta = json.loads(meta_path.read_text())
         stored = options_from_json(meta["options"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CudaperfError(f"cannot read {meta_path}: {exc}") from None
     fields = {f.name for f in dataclasses.fields(OptimizeOptions)}
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, Path) and isinstance(b, Path):
+            return a.resolve() == b.resolve()
+        return a == b
+
     changed = sorted(
         name for name in (given & fields) - RESUME_OVERRIDES - {"resume"}
-        if getattr(opts, name) != getattr(stored, name)
+        if not same(getattr(opts, name), getattr(stored, name))
     )
     if changed:
         flags = ", ".join(_flag(name) for name in changed)
@@ -434,7 +452,7 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
     for line in (turns_path.read_text().splitlines() if turns_path.exists() else []):
         try:
             records.append(TurnRecord.from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             skipped += 1  # e.g. the last line cut by a crash
     if skipped:
         print(f"warning: {skipped} unreadable line(s) of {turns_path} skipped", file=sys.stderr)
@@ -444,7 +462,7 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
         try:
             h = json.loads(line)
             hints[int(h["turn"])] = str(h["hint"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
     baseline = None
     if (run_dir / "baseline.json").is_file():
@@ -497,10 +515,9 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         if opts.arch is not None:
             check_arch(opts.arch)
         return run_torch_optimize(opts, resumed, console, detect_arch(), t_start)
-    out_path = resolve_output(
-        opts if resumed is None or not _written_by_run(opts, resumed)
-        else dataclasses.replace(opts, force=True)
-    )
+    if resumed is not None and _written_by_run(opts, resumed):
+        opts = dataclasses.replace(opts, force=True)  # the result is this run's own: replace it
+    out_path = resolve_output(opts)
     policy = make_policy(opts.policy, opts)
     if opts.arch is not None:
         check_arch(opts.arch)
@@ -571,6 +588,10 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
     if resumed is not None and resumed.baseline is not None:
         evaluator.baseline = resumed.baseline  # the same denominator as the earlier turns
     elif _has_candidate(policy, problem):  # no baseline to measure for a refused function
+        if resumed is not None and any(r.speedup_kernel is not None for r in history):
+            print(f"warning: {store.path / 'baseline.json'} is missing or unreadable: the CPU "
+                  "baseline is measured again; earlier turns' speedups used the old one",
+                  file=sys.stderr)
         if human:
             with console.status(f"measuring the CPU baseline ({reference.baseline_name})"):
                 baseline = evaluator.measure_baseline()
@@ -751,7 +772,7 @@ def _read_records(path: Path) -> list[TurnRecord]:
     for line in (path.read_text().splitlines() if path.exists() else []):
         try:
             out.append(TurnRecord.from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return out
 

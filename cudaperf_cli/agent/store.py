@@ -29,6 +29,9 @@ from cudaperf_cli.core import CudaperfError, to_jsonable
 class RunStore:
     """Writes one run folder.  All writes are append-only or new files."""
 
+    #: The folder this process is writing (for the Ctrl-C message), or None.
+    active: Path | None = None
+
     def __init__(self, root: Path, name: str):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = root / f"{name}-{stamp}"
@@ -44,12 +47,14 @@ class RunStore:
                 hint="choose another place with --run-dir DIR",
             ) from None
         self.path = path
+        self.lock()
 
     @classmethod
     def open(cls, path: Path) -> "RunStore":
         """An existing run folder (``--resume``); appends go to its files."""
         store = cls.__new__(cls)
         store.path = Path(path)
+        store.lock()
         return store
 
     def write_json(self, name: str, obj: Any) -> Path:
@@ -58,8 +63,38 @@ class RunStore:
         return out
 
     def append_jsonl(self, name: str, obj: Any) -> None:
-        with (self.path / name).open("a") as fh:
-            fh.write(json.dumps(to_jsonable(obj), default=str) + "\n")
+        """Append one JSON line; a last line cut by a crash (no newline) is closed first so
+        the new record stays readable."""
+        path = self.path / name
+        line = json.dumps(to_jsonable(obj), default=str) + "\n"
+        with path.open("ab+") as fh:
+            fh.seek(0, 2)
+            if fh.tell() > 0:
+                fh.seek(-1, 2)
+                if fh.read(1) != b"\n":
+                    line = "\n" + line
+            fh.write(line.encode())
+
+    def lock(self) -> None:
+        """Hold ``.lock`` in the folder for this process's life, so two cudaperf processes
+        never write one run (e.g. two ``--resume`` at once).
+
+        Raises:
+            CudaperfError: another process holds it (exit code 2).
+        """
+        import fcntl
+
+        fh = (self.path / ".lock").open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise CudaperfError(
+                f"{self.path} is in use by another cudaperf process",
+                hint="wait for it to finish (or stop it), then resume",
+            ) from None
+        self._lock_file = fh  # released when the process exits
+        RunStore.active = self.path
 
     def subdir(self, name: str) -> Path:
         d = self.path / name

@@ -44,6 +44,8 @@ def find_config(explicit: Path | None) -> Path | None:
         CudaperfError: ``--config`` or ``$CUDAPERF_CONFIG`` names a file that does not exist.
     """
     if explicit is not None:
+        if explicit.is_dir():
+            raise CudaperfError(f"--config {explicit} is a directory, not a TOML file")
         if not explicit.is_file():
             raise CudaperfError(f"--config {explicit}: no such file")
         return explicit
@@ -76,11 +78,33 @@ def load_config(path: Path) -> dict[str, Any]:
         raise CudaperfError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise CudaperfError(f"{path}: not valid TOML: {exc}") from None
+    except (UnicodeDecodeError, ValueError):
+        raise CudaperfError(f"{path}: not a TOML text file") from None
 
 
 def _option_key(param: Any) -> str | None:
     longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
     return longs[0][2:] if longs else None
+
+
+def _wants_str(annotation: Any, current: Any) -> bool:
+    """Whether an option takes a string (its annotation is ``str`` or ``Optional[str]``)."""
+    import typing
+
+    if isinstance(current, str):
+        return True
+    if annotation is str:
+        return True
+    args = typing.get_args(annotation)
+    return typing.get_origin(annotation) is typing.Union and str in args and all(
+        a in (str, type(None)) for a in args)
+
+
+def _wants_list(annotation: Any, param: Any) -> bool:
+    """Whether an option is repeatable (a ``List[...]`` annotation, or click's ``multiple``)."""
+    import typing
+
+    return bool(getattr(param, "multiple", False)) or typing.get_origin(annotation) is list
 
 
 def _is_path_param(param: Any) -> bool:
@@ -97,14 +121,16 @@ def source_name(ctx: Any, name: str) -> str | None:
 
 
 def apply_config(
-    ctx: Any, section: str, explicit: Path | None = None, params: dict[str, Any] | None = None
+    ctx: Any, section: str, explicit: Path | None = None, params: dict[str, Any] | None = None,
+    types: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """``params`` (default ``ctx.params``) with every option still at its default replaced by
     the config file's value from table ``[section]``; returns the parameters (with
     ``"_config_applied"``: the keys taken from the file) and the file used (or ``None``).
     Relative paths in the file are relative to the file's folder.
 
-    ``ctx`` is the command's click/Typer context.  A value from the file is converted by the
+    ``ctx`` is the command's click/Typer context; ``types``: the command function's type
+    hints (``typing.get_type_hints``), to refuse a number where a string is expected.  A value from the file is converted by the
     option's own type, and to :class:`~pathlib.Path` where the current value is a path
     (click's path type returns strings).
 
@@ -113,6 +139,7 @@ def apply_config(
             or unsettable key, or a value the option would refuse (exit code 2).
     """
     params = dict(ctx.params if params is None else params)
+    types = types or {}
     path = find_config(explicit)
     if path is None:
         return params, None
@@ -139,7 +166,15 @@ def apply_config(
             raise CudaperfError(f"{path}: [{section}] unknown key '{raw_key}'", hint=f"known keys: {known}")
         if source_name(ctx, param.name) not in ("DEFAULT", None):
             continue  # the command line (or an environment variable) wins
-        if isinstance(params.get(param.name), str) and not isinstance(value, str):
+        if _wants_list(types.get(param.name), param):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise CudaperfError(f"{path}: [{section}] {raw_key}: expected a list of strings, "
+                                    f"e.g. {raw_key} = [\"n=1000\"]")
+        elif isinstance(value, (list, dict)):
+            raise CudaperfError(f"{path}: [{section}] {raw_key}: expected one value, not {value!r}")
+        elif isinstance(value, bool) and not (getattr(param, "is_flag", False) or types.get(param.name) is bool):
+            raise CudaperfError(f"{path}: [{section}] {raw_key}: expected a number or a string, not {value!r}")
+        if _wants_str(types.get(param.name), params.get(param.name)) and not isinstance(value, str):
             raise CudaperfError(f"{path}: [{section}] {raw_key}: expected a string, got {value!r}")
         try:
             converted = param.process_value(ctx, value)

@@ -162,11 +162,15 @@ def optimize(
 
     try:
         if resume is None:
-            p, cfg = apply_config(ctx, "optimize", config, args)
+            import typing
+
+            p, cfg = apply_config(ctx, "optimize", config, args, typing.get_type_hints(optimize))
             if cfg is not None and p.get("_config_applied") and not p["json_out"]:
                 typer.echo(f"defaults from {cfg}: {', '.join(p['_config_applied'])}")
         else:  # a resumed run keeps its own options; the command line may change a few
             p = args
+        if resume is not None and config is not None:
+            raise ProblemError("--config does not apply with --resume: the run keeps its own options")
         if p["file"] is None and resume is None:
             raise ProblemError("missing the C file", hint="cudaperf optimize FILE.c, or --resume RUN_DIR")
         if p["file"] is not None and resume is not None:
@@ -215,7 +219,12 @@ def optimize(
     except OSError as exc:  # a file or folder the checks above could not foresee
         fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     except KeyboardInterrupt:
-        print("interrupted: the run folder keeps what was done", file=sys.stderr)
+        from cudaperf_cli.agent.store import RunStore
+
+        if RunStore.active is not None and (RunStore.active / "run.json").is_file():
+            print(f"interrupted: resume with: cudaperf optimize --resume {RunStore.active}", file=sys.stderr)
+        else:
+            print("interrupted: the run folder keeps what was done", file=sys.stderr)
         raise typer.Exit(130)
     raise typer.Exit(code)
 
@@ -259,6 +268,16 @@ def main() -> None:
     A usage error (unknown option, bad option value, missing argument) is one ``error:``
     line and a ``hint:`` line naming ``--help``, exit code 2, like every other bad input.
     """
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:  # kill, CI cancel, closed terminal:
+        raise KeyboardInterrupt  # the Ctrl-C path (children killed, run folder kept, exit 130)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, _terminate)
+        except (ValueError, OSError):  # not the main thread, or a platform without it
+            pass
     try:
         code = app(standalone_mode=False)
     except Exception as exc:  # Typer's (click's) usage errors, recognised by their shape

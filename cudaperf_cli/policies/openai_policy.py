@@ -110,16 +110,44 @@ class OpenAIChatModel:
             raise ModelServerError(
                 f"the model server at {self.where()} answered HTTP {exc.status_code}: {detail}"
             ) from None
+        except Exception as exc:  # noqa: BLE001 - a 200 whose body is not a chat completion
+            why = " ".join(str(exc).split())[:200]
+            raise ModelServerError(
+                f"the model server at {self.where()} answered something that is not a chat "
+                f"completion: {type(exc).__name__}: {why}"
+            ) from None
         latency = time.perf_counter() - t0
+        if isinstance(response, (str, bytes)) or not hasattr(response, "choices"):
+            raise ModelServerError(
+                f"the model server at {self.where()} answered something that is not a chat completion"
+            )
         usage = getattr(response, "usage", None)
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        prompt = _count(getattr(usage, "prompt_tokens", 0))
+        completion = _count(getattr(usage, "completion_tokens", 0))
         choices = list(response.choices or [])
-        share = completion // max(1, len(choices))
-        return [
-            Reply((c.message.content or "") if c.message else "", None, prompt, share, latency)
-            for c in choices
-        ] or [Reply("", None, prompt, 0, latency)]
+        if not choices:
+            raise ModelServerError(f"the model server at {self.where()} answered with no choices")
+        share = completion // len(choices)
+        return [Reply(_text(getattr(c, "message", None)), None, prompt, share, latency) for c in choices]
+
+
+def _count(value: Any) -> int:
+    """A usage count as the server gave it; anything but a whole number counts as 0."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _text(message: Any) -> str:
+    """The text of a choice's message: a string, or the text parts of a list of parts."""
+    content = getattr(message, "content", None) if message is not None else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") if isinstance(p, dict) else getattr(p, "text", "") for p in content]
+        return "".join(str(x) for x in parts if x)
+    return ""
 
 
 __all__ = ["ModelServerError", "OpenAIChatModel"]

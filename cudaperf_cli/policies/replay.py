@@ -28,6 +28,8 @@ class ReplayChatModel:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ProblemError(f"cannot read the replay file {self.path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ProblemError(f"the replay file {self.path} is not UTF-8 text (JSONL expected)") from None
         self.replies: list[Reply] = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -43,8 +45,7 @@ class ReplayChatModel:
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise ProblemError(f'{self.path}:{number}: expected an object {{"text": "..."}}')
             self.replies.append(Reply(
-                obj["text"], None, int(obj.get("prompt_tokens") or 0),
-                int(obj.get("completion_tokens") or 0), 0.0,
+                obj["text"], None, _count(obj.get("prompt_tokens")), _count(obj.get("completion_tokens")), 0.0,
             ))
         if not self.replies:
             raise ProblemError(f"the replay file {self.path} holds no replies")
@@ -62,6 +63,11 @@ class ReplayChatModel:
         out = self.replies[self.served:self.served + n]
         self.served += n
         return out
+
+
+def _count(value: Any) -> int:
+    """A token count from a replay line (anything else than a whole number counts as 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 __all__ = ["ReplayChatModel"]

@@ -134,11 +134,17 @@ class ReplayServer:
 def _item(reply: Any) -> dict[str, Any]:
     if isinstance(reply, str):
         return {"text": reply}
-    if isinstance(reply, int):
-        return {"status": reply}
-    if isinstance(reply, dict) and (isinstance(reply.get("text"), str) or "status" in reply):
-        return dict(reply)
-    raise ValueError(f'a reply must be a string, an HTTP status or {{"text": ...}}, not {reply!r}')
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        reply = {"status": reply}
+    if not isinstance(reply, dict) or not (isinstance(reply.get("text"), str) or "status" in reply):
+        raise ValueError(f'a reply must be a string, an HTTP status or {{"text": ...}}, not {reply!r}')
+    status = reply.get("status")
+    if "status" in reply and not (isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599):
+        raise ValueError(f"status must be an HTTP error code (400-599), not {status!r}")
+    sleep = reply.get("sleep", 0)
+    if isinstance(sleep, bool) or not isinstance(sleep, (int, float)) or not 0 <= sleep <= 3600:
+        raise ValueError(f"sleep must be seconds between 0 and 3600, not {sleep!r}")
+    return dict(reply)
 
 
 def read_replies(path: Path) -> list[dict[str, Any]]:
@@ -148,12 +154,18 @@ def read_replies(path: Path) -> list[dict[str, Any]]:
         ValueError: a line that is not JSON or not a reply (message names the line).
     """
     out = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text (JSONL expected)") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 out.append(_item(json.loads(line)))
             except ValueError as exc:
                 raise ValueError(f"{path}:{number}: {exc}") from None
+    if not out:
+        raise ValueError(f"{path} holds no replies")
     return out
 
 
@@ -183,7 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             server.close()
 
-    app(args=argv)
+    import sys
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except Exception as exc:  # usage errors (click's), one line like cudaperf's own
+        message = getattr(exc, "format_message", None)
+        if not callable(message):
+            raise
+        print(f"error: {message()}", file=sys.stderr)
+        sys.exit(int(getattr(exc, "exit_code", 2) or 2))
     return 0
 
 
