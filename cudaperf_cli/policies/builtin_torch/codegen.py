@@ -1,0 +1,1114 @@
+"""Fast-format candidate files from a :class:`~.fusion.FusionPlan` (pure, no torch).
+
+:func:`generate` returns ``{"kernel.cu": ..., "model.py": ...}``:
+
+* ``kernel.cu``: float32 CUDA, one ``extern "C" int <kernel>(<pointers>, <int64 sizes>,
+  <float constants>, cudaStream_t stream)`` launcher per fused kernel.  Elementwise
+  kernels are grid-stride loops; reduction kernels walk ``[outer, R, inner]`` (computed
+  at run time from the shapes): ``inner == 1`` runs one block (or, in the warp variant, one
+  warp) per row with warp-shuffle + shared-memory reductions, ``inner > 1`` runs 32
+  columns x ``block/32`` rows per block (strided reductions).  Sizes and broadcast
+  strides are launcher arguments; no shape is compiled in.  Kernels are templates on the
+  index type (``int`` when every index fits, else ``int64_t``) and, in the float4
+  variants, on vectorised loads chosen at run time (sizes divisible by 4 and 16-byte
+  aligned pointers), with a scalar fallback.
+* ``model.py``: ``ModelNew`` is ``Model``'s class body (its ``__init__`` and helpers copied
+  from the problem file, so parameter and buffer names match and ``load_state_dict``
+  copies the weights) with a generated ``forward``: PyTorch calls for library ops and
+  views, ``lib.<kernel>(...)`` for fused kernels, outputs from ``torch.empty``, inputs made
+  contiguous, broadcast strides computed from the run-time shapes by small helpers.
+  No fp16/TF32, no try/except, no caching, no side streams.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cudaperf_cli.policies.base import PolicyRefusal
+from cudaperf_cli.policies.builtin_torch.fusion import (
+    CRef,
+    FusedKernel,
+    FusionPlan,
+    PRef,
+    Prim,
+    RowLen,
+    XRef,
+    _bind,
+    _broadcast,
+)
+
+__all__ = ["VARIANTS", "Variant", "generate", "generate_cuda", "generate_model"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Code-generation choices of one turn.
+
+    Attributes:
+        name: short id (``"block256"``).
+        block: threads per block (a multiple of 32, at most 1024).
+        vec: float4 loads/stores when the run-time sizes allow (else the scalar loop).
+        warp_rows: rows of at most ``warp_max`` elements get one warp each
+            (``block / 32`` rows per block) instead of one block.
+        warp_max: the row length limit for ``warp_rows``.
+    """
+
+    name: str
+    block: int
+    vec: bool
+    warp_rows: bool = False
+    warp_max: int = 1024
+
+    def describe(self) -> str:
+        parts = [f"block {self.block}"]
+        parts.append("float4 loads where sizes allow" if self.vec else "scalar loads")
+        if self.warp_rows:
+            parts.append(f"one warp per row up to {self.warp_max} elements ({self.block // 32} rows per block)")
+        else:
+            parts.append("one block per row")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
+                "warp_max": self.warp_max, "description": self.describe()}
+
+
+#: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
+VARIANTS: tuple[Variant, ...] = (
+    Variant("block256", 256, False),
+    Variant("block256_vec4", 256, True),
+    Variant("block512_vec4_warprows", 512, True, warp_rows=True),
+)
+
+# ---------------------------------------------------------------------------------------
+# CUDA
+# ---------------------------------------------------------------------------------------
+
+_PRELUDE = r"""#include <cuda_runtime.h>
+#include <cstdint>
+#include <math.h>
+
+#define CP_INF __int_as_float(0x7f800000)
+
+/* NaN-propagating helpers (PyTorch's semantics for relu, clamp, max, min). */
+__device__ __forceinline__ float cp_max(float a, float b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ float cp_min(float a, float b) { return (a != a || a < b) ? a : b; }
+__device__ __forceinline__ float cp_relu(float a) { return a != a ? a : fmaxf(a, 0.0f); }
+__device__ __forceinline__ float cp_clamp(float a, float lo, float hi) { return a != a ? a : fminf(fmaxf(a, lo), hi); }
+__device__ __forceinline__ float cp_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+__device__ __forceinline__ float cp_silu(float a) { return a / (1.0f + expf(-a)); }
+__device__ __forceinline__ float cp_gelu(float a) { return a * 0.5f * (1.0f + erff(a * 0.70710678118654752440f)); }
+__device__ __forceinline__ float cp_gelu_tanh(float a) {
+    const float inner = 0.79788456080286535588f * (a + 0.044715f * a * a * a);
+    return 0.5f * a * (1.0f + tanhf(inner));
+}
+__device__ __forceinline__ float cp_mish(float a) { return a * tanhf(log1pf(expf(a))); }
+__device__ __forceinline__ float cp_softplus(float a, float beta, float threshold) {
+    return (a * beta) > threshold ? a : log1pf(expf(a * beta)) / beta;
+}
+__device__ __forceinline__ float cp_elu(float a, float alpha) { return a > 0.0f ? a : alpha * expm1f(a); }
+__device__ __forceinline__ float cp_celu(float a, float alpha) { return a > 0.0f ? a : alpha * expm1f(a / alpha); }
+__device__ __forceinline__ float cp_selu(float a) {
+    return 1.0507009873554804934193349852946f * (a > 0.0f ? a : 1.6732632423543772848170429916717f * expm1f(a));
+}
+__device__ __forceinline__ float cp_leaky_relu(float a, float slope) { return a > 0.0f ? a : a * slope; }
+__device__ __forceinline__ float cp_hardsigmoid(float a) { return fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f; }
+__device__ __forceinline__ float cp_hardswish(float a) { return a * fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f; }
+__device__ __forceinline__ float cp_logsigmoid(float a) { return fminf(a, 0.0f) - log1pf(expf(-fabsf(a))); }
+
+/* Reductions: OP 0 = sum, 1 = max, 2 = min. */
+template <int OP> __device__ __forceinline__ float cp_ident() { return OP == 0 ? 0.0f : (OP == 1 ? -CP_INF : CP_INF); }
+template <int OP> __device__ __forceinline__ float cp_comb(float a, float b) {
+    return OP == 0 ? a + b : (OP == 1 ? cp_max(a, b) : cp_min(a, b));
+}
+/* Every lane ends with the same value (butterfly; + is commutative). */
+template <int OP> __device__ __forceinline__ float cp_warp_reduce(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Whole block (blockDim.x a multiple of 32); every thread gets the result. */
+template <int OP> __device__ __forceinline__ float cp_block_reduce(float v, float *sm) {
+    v = cp_warp_reduce<OP>(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sm may still be read by the previous reduction */
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sm[lane] : cp_ident<OP>();
+    return cp_warp_reduce<OP>(v);
+}
+/* Column blocks: thread (tx, ty) = (t % 32, t / 32); reduce over ty for each tx. */
+template <int OP> __device__ __forceinline__ float cp_col_reduce(float v, float *sm) {
+    const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+    __syncthreads();
+    sm[threadIdx.x] = v;
+    __syncthreads();
+    float r = cp_ident<OP>();
+    for (int k = 0; k < ny; ++k) r = cp_comb<OP>(r, sm[k * 32 + tx]);
+    return r;
+}
+/* Broadcast operand p[(i / inner) % size] for the 4 elements i0..i0+3 (i0 % 4 == 0). */
+template <typename IdxT>
+__device__ __forceinline__ void cp_bload4(const float *__restrict__ p, IdxT i0, IdxT inner, IdxT size, float (&v)[4]) {
+    if (inner == 1 && (size & 3) == 0) {
+        const float4 t = *reinterpret_cast<const float4 *>(p + (i0 % size));
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else if ((inner & 3) == 0) {
+        const float t = p[(i0 / inner) % size];
+        v[0] = t; v[1] = t; v[2] = t; v[3] = t;
+    } else {
+#pragma unroll
+        for (int l = 0; l < 4; ++l) v[l] = p[((i0 + l) / inner) % size];
+    }
+}
+__device__ __forceinline__ void cp_load4(const float *__restrict__ p, int64_t i0, float (&v)[4]) {
+    const float4 t = *reinterpret_cast<const float4 *>(p + i0);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void cp_store4(float *__restrict__ p, int64_t i0, const float (&v)[4]) {
+    *reinterpret_cast<float4 *>(p + i0) = make_float4(v[0], v[1], v[2], v[3]);
+}
+inline bool cp_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline unsigned cp_grid(int64_t blocks) {
+    if (blocks < 1) return 1u;
+    return blocks > 1048576 ? 1048576u : (unsigned)blocks;
+}
+"""
+
+_UNARY_FN = {
+    "id": "{0}", "neg": "(-{0})", "relu": "cp_relu({0})", "sigmoid": "cp_sigmoid({0})",
+    "tanh": "tanhf({0})", "exp": "expf({0})", "exp2": "exp2f({0})", "log": "logf({0})",
+    "log2": "log2f({0})", "log10": "log10f({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})",
+    "sqrt": "sqrtf({0})", "rsqrt": "rsqrtf({0})", "abs": "fabsf({0})", "reciprocal": "(1.0f / {0})",
+    "square": "({0} * {0})", "sin": "sinf({0})", "cos": "cosf({0})", "erf": "erff({0})",
+    "gelu": "cp_gelu({0})", "gelu_tanh": "cp_gelu_tanh({0})", "silu": "cp_silu({0})",
+    "mish": "cp_mish({0})", "selu": "cp_selu({0})", "hardsigmoid": "cp_hardsigmoid({0})",
+    "hardswish": "cp_hardswish({0})", "softsign": "({0} / (1.0f + fabsf({0})))",
+    "logsigmoid": "cp_logsigmoid({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
+    "round": "rintf({0})", "trunc": "truncf({0})",
+}
+_NARY_FN = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "powf({0}, {1})", "maximum": "cp_max({0}, {1})", "minimum": "cp_min({0}, {1})",
+    "leaky_relu": "cp_leaky_relu({0}, {1})", "elu": "cp_elu({0}, {1})", "celu": "cp_celu({0}, {1})",
+    "softplus": "cp_softplus({0}, {1}, {2})", "clamp": "cp_clamp({0}, {1}, {2})",
+}
+_RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
+
+
+def _flit(v: float) -> str:
+    """A float as a CUDA literal."""
+    if math.isnan(v):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(v):
+        return "CP_INF" if v > 0 else "(-CP_INF)"
+    text = repr(float(v))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + "f"
+
+
+def _powc(x: str, e: float) -> str:
+    table = {2.0: f"({x} * {x})", 3.0: f"({x} * {x} * {x})", 0.5: f"sqrtf({x})", -0.5: f"rsqrtf({x})",
+             -1.0: f"(1.0f / {x})", -2.0: f"(1.0f / ({x} * {x}))", 1.0: x, 0.0: "1.0f"}
+    return table.get(float(e), f"powf({x}, {_flit(e)})")
+
+
+class _KernelWriter:
+    """The CUDA of one fused kernel."""
+
+    def __init__(self, k: FusedKernel, v: Variant):
+        self.k = k
+        self.v = v
+        self.members = {p.id: p for p in k.prims}
+        self.levels = k.levels
+        self.full_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "full"]
+        self.red_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "reduced"]
+        self.leaf_index = {(l.ref.key, l.ref.at, l.domain): i for i, l in enumerate(k.leaves)}
+        self.const_index = {c: i for i, c in enumerate(k.consts)}
+        # Members some output depends on (dead code in forward is not computed).
+        self.needed: set[int] = set()
+        stack = [pid for pid, _ in k.outputs]
+        while stack:
+            pid = stack.pop()
+            if pid in self.needed:
+                continue
+            self.needed.add(pid)
+            stack += [r.id for r in self.members[pid].ins if isinstance(r, PRef) and r.id in self.members]
+
+    def dom_of(self, pid: int) -> str:
+        """``"full"`` or ``"reduced"`` (a reduction, or computed from reductions per row)."""
+        return self.k.roles[pid]
+
+    # -- names ------------------------------------------------------------------------
+
+    def leaf_var(self, r: XRef, domain: str) -> str:
+        i = self.leaf_index[(r.key, r.at, domain)]
+        return f"a{i}" if domain == "full" else f"b{i}"
+
+    def operand(self, r: Any, consumer_domain: str) -> str:
+        if isinstance(r, PRef):
+            return f"r{r.id}" if self.dom_of(r.id) == "reduced" else f"t{r.id}"
+        if isinstance(r, XRef):
+            return self.leaf_var(r, consumer_domain)
+        if isinstance(r, CRef):
+            return f"c{self.const_index[r]}"
+        if isinstance(r, RowLen):
+            return "rl" if not r.correction else f"(rl - {_flit(r.correction)})"
+        raise PolicyRefusal(f"internal error: unknown operand {r!r}")
+
+    def expr(self, p: Prim, domain: str) -> str:
+        args = [self.operand(r, domain) for r in p.ins]
+        if p.op == "powc":
+            return _powc(args[0], float(p.params["exponent"]))
+        if p.op in _UNARY_FN:
+            return _UNARY_FN[p.op].format(*args)
+        if p.op in _NARY_FN:
+            return _NARY_FN[p.op].format(*args)
+        raise PolicyRefusal(f"internal error: no CUDA for primitive '{p.op}'")
+
+    # -- cones ------------------------------------------------------------------------
+
+    def cone(self, targets: Sequence[int]) -> list[Prim]:
+        """Full-domain members needed to compute ``targets`` (reduced values are already in
+        registers), in order."""
+        need: set[int] = set()
+        stack = list(targets)
+        while stack:
+            pid = stack.pop()
+            if pid in need:
+                continue
+            p = self.members[pid]
+            if self.dom_of(pid) == "reduced":
+                continue
+            need.add(pid)
+            for r in p.ins:
+                if isinstance(r, PRef) and r.id in self.members:
+                    stack.append(r.id)
+        return [self.members[i] for i in sorted(need)]
+
+    def leaves_of(self, prims: Sequence[Prim], domain: str) -> list[int]:
+        out: list[int] = []
+        for p in prims:
+            for r in p.ins:
+                if isinstance(r, XRef):
+                    i = self.leaf_index[(r.key, r.at, domain)]
+                    if i not in out:
+                        out.append(i)
+        return sorted(out)
+
+    # -- signature ---------------------------------------------------------------------
+
+    def params(self, idx_type: str) -> list[tuple[str, str]]:
+        """(type, name) of the kernel's parameters, launcher order (no stream)."""
+        ps: list[tuple[str, str]] = []
+        for i, _ in enumerate(self.k.leaves):
+            ps.append(("const float *", f"L{i}"))
+        for j, _ in enumerate(self.k.outputs):
+            ps.append(("float *", f"O{j}"))
+        if self.k.rows is None:
+            ps.append((idx_type, "n"))
+        else:
+            ps += [(idx_type, "outer"), (idx_type, "R"), (idx_type, "inner")]
+        for i, l in enumerate(self.k.leaves):
+            if not l.full:
+                ps += [(idx_type, f"L{i}_inner"), (idx_type, f"L{i}_size")]
+        for i, _ in enumerate(self.k.consts):
+            ps.append(("float", f"c{i}"))
+        return ps
+
+    # -- bodies -----------------------------------------------------------------------
+
+    def load_scalar(self, i: int, index: str) -> str:
+        l = self.k.leaves[i]
+        var = f"a{i}" if l.domain == "full" else f"b{i}"
+        at = index if l.full else f"({index} / L{i}_inner) % L{i}_size"
+        return f"const float {var} = L{i}[{at}];"
+
+    def body(self, prims: Sequence[Prim], ind: str) -> list[str]:
+        return [f"{ind}const float t{p.id} = {self.expr(p, 'full')};" for p in prims]
+
+    def element_loop(self, prims: Sequence[Prim], tails: Sequence[str], vec_tails: Sequence[str],
+                     out_stores: Sequence[tuple[int, int]], ind: str, kind: str,
+                     extra: Sequence[int] = ()) -> list[str]:
+        """One pass over the elements: ``kind`` is ``ew`` (grid-stride), ``row`` or ``col``.
+        ``tails``: statements after the body (accumulations); ``out_stores``: (output
+        index, prim id) stored per element; ``extra``: leaves read by the tails."""
+        leaves = sorted(set(self.leaves_of(prims, "full")) | set(extra))
+        lines: list[str] = []
+        scalar_stores = [f"O{j}[i] = t{pid};" for j, pid in out_stores]
+        if kind == "col":
+            lines.append(f"{ind}if (valid) {{")
+            lines.append(f"{ind}    for (IdxT r = ty; r < R; r += ny) {{")
+            lines.append(f"{ind}        const IdxT i = (o * R + r) * inner + in;")
+            for li in leaves:
+                lines.append(f"{ind}        {self.load_scalar(li, 'i')}")
+            lines += self.body(prims, ind + "        ")
+            lines += [f"{ind}        {t}" for t in list(tails) + scalar_stores]
+            lines.append(f"{ind}    }}")
+            lines.append(f"{ind}}}")
+            return lines
+        if kind == "ew":
+            scalar_head = [f"{ind}    for (IdxT i = (IdxT)blockIdx.x * {self.v.block} + threadIdx.x; i < n; i += stride) {{"]
+            vec_head = [
+                f"{ind}    const IdxT n4 = n >> 2;",
+                f"{ind}    for (IdxT q = (IdxT)blockIdx.x * {self.v.block} + threadIdx.x; q < n4; q += stride) {{",
+                f"{ind}        const IdxT i0 = q << 2;",
+            ]
+        else:
+            scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{", f"{ind}        const IdxT i = base + c;"]
+            vec_head = [
+                f"{ind}    const IdxT R4 = R >> 2;",
+                f"{ind}    for (IdxT q = tid; q < R4; q += tpr) {{",
+                f"{ind}        const IdxT i0 = base + (q << 2);",
+            ]
+        if self.v.vec:
+            lines.append(f"{ind}if constexpr (VEC) {{")
+            lines += vec_head
+            for li in leaves:
+                l = self.k.leaves[li]
+                if l.full:
+                    lines.append(f"{ind}        float v{li}[4]; cp_load4(L{li}, (int64_t)i0, v{li});")
+                else:
+                    lines.append(f"{ind}        float v{li}[4]; cp_bload4<IdxT>(L{li}, i0, L{li}_inner, L{li}_size, v{li});")
+            for j, _ in out_stores:
+                lines.append(f"{ind}        float w{j}[4];")
+            lines.append(f"{ind}#pragma unroll")
+            lines.append(f"{ind}        for (int l = 0; l < 4; ++l) {{")
+            for li in leaves:
+                lines.append(f"{ind}            const float a{li} = v{li}[l];")
+            lines += self.body(prims, ind + "            ")
+            lines += [f"{ind}            {t}" for t in vec_tails]
+            lines += [f"{ind}            w{j}[l] = t{pid};" for j, pid in out_stores]
+            lines.append(f"{ind}        }}")
+            for j, _ in out_stores:
+                lines.append(f"{ind}        cp_store4(O{j}, (int64_t)i0, w{j});")
+            lines.append(f"{ind}    }}")
+            lines.append(f"{ind}}} else {{")
+        else:
+            lines.append(f"{ind}{{")
+        lines += scalar_head
+        for li in leaves:
+            lines.append(f"{ind}        {self.load_scalar(li, 'i')}")
+        lines += self.body(prims, ind + "        ")
+        lines += [f"{ind}        {t}" for t in list(tails) + scalar_stores]
+        lines.append(f"{ind}    }}")
+        lines.append(f"{ind}}}")
+        return lines
+
+    # -- kernels ----------------------------------------------------------------------
+
+    def kernel_head(self, suffix: str, tmpl: str) -> list[str]:
+        ps = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{'__restrict__ ' if t.endswith('*') else ''}{n}"
+                           for t, n in self.params("IdxT"))
+        return [tmpl, f"__global__ void __launch_bounds__({self.v.block}) {self.k.name}_{suffix}(", f"    {ps})", "{"]
+
+    def elementwise_kernel(self) -> list[str]:
+        outs = [(j, pid) for j, (pid, _) in enumerate(self.k.outputs)]
+        prims = self.cone([pid for _, pid in outs])
+        tmpl = "template <typename IdxT, bool VEC>" if self.v.vec else "template <typename IdxT>"
+        lines = self.kernel_head("ew", tmpl)
+        lines.append(f"    const IdxT stride = (IdxT)gridDim.x * {self.v.block};")
+        lines += self.element_loop(prims, [], [], outs, "    ", "ew")
+        lines.append("}")
+        return lines
+
+    def reduction_steps(self, kind: str, ind: str) -> list[str]:
+        """The per-row (or per-column) program: one loop per reduction level, the reduced
+        values, then the final loop over the full-domain outputs."""
+        k = self.k
+        lines: list[str] = []
+        depth = k.depth
+        full_outs = [(j, pid) for j, (pid, d) in enumerate(k.outputs) if self.dom_of(pid) == "full"]
+        red_outs = {pid: j for j, (pid, d) in enumerate(k.outputs) if self.dom_of(pid) == "reduced"}
+        reds_by_level: dict[int, list[Prim]] = {}
+        for p in k.prims:
+            if p.is_reduction and p.id in self.needed:
+                reds_by_level.setdefault(self.levels[p.id], []).append(p)
+        reduced_ew = [p for p in k.prims
+                      if not p.is_reduction and self.dom_of(p.id) == "reduced" and p.id in self.needed]
+        loaded_red: set[int] = set()
+        guard = "valid && ty == 0" if kind == "col" else "tid == 0"
+        for level in range(1, depth + 1):
+            reds = reds_by_level.get(level, [])
+            if not reds:
+                continue
+            srcs = [r.ins[0] for r in reds]
+            targets = [s.id for s in srcs if isinstance(s, PRef)]
+            extra = [self.leaf_index[(s.key, s.at, "full")] for s in srcs if isinstance(s, XRef)]
+            prims = self.cone(targets)
+            tails: list[str] = []
+            for r in reds:
+                op = _RED_OP[r.op]
+                src = self.operand(r.ins[0], "full")
+                lines.append(f"{ind}float s{r.id} = cp_ident<{op}>();")
+                tails.append(f"s{r.id} = cp_comb<{op}>(s{r.id}, {src});")
+            lines += self.element_loop(prims, tails, tails, [], ind, kind, extra)
+            for r in reds:
+                op = _RED_OP[r.op]
+                if kind == "col":
+                    lines.append(f"{ind}const float r{r.id} = cp_col_reduce<{op}>(s{r.id}, sm);")
+                elif self.v.warp_rows:
+                    lines.append(f"{ind}const float r{r.id} = WARP ? cp_warp_reduce<{op}>(s{r.id}) : cp_block_reduce<{op}>(s{r.id}, sm);")
+                else:
+                    lines.append(f"{ind}const float r{r.id} = cp_block_reduce<{op}>(s{r.id}, sm);")
+            for p in reduced_ew:
+                if self.levels[p.id] != level:
+                    continue
+                for rr in p.ins:
+                    if isinstance(rr, XRef):
+                        i = self.leaf_index[(rr.key, rr.at, "reduced")]
+                        if i not in loaded_red:
+                            loaded_red.add(i)
+                            l = k.leaves[i]
+                            at = "ridx" if l.full else f"(ridx / L{i}_inner) % L{i}_size"
+                            if kind == "col":
+                                lines.append(f"{ind}const float b{i} = valid ? L{i}[{at}] : 0.0f;")
+                            else:
+                                lines.append(f"{ind}const float b{i} = L{i}[{at}];")
+                lines.append(f"{ind}const float r{p.id} = {self.expr(p, 'reduced')};")
+            stores = [f"O{red_outs[p.id]}[ridx] = r{p.id};" for p in k.prims
+                      if p.id in red_outs and self.levels[p.id] == level]
+            if stores:
+                lines.append(f"{ind}if ({guard}) {{ {' '.join(stores)} }}")
+        if full_outs:
+            prims = self.cone([pid for _, pid in full_outs])
+            lines += self.element_loop(prims, [], [], full_outs, ind, kind)
+        return lines
+
+    def row_kernel(self) -> list[str]:
+        v = self.v
+        tmpl_parts = ["typename IdxT"]
+        if v.vec:
+            tmpl_parts.append("bool VEC")
+        if v.warp_rows:
+            tmpl_parts.append("bool WARP")
+        lines = self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>")
+        lines.append("    __shared__ float sm[32];")
+        lines.append("    (void)sm;")
+        if v.warp_rows:
+            lines += [
+                "    const IdxT tpr = WARP ? 32 : " + str(v.block) + ";",
+                "    const IdxT tid = WARP ? (IdxT)(threadIdx.x & 31) : (IdxT)threadIdx.x;",
+                f"    const IdxT rpb = WARP ? {v.block // 32} : 1;",
+                "    const IdxT row0 = (IdxT)blockIdx.x * rpb + (WARP ? (IdxT)(threadIdx.x >> 5) : 0);",
+            ]
+        else:
+            lines += [
+                f"    const IdxT tpr = {v.block};",
+                "    const IdxT tid = threadIdx.x;",
+                "    const IdxT rpb = 1;",
+                "    const IdxT row0 = blockIdx.x;",
+            ]
+        lines += [
+            "    const IdxT rstep = (IdxT)gridDim.x * rpb;",
+            "    const float rl = (float)R;",
+            "    (void)rl; (void)inner;",
+            "    for (IdxT row = row0; row < outer; row += rstep) {",
+            "        const IdxT base = row * R;",
+            "        const IdxT ridx = row;",
+            "        (void)base; (void)ridx;",
+        ]
+        lines += self.reduction_steps("row", "        ")
+        lines.append("    }")
+        lines.append("}")
+        return lines
+
+    def col_kernel(self) -> list[str]:
+        v = self.v
+        lines = self.kernel_head("col", "template <typename IdxT>")
+        lines += [
+            f"    __shared__ float sm[{v.block}];",
+            "    const IdxT tx = threadIdx.x & 31;",
+            "    const IdxT ty = threadIdx.x >> 5;",
+            f"    const IdxT ny = {v.block // 32};",
+            "    const IdxT ntile = (inner + 31) / 32;",
+            "    const IdxT tiles = outer * ntile;",
+            "    const float rl = (float)R;",
+            "    (void)rl; (void)ny;",
+            "    for (IdxT tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+            "        const IdxT o = tile / ntile;",
+            "        const IdxT in = (tile % ntile) * 32 + tx;",
+            "        const bool valid = in < inner;",
+            "        const IdxT ridx = o * inner + in;",
+            "        (void)ridx;",
+        ]
+        lines += self.reduction_steps("col", "        ")
+        lines.append("    }")
+        lines.append("}")
+        return lines
+
+    # -- launcher ---------------------------------------------------------------------
+
+    def launcher(self) -> list[str]:
+        k, v = self.k, self.v
+        ps = self.params("int64_t")
+        sig = ", ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for t, n in ps)
+        lines = [f'extern "C" int {k.name}({sig}, cudaStream_t stream)', "{"]
+        ptrs = [n for t, n in ps if t.endswith("*")]
+
+        def call(kern: str, chosen: list[str], grid: str) -> str:
+            idx = chosen[0]
+            args = ", ".join(f"({idx}){n}" if t == "int64_t" else n for t, n in ps)
+            return f"{kern}<{', '.join(chosen)}><<<{grid}, {v.block}, 0, stream>>>({args});"
+
+        def dispatch(kern: str, flags: list[tuple[str, str]], grid_of: Mapping[str, str], ind: str) -> list[str]:
+            """Nested ifs over the template flags (name, runtime condition)."""
+            out: list[str] = []
+
+            def rec(i: int, chosen: list[str], ind: str) -> None:
+                if i == len(flags):
+                    key = ",".join(chosen[1:])
+                    grid = grid_of.get(key, grid_of.get("", "1"))
+                    out.append(f"{ind}{call(kern, chosen, grid)}")
+                    return
+                name, cond = flags[i]
+                if name == "IdxT":
+                    opts = [("int", cond), ("int64_t", None)]
+                else:
+                    opts = [("true", cond), ("false", None)]
+                first, rest = opts
+                out.append(f"{ind}if ({first[1]}) {{")
+                rec(i + 1, chosen + [first[0]], ind + "    ")
+                out.append(f"{ind}}} else {{")
+                rec(i + 1, chosen + [rest[0]], ind + "    ")
+                out.append(f"{ind}}}")
+
+            rec(0, [], ind)
+            return out
+
+        aligned = " && ".join(f"cp_aligned16({p})" for p in ptrs) or "true"
+        if k.rows is None:
+            lines.append("    if (n <= 0) return (int)cudaGetLastError();")
+            lines.append("    const bool small = n < (1LL << 30); /* 32-bit indices: no overflow of i + stride */")
+            flags = [("IdxT", "small")]
+            if v.vec:
+                lines.append(f"    const bool vec = (n % 4) == 0 && {aligned};")
+                flags.append(("VEC", "vec"))
+            lines.append(f"    const unsigned grid_s = cp_grid((n + {v.block - 1}) / {v.block});")
+            if v.vec:
+                lines.append(f"    const unsigned grid_v = cp_grid((n / 4 + {v.block - 1}) / {v.block});")
+            grid_of = {"": "grid_s", "true": "grid_v", "false": "grid_s"}
+            lines += dispatch(f"{k.name}_ew", flags, grid_of, "    ")
+        else:
+            lines += [
+                "    if (outer <= 0 || inner <= 0) return (int)cudaGetLastError();",
+                "    const bool small = outer * R * inner < (1LL << 30);",
+                "    if (inner == 1) {",
+            ]
+            flags = [("IdxT", "small")]
+            if v.vec:
+                lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
+                flags.append(("VEC", "vec"))
+            if v.warp_rows:
+                lines.append(f"        const bool warp = R <= {v.warp_max};")
+                flags.append(("WARP", "warp"))
+            lines.append("        const unsigned grid_b = cp_grid(outer);")
+            if v.warp_rows:
+                lines.append(f"        const unsigned grid_w = cp_grid((outer + {v.block // 32 - 1}) / {v.block // 32});")
+            grid_of: dict[str, str] = {}
+            for vec in (["true", "false"] if v.vec else [None]):
+                for warp in (["true", "false"] if v.warp_rows else [None]):
+                    key = ",".join(x for x in (vec, warp) if x is not None)
+                    grid_of[key] = "grid_w" if warp == "true" else "grid_b"
+            grid_of.setdefault("", "grid_b")
+            lines += dispatch(f"{k.name}_row", flags, grid_of, "        ")
+            lines.append("    } else {")
+            lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
+            lines += dispatch(f"{k.name}_col", [("IdxT", "small")], {"": "grid_c"}, "        ")
+            lines.append("    }")
+        lines.append("    return (int)cudaGetLastError();")
+        lines.append("}")
+        return lines
+
+    def source(self) -> str:
+        k = self.k
+        head = [
+            f"/* ---- {k.name}: {k.describe()} ({k.kind}"
+            + (f", reduces {k.rows.describe()}, {k.depth} level{'s' if k.depth != 1 else ''}" if k.rows else "")
+            + ") ---- */"
+        ]
+        if k.rows is None:
+            body = self.elementwise_kernel()
+        else:
+            body = self.row_kernel() + [""] + self.col_kernel()
+        return "\n".join(head + body + [""] + self.launcher()) + "\n"
+
+
+def generate_cuda(plan: FusionPlan, variant: Variant) -> str:
+    """``kernel.cu`` for ``plan`` under ``variant`` (one launcher per kernel).
+
+    Raises:
+        PolicyRefusal: the plan has no kernels, or holds a primitive with no CUDA form
+            (an internal error).
+    """
+    if not plan.kernels:
+        raise PolicyRefusal("nothing to fuse")
+    head = (
+        f"/* Generated by cudaperf's built-in PyTorch policy (variant {variant.name}: {variant.describe()}).\n"
+        f" * Plan: {plan.describe()}\n"
+        " * float32 throughout; sizes and broadcast strides are launcher arguments. */\n"
+    )
+    parts = [head, _PRELUDE]
+    for k in plan.kernels:
+        parts.append(_KernelWriter(k, variant).source())
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# model.py
+# ---------------------------------------------------------------------------------------
+
+_HELPERS = '''
+
+def _cp_numel(shape):
+    """Elements of a shape."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _cp_bshape(*shapes):
+    """PyTorch's broadcast of several shapes."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(1, rank + 1):
+        d = 1
+        for s in shapes:
+            if k <= len(s) and int(s[-k]) != 1:
+                if d != 1 and d != int(s[-k]):
+                    raise ValueError(f"shapes {shapes} do not broadcast")
+                d = int(s[-k])
+        out.append(d)
+    return tuple(reversed(out))
+
+
+def _cp_full(t, shape):
+    """``t`` with exactly ``shape``, contiguous (expanded when it broadcasts)."""
+    if tuple(t.shape) != tuple(shape):
+        t = t.expand(shape)
+    return t.contiguous()
+
+
+def _cp_operand(t, shape, at):
+    """``(tensor, inner, size)`` such that element ``i`` of a contiguous ``shape`` reads
+    ``tensor[(i // inner) % size]``; ``at``: dim of ``shape`` where ``t``'s first dim lies
+    (None: right-aligned, PyTorch broadcasting).  A tensor whose dims do not form one
+    contiguous block of ``shape`` is expanded and copied."""
+    rank = len(shape)
+    ts = tuple(t.shape)
+    first = rank - len(ts) if at is None else at
+    dims = [1] * rank
+    for k in range(len(ts)):
+        dims[first + k] = int(ts[k])
+    lo = rank
+    hi = 0
+    for k in range(rank):
+        if dims[k] != 1:
+            lo = k if k < lo else lo
+            hi = k + 1
+    if lo >= hi:
+        return t.contiguous(), 1, 1
+    for k in range(lo, hi):
+        if dims[k] != int(shape[k]):
+            return t.reshape(dims).expand(shape).contiguous(), 1, _cp_numel(shape)
+    return t.contiguous(), _cp_numel(shape[hi:]), _cp_numel(shape[lo:hi])
+
+
+def _cp_rows(shape, start, stop):
+    """``(outer, R, inner)`` of a reduction over dims ``[start, stop)``."""
+    return _cp_numel(shape[:start]), _cp_numel(shape[start:stop]), _cp_numel(shape[stop:])
+
+
+def _cp_group_rows(shape, groups):
+    """``(outer, R, 1)`` of group norm: ``groups`` contiguous groups per sample."""
+    outer = int(shape[0]) * groups
+    return outer, (_cp_numel(shape) // outer if outer else 0), 1
+
+
+def _cp_reduced(shape, start, stop, keepdim):
+    """The shape after reducing dims ``[start, stop)``."""
+    if keepdim:
+        return tuple(1 if start <= k < stop else int(d) for k, d in enumerate(shape))
+    return tuple(int(d) for k, d in enumerate(shape) if not start <= k < stop)
+'''
+
+_LIB_CALLS = {
+    "linear": "_cp_F.linear", "matmul": "_cp_torch.matmul", "mm": "_cp_torch.mm", "bmm": "_cp_torch.bmm",
+    "addmm": "_cp_torch.addmm", "baddbmm": "_cp_torch.baddbmm", "conv1d": "_cp_F.conv1d",
+    "conv2d": "_cp_F.conv2d", "conv3d": "_cp_F.conv3d", "conv_transpose1d": "_cp_F.conv_transpose1d",
+    "conv_transpose2d": "_cp_F.conv_transpose2d", "conv_transpose3d": "_cp_F.conv_transpose3d",
+}
+#: Positional parameters of the library calls (the rest are keywords).
+_LIB_POSITIONAL = {
+    "linear": ("input", "weight", "bias"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
+    "bmm": ("input", "mat2"), "addmm": ("input", "mat1", "mat2"), "baddbmm": ("input", "batch1", "batch2"),
+    "conv1d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv2d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv3d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv_transpose1d": ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+    "conv_transpose2d": ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+    "conv_transpose3d": ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+}
+_LIB_KEYWORDS = {"addmm": ("beta", "alpha"), "baddbmm": ("beta", "alpha")}
+
+
+def _attr_expr(path: str) -> str:
+    out = "self"
+    for part in path.split("."):
+        if part.isidentifier():
+            out += f".{part}"
+        elif part.isdigit():
+            out += f"[{part}]"
+        else:
+            out += f"[{part!r}]"
+    return out
+
+
+class _ModelWriter:
+    def __init__(self, plan: FusionPlan, problem_source: str, problem_name: str):
+        self.plan = plan
+        self.g = plan.graph
+        self.nodes = self.g.by_name()
+        self.source = problem_source
+        self.problem_name = problem_name
+        self.var_of_prim: dict[int, str] = {}
+        for k in plan.kernels:
+            for pid, _ in k.outputs:
+                self.var_of_prim[pid] = f"p{pid}"
+        self.inputs = {n.name: n for n in self.g.nodes if n.op == "input"}
+
+    # -- values -----------------------------------------------------------------------
+
+    def node_expr(self, name: str) -> str:
+        n = self.nodes[name]
+        if n.op == "input":
+            return n.target
+        if n.op == "attr":
+            return _attr_expr(n.target)
+        v = self.plan.values.get(name)
+        if isinstance(v, PRef):
+            return self.var_of_prim[v.id]
+        if isinstance(v, XRef):
+            return self.xref_expr(v)
+        return f"v_{name}"
+
+    def xref_expr(self, r: XRef) -> str:
+        kind, name = r.key
+        if kind == "attr":
+            return _attr_expr(name)
+        if kind == "prim":
+            return self.var_of_prim[int(name)]
+        n = self.nodes[name]
+        if n.op == "input":
+            return n.target
+        if n.op == "attr":
+            return _attr_expr(n.target)
+        return f"v_{name}"
+
+    def arg(self, a: Any, subscript: bool = False) -> str:
+        if isinstance(a, dict):
+            if "node" in a and len(a) == 1:
+                return self.node_expr(a["node"])
+            if "attr" in a:
+                return _attr_expr(a["attr"])
+            if "float" in a:
+                return f'float("{a["float"]}")'
+            if "dtype" in a:
+                return f"_cp_torch.{a['dtype']}"
+            if "slice" in a:
+                s, e, st = (self.arg(x) if x is not None else "" for x in a["slice"])
+                if subscript:
+                    return f"{s}:{e}" + (f":{st}" if st else "")
+                return f"slice({s or 'None'}, {e or 'None'}, {st or 'None'})"
+            if "ellipsis" in a:
+                return "..."
+            if "device" in a:
+                return repr(a["device"])
+            raise PolicyRefusal(f"cannot write the argument {a!r} in model.py")
+        if isinstance(a, list):
+            inner = ", ".join(self.arg(x) for x in a)
+            return f"({inner},)" if len(a) == 1 else f"({inner})"
+        return repr(a)
+
+    # -- forward ----------------------------------------------------------------------
+
+    def emit_node(self, name: str) -> list[str]:
+        n = self.nodes[name]
+        unit = "lib" if any(l.node == name for l in self.plan.left) else None
+        t = n.target
+        out = f"v_{name}"
+        if unit == "lib":
+            a = _bind(n)
+            if name in self.plan.peeled:
+                a["bias"] = None
+            pos_names = _LIB_POSITIONAL[t]
+            last = max((i for i, p in enumerate(pos_names) if p in a), default=0)
+            pos = [self.arg(a.get(p)) if a.get(p) is not None or i <= last else "None"
+                   for i, p in enumerate(pos_names[: last + 1])]
+            kws = [f"{k}={self.arg(a[k])}" for k in _LIB_KEYWORDS.get(t, ()) if k in a and a[k] is not None]
+            return [f"{out} = {_LIB_CALLS[t]}({', '.join(pos + kws)})"]
+        # views and Python values
+        if t == "getattr":
+            return [f"{out} = {self.arg(n.args[0])}.{n.args[1]}"]
+        if t == "getitem":
+            base = self.arg(n.args[0])
+            idx = n.args[1]
+            if isinstance(idx, list):
+                text = ", ".join(self.arg(x, subscript=True) for x in idx) or "()"
+                if len(idx) == 1:
+                    text += ","
+            else:
+                text = self.arg(idx, subscript=True)
+            return [f"{out} = {base}[{text}]"]
+        if t in ("size", "dim", "numel"):
+            rest = [self.arg(x) for x in n.args[1:]] + [f"{k}={self.arg(v)}" for k, v in n.kwargs.items()]
+            return [f"{out} = {self.arg(n.args[0])}.{t}({', '.join(rest)})"]
+        if t == "len":
+            return [f"{out} = len({self.arg(n.args[0])})"]
+        if n.kind in ("number", "shape") and t in ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg"):
+            a = _bind(n)
+            ops = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+            if t == "neg":
+                return [f"{out} = -({self.arg(a.get('input'))})"]
+            x = a.get("input", n.args[0] if n.args else None)
+            y = a.get("other", a.get("exponent", n.args[1] if len(n.args) > 1 else None))
+            return [f"{out} = ({self.arg(x)}) {ops[t]} ({self.arg(y)})"]
+        if n.kind in ("number", "shape", "none"):
+            raise PolicyRefusal(
+                f"cannot port {t} ({n.source}, node '{name}'): a Python value the built-in "
+                "policy cannot write in model.py"
+            )
+        # tensor views: method form on the first argument
+        if n.normalized:
+            items = list(n.kwargs.items())
+            recv = self.arg(items[0][1]) if items else ""
+            rest = [self.arg(v) for _, v in items[1:] if v is not None]
+            return [f"{out} = {recv}.{t}({', '.join(rest)})"]
+        recv = self.arg(n.args[0])
+        rest = [self.arg(x) for x in n.args[1:]] + [f"{k}={self.arg(v)}" for k, v in n.kwargs.items()]
+        return [f"{out} = {recv}.{t}({', '.join(rest)})"]
+
+    def emit_kernel(self, k: FusedKernel) -> list[str]:
+        i = k.index
+        lines = [f"# kernel {i}: {k.describe()}"]
+        shape_srcs = [l for l in k.leaves if l.domain == "full" and l.ref.at is None]
+        if not shape_srcs:
+            raise PolicyRefusal(f"internal error: kernel {k.name} has no tensor that sets its shape")
+        traced = tuple(shape_srcs[0].shape)
+        for l in shape_srcs[1:]:
+            traced = _broadcast(traced, l.shape) or traced
+        if traced != tuple(k.domain):
+            raise PolicyRefusal(
+                f"cannot port {', '.join(k.labels)}: the shape of kernel {k.name} {list(k.domain)} is not "
+                f"the broadcast of its inputs {list(traced)}"
+            )
+        S = f"_s{i}"
+        lines.append(f"{S} = _cp_bshape({', '.join(self.xref_expr(l.ref) + '.shape' for l in shape_srcs)})")
+        red_shape = None
+        if k.rows is not None:
+            if k.rows.kind == "groups":
+                lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_group_rows({S}, {k.rows.groups})")
+            else:
+                lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_rows({S}, {k.rows.start}, {k.rows.stop})")
+                if any(l.domain == "reduced" for l in k.leaves):
+                    red_shape = f"_k{i}"
+                    lines.append(f"{red_shape} = _cp_reduced({S}, {k.rows.start}, {k.rows.stop}, True)")
+        args: list[str] = []
+        sizes: list[str] = []
+        for j, l in enumerate(k.leaves):
+            src = self.xref_expr(l.ref)
+            dshape = S if l.domain == "full" else red_shape
+            if dshape is None:
+                raise PolicyRefusal(f"internal error: kernel {k.name} reads a per-group tensor")
+            if l.full:
+                lines.append(f"_l{i}_{j} = _cp_full({src}, {dshape})")
+            else:
+                at = "None" if l.ref.at is None else str(l.ref.at)
+                lines.append(f"_l{i}_{j}, _l{i}_{j}_in, _l{i}_{j}_sz = _cp_operand({src}, {dshape}, {at})")
+                sizes += [f"_l{i}_{j}_in", f"_l{i}_{j}_sz"]
+            args.append(f"_l{i}_{j}")
+        first = f"_l{i}_{self._first_full(k)}"
+        for pid, dom in k.outputs:
+            p = next(q for q in k.prims if q.id == pid)
+            if dom == "full":
+                shape = S
+            elif k.rows is not None and k.rows.kind == "dims":
+                keep = len(p.shape) == len(k.domain)
+                shape = f"_cp_reduced({S}, {k.rows.start}, {k.rows.stop}, {keep})"
+            else:
+                raise PolicyRefusal(f"internal error: kernel {k.name} writes per-group statistics")
+            lines.append(f"p{pid} = _cp_torch.empty({shape}, device={first}.device, dtype={first}.dtype)")
+            args.append(f"p{pid}")
+        if k.rows is None:
+            args.append(f"_cp_numel({S})")
+        else:
+            args += [f"_outer{i}", f"_R{i}", f"_inner{i}"]
+        args += sizes
+        for c in k.consts:
+            if c.var is not None:
+                args.append(f"float({self.node_expr(c.var)})")
+            else:
+                v = float(c.value)  # type: ignore[arg-type]
+                args.append(f'float("{v}")' if math.isinf(v) or math.isnan(v) else repr(v))
+        lines.append(f"lib.{k.name}({', '.join(args)})")
+        return lines
+
+    def _first_full(self, k: FusedKernel) -> int:
+        for j, l in enumerate(k.leaves):
+            if l.domain == "full" and l.ref.at is None:
+                return j
+        return 0
+
+    def forward(self, sig: str) -> list[str]:
+        lines = [f"    def forward({sig}):"]
+        body: list[str] = []
+        for kind, what in self.plan.schedule:
+            if kind == "node":
+                body += self.emit_node(what)
+            else:
+                body += self.emit_kernel(self.plan.kernels[what])
+        outs = self.plan.outputs
+        if isinstance(outs, list):
+            ret = "(" + ", ".join(self.arg(o) for o in outs) + ("," if len(outs) == 1 else "") + ")"
+        else:
+            ret = self.arg(outs)
+        body.append(f"return {ret}")
+        lines += [f"        {b}" for b in body]
+        return lines
+
+    # -- the file ---------------------------------------------------------------------
+
+    def module(self, header: str) -> str:
+        tree = ast.parse(self.source)
+        model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+        if model is None:
+            raise PolicyRefusal(f"{self.problem_name}: Model is not a class defined in the file (cannot copy its __init__)")
+        fwd = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+        if fwd is None:
+            raise PolicyRefusal(f"{self.problem_name}: Model defines no forward of its own")
+        if fwd.args.vararg or fwd.args.kwarg or fwd.args.kwonlyargs or fwd.args.posonlyargs:
+            raise PolicyRefusal(f"{self.problem_name}: Model.forward takes *args/**kwargs or keyword-only arguments")
+        sig_args = [a.arg for a in fwd.args.args]
+        if sig_args[1:] != list(self.g.forward_args):
+            raise PolicyRefusal(
+                f"{self.problem_name}: Model.forward's arguments {sig_args[1:]} differ from the traced ones "
+                f"{list(self.g.forward_args)}"
+            )
+        defaults = [ast.unparse(d) for d in fwd.args.defaults]
+        params = list(sig_args)
+        for i, d in enumerate(defaults):
+            params[len(params) - len(defaults) + i] += f"={d}"
+        sig = ", ".join(params)
+
+        class _Super(ast.NodeTransformer):
+            def visit_Call(self, node: ast.Call) -> Any:
+                self.generic_visit(node)
+                if isinstance(node.func, ast.Name) and node.func.id == "super" and node.args:
+                    first = node.args[0]
+                    if isinstance(first, ast.Name) and first.id == "Model":
+                        node.args = []
+                return node
+
+        body = [s for s in model.body if not (isinstance(s, ast.FunctionDef) and s.name == "forward")]
+        cls = ast.ClassDef(name="ModelNew", bases=model.bases, keywords=model.keywords, body=body or [ast.Pass()],
+                           decorator_list=[], type_params=[])
+        cls = _Super().visit(cls)
+        ast.fix_missing_locations(cls)
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Name) and node.id == "Model":
+                raise PolicyRefusal(
+                    f"{self.problem_name}: Model's class body refers to Model itself (line {node.lineno}); "
+                    "the built-in policy copies it into ModelNew"
+                )
+        # Module-level definitions the class body needs (transitively).
+        skip = {"Model", "get_inputs", "get_init_inputs"}
+        defs: dict[str, ast.stmt] = {}
+        for s in tree.body:
+            if isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and s.name not in skip:
+                defs[s.name] = s
+            elif isinstance(s, (ast.Assign, ast.AnnAssign)):
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                for t in targets:
+                    for nm in ast.walk(t):
+                        if isinstance(nm, ast.Name) and nm.id not in skip:
+                            defs[nm.id] = s
+        wanted: list[ast.stmt] = []
+        todo = [cls]
+        seen_names: set[str] = set()
+        while todo:
+            node = todo.pop()
+            for nm in ast.walk(node):
+                if isinstance(nm, ast.Name) and nm.id in defs and nm.id not in seen_names:
+                    seen_names.add(nm.id)
+                    st = defs[nm.id]
+                    if st not in wanted:
+                        wanted.append(st)
+                        todo.append(st)
+        for st in wanted:
+            for nm in ast.walk(st):
+                if isinstance(nm, ast.Name) and nm.id == "Model":
+                    raise PolicyRefusal(
+                        f"{self.problem_name}: a helper Model's __init__ uses refers to Model (line {nm.lineno})"
+                    )
+        helpers = [s for s in tree.body if s in wanted]
+        imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+        future = [s for s in imports if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+        imports = [s for s in imports if s not in future]
+        for s in imports:
+            for a in s.names:
+                if (a.asname or a.name).split(".")[0] in ("lib", "_cp_torch", "_cp_F", "load_cuda"):
+                    raise PolicyRefusal(f"{self.problem_name}: the file imports a name the candidate needs ({a.asname or a.name})")
+        parts: list[str] = [header]
+        parts += [ast.unparse(s) for s in future]
+        parts += [ast.unparse(s) for s in imports]
+        parts += [
+            "import torch as _cp_torch",
+            "import torch.nn.functional as _cp_F",
+            "from cudaperf_cli.torch_runtime import load_cuda",
+            "",
+            'lib = load_cuda("kernel.cu")',
+        ]
+        parts.append(_HELPERS)
+        for s in helpers:
+            parts.append("\n" + ast.unparse(s) + "\n")
+        cls_text = ast.unparse(cls)
+        fwd_text = "\n".join(self.forward(sig))
+        parts.append("\n" + cls_text + "\n\n" + fwd_text + "\n")
+        text = "\n".join(parts)
+        # unused-name noise: _cp_torch / _cp_F are referenced by library calls only
+        return text
+
+
+def generate_model(plan: FusionPlan, problem_source: str, variant: Variant, *, problem_name: str = "problem") -> str:
+    """``model.py`` for ``plan``: ``Model``'s class body copied as ``ModelNew`` with a
+    generated ``forward``.
+
+    Raises:
+        PolicyRefusal: ``Model`` is not a plain class in ``problem_source``, its forward
+            takes ``*args``, its class body refers to ``Model``, or a traced value cannot be
+            written as Python.
+    """
+    header = (
+        f'"""Generated by cudaperf\'s built-in PyTorch policy (variant {variant.name}: {variant.describe()}).\n\n'
+        f"Plan: {plan.describe()}\n"
+        '"""'
+    )
+    return _ModelWriter(plan, problem_source, problem_name).module(header)
+
+
+def generate(plan: FusionPlan, problem_source: str, variant: Variant, *, problem_name: str = "problem") -> dict[str, str]:
+    """``{"model.py": ..., "kernel.cu": ...}`` for ``plan`` under ``variant``.
+
+    Raises:
+        PolicyRefusal: see :func:`generate_cuda` and :func:`generate_model`.
+    """
+    return {
+        "model.py": generate_model(plan, problem_source, variant, problem_name=problem_name),
+        "kernel.cu": generate_cuda(plan, variant),
+    }

@@ -1,0 +1,412 @@
+"""Run a generated candidate against ``Model`` in a child process (tests, debugging).
+
+:func:`check_candidate` starts ``python -m cudaperf_cli.policies.builtin_torch.selfcheck``
+(own session, killed with its process group at the time limit), which imports the problem
+and the candidate's ``model.py``, builds ``Model`` and ``ModelNew`` from the same
+``get_init_inputs()`` under the same seed, copies ``Model.state_dict()`` into ``ModelNew``
+(strict), and compares the outputs on fresh ``get_inputs()`` for each constant set.
+
+``emulate=True`` replaces ``cudaperf_cli.torch_runtime.load_cuda`` in the child by an
+interpreter of the plan's kernels written with PyTorch CPU ops: it binds the launcher
+arguments by the signatures parsed from ``kernel.cu`` (so the argument order of
+``model.py`` is checked) and evaluates each kernel's primitives over its ``[outer, R,
+inner]`` index space.  That checks the plan, ``model.py`` and the shapes without a GPU; it
+does not check the CUDA text (the GPU run does, with ``device="cuda"``).
+
+Job (stdin)::
+
+    {"problem": path, "model": path/to/model.py, "configs": [{"batch_size": 8}, ...],
+     "device": "cpu" | "cuda", "emulate": bool, "kernels": [...], "atol": 1e-4,
+     "rtol": 1e-4, "trials": 2, "seed": 0}
+
+Answer (stdout, last line): ``{"ok": bool, "configs": [{"constants", "ok", "message",
+"max_abs_err", "outputs"}], "error": str | null}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cudaperf_cli.core import kill_process_group
+from cudaperf_cli.policies.builtin_torch.fusion import (
+    CRef,
+    FusedKernel,
+    PRef,
+    RowLen,
+    XRef,
+)
+
+__all__ = ["check_candidate", "kernels_to_json"]
+
+SELFCHECK_MODULE = "cudaperf_cli.policies.builtin_torch.selfcheck"
+
+
+def kernels_to_json(kernels: Sequence[FusedKernel]) -> list[dict[str, Any]]:
+    """What the emulator needs of each kernel: name, primitives, leaves, constants,
+    outputs, roles (JSON)."""
+
+    def ref(r: Any) -> dict[str, Any]:
+        if isinstance(r, PRef):
+            return {"p": r.id}
+        if isinstance(r, XRef):
+            return {"x": [r.key[0], r.key[1]], "at": r.at}
+        if isinstance(r, CRef):
+            return {"c": [r.value, r.var]}
+        if isinstance(r, RowLen):
+            return {"R": r.correction}
+        raise TypeError(r)
+
+    out = []
+    for k in kernels:
+        out.append({
+            "name": k.name,
+            "rows": None if k.rows is None else k.rows.kind,
+            "prims": [{"id": p.id, "op": p.op, "ins": [ref(r) for r in p.ins], "params": p.params} for p in k.prims],
+            "leaves": [{"x": [l.ref.key[0], l.ref.key[1]], "at": l.ref.at, "domain": l.domain, "full": l.full}
+                       for l in k.leaves],
+            "consts": [[c.value, c.var] for c in k.consts],
+            "outputs": [pid for pid, _ in k.outputs],
+            "roles": {str(pid): role for pid, role in k.roles.items()},
+        })
+    return out
+
+
+def check_candidate(
+    problem_path: str | os.PathLike[str],
+    model_path: str | os.PathLike[str],
+    configs: Sequence[Mapping[str, int]],
+    *,
+    device: str = "cpu",
+    emulate: bool = False,
+    kernels: Sequence[FusedKernel] = (),
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    trials: int = 2,
+    timeout_s: float = 300.0,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Compare ``ModelNew`` (from ``model_path``) with ``Model`` in a child process.
+
+    Args:
+        problem_path: the problem file.
+        model_path: the candidate's ``model.py`` (its ``kernel.cu`` beside it).
+        configs: module-constant sets to check (each rebuilds both models).
+        device: ``"cpu"`` (needs ``emulate``) or ``"cuda"``.
+        emulate: run the kernels with the PyTorch interpreter (``kernels`` required).
+        kernels: the plan's kernels (for ``emulate``).
+        atol, rtol: ``|cand - ref| <= atol + rtol * |ref|`` elementwise; NaN never passes.
+        trials: fresh inputs per configuration.
+        timeout_s: wall-clock limit of the child, seconds (torch import included).
+        env: extra environment for the child.
+
+    Returns:
+        The child's answer (see the module docstring); ``{"ok": False, "error": ...}``
+        when it timed out or died.
+    """
+    job = {
+        "problem": str(problem_path),
+        "model": str(model_path),
+        "configs": [dict(c) for c in configs],
+        "device": device,
+        "emulate": bool(emulate),
+        "kernels": kernels_to_json(kernels) if emulate else [],
+        "atol": float(atol),
+        "rtol": float(rtol),
+        "trials": int(trials),
+        "seed": 0,
+    }
+    child_env = dict(os.environ)
+    if device == "cpu":
+        child_env["CUDA_VISIBLE_DEVICES"] = ""
+    child_env.update(env or {})
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", SELFCHECK_MODULE],
+            stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True, env=child_env,
+        )
+        try:
+            proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_process_group(proc)
+            proc.wait()
+            return {"ok": False, "error": f"the check timed out after {timeout_s:g} s", "configs": []}
+        finally:
+            kill_process_group(proc)
+        out.seek(0)
+        err.seek(0)
+        text = out.read().decode(errors="replace")
+        tail = err.read().decode(errors="replace")[-2000:]
+    for line in reversed(text.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return {"ok": False, "error": f"the check exited with status {proc.returncode}: {tail.strip()[-500:]}", "configs": []}
+
+
+# ---------------------------------------------------------------------------------------
+# Child
+# ---------------------------------------------------------------------------------------
+
+
+class _EmuLib:
+    """Stands in for a :class:`~cudaperf_cli.torch_runtime.CudaLib`: each launcher runs its
+    kernel's primitives with PyTorch ops (CPU)."""
+
+    def __init__(self, torch: Any, kernels: Sequence[Mapping[str, Any]], cu_source: str):
+        from cudaperf_cli.torch_runtime import parse_launchers
+
+        self.torch = torch
+        self.sigs = {s.name: s for s in parse_launchers(cu_source)}
+        self.kernels = {k["name"]: k for k in kernels}
+        missing = set(self.kernels) - set(self.sigs)
+        if missing:
+            raise RuntimeError(f"kernel.cu has no launcher for {sorted(missing)}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.__dict__.get("kernels", {}):
+            raise AttributeError(name)
+        return lambda *args: self.run(name, args)
+
+    def run(self, name: str, args: Sequence[Any]) -> None:
+        torch = self.torch
+        sig = self.sigs[name]
+        k = self.kernels[name]
+        if len(args) != len(sig.params):
+            raise TypeError(f"{name}() takes {len(sig.params)} arguments, got {len(args)}")
+        a = {p.name: v for p, v in zip(sig.params, args)}
+        for p in sig.params:
+            v = a[p.name]
+            if p.pointer:
+                if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or not v.is_contiguous():
+                    raise TypeError(f"{name}: {p.name} must be a contiguous float32 tensor")
+            elif isinstance(v, torch.Tensor):
+                raise TypeError(f"{name}: {p.name} must be a number")
+        if k["rows"] is None:
+            outer, R, inner = int(a["n"]), 1, 1
+        else:
+            outer, R, inner = int(a["outer"]), int(a["R"]), int(a["inner"])
+        N = outer * R * inner
+        idx = torch.arange(N)
+        ridx = torch.arange(outer * inner)
+        vals: dict[Any, Any] = {}
+        leaves = k["leaves"]
+
+        def leaf(i: int) -> Any:
+            l = leaves[i]
+            t = a[f"L{i}"].reshape(-1)
+            where = idx if l["domain"] == "full" else ridx
+            if l["full"]:
+                if t.numel() != where.numel():
+                    raise ValueError(f"{name}: L{i} has {t.numel()} elements, the domain {where.numel()}")
+                return t[where]
+            return t[(where // int(a[f"L{i}_inner"])) % int(a[f"L{i}_size"])]
+
+        leaf_of = {(tuple(l["x"]), l["at"], l["domain"]): i for i, l in enumerate(leaves)}
+        roles = {int(p): r for p, r in k["roles"].items()}
+
+        def operand(r: Mapping[str, Any], domain: str) -> Any:
+            if "p" in r:
+                v = vals[r["p"]]
+                if domain == "full" and roles[r["p"]] == "reduced":
+                    return v.view(outer, 1, inner).expand(outer, R, inner).reshape(-1)
+                return v
+            if "x" in r:
+                return leaf(leaf_of[(tuple(r["x"]), r["at"], domain)])
+            if "c" in r:
+                value, var = r["c"]
+                j = k["consts"].index([value, var])
+                return torch.tensor(float(a[f"c{j}"]), dtype=torch.float32)
+            if "R" in r:
+                return torch.tensor(float(R - r["R"]), dtype=torch.float32)
+            raise ValueError(r)
+
+        for p in k["prims"]:
+            role = roles[p["id"]]
+            if p["op"].startswith("red_"):
+                x = operand(p["ins"][0], "full").reshape(outer, R, inner)
+                if p["op"] == "red_sum":
+                    v = x.sum(dim=1)
+                elif p["op"] == "red_max":
+                    v = x.amax(dim=1) if R else torch.full((outer, inner), -float("inf"))
+                else:
+                    v = x.amin(dim=1) if R else torch.full((outer, inner), float("inf"))
+                vals[p["id"]] = v.reshape(-1)
+                continue
+            ins = [operand(r, role) for r in p["ins"]]
+            vals[p["id"]] = _ew(torch, p["op"], ins, p.get("params") or {})
+        for j, pid in enumerate(k["outputs"]):
+            out = a[f"O{j}"]
+            v = vals[pid]
+            want = N if roles[pid] == "full" else outer * inner
+            if out.numel() != want:
+                raise ValueError(f"{name}: O{j} has {out.numel()} elements, expected {want}")
+            out.view(-1).copy_(v.expand(want) if v.numel() == 1 else v)
+
+
+def _ew(torch: Any, op: str, x: Sequence[Any], params: Mapping[str, Any]) -> Any:
+    a = x[0]
+    f32 = torch.float32
+    one = torch.tensor(1.0, dtype=f32)
+    if op == "powc":
+        return torch.pow(a, float(params["exponent"]))
+    table = {
+        "id": lambda: a, "neg": lambda: -a, "relu": lambda: torch.clamp_min(a, 0.0),
+        "sigmoid": lambda: one / (one + torch.exp(-a)), "tanh": lambda: torch.tanh(a),
+        "exp": lambda: torch.exp(a), "exp2": lambda: torch.exp2(a), "log": lambda: torch.log(a),
+        "log2": lambda: torch.log2(a), "log10": lambda: torch.log10(a), "log1p": lambda: torch.log1p(a),
+        "expm1": lambda: torch.expm1(a), "sqrt": lambda: torch.sqrt(a), "rsqrt": lambda: torch.rsqrt(a),
+        "abs": lambda: torch.abs(a), "reciprocal": lambda: one / a, "square": lambda: a * a,
+        "sin": lambda: torch.sin(a), "cos": lambda: torch.cos(a), "erf": lambda: torch.erf(a),
+        "gelu": lambda: a * 0.5 * (1.0 + torch.erf(a * 0.70710678118654752440)),
+        "gelu_tanh": lambda: 0.5 * a * (1.0 + torch.tanh(0.79788456080286535588 * (a + 0.044715 * a * a * a))),
+        "silu": lambda: a / (one + torch.exp(-a)), "mish": lambda: a * torch.tanh(torch.log1p(torch.exp(a))),
+        "selu": lambda: 1.0507009873554804934193349852946 * torch.where(a > 0, a, 1.6732632423543772848170429916717 * torch.expm1(a)),
+        "hardsigmoid": lambda: torch.clamp(a + 3.0, 0.0, 6.0) / 6.0,
+        "hardswish": lambda: a * torch.clamp(a + 3.0, 0.0, 6.0) / 6.0,
+        "softsign": lambda: a / (1.0 + torch.abs(a)),
+        "logsigmoid": lambda: torch.clamp_max(a, 0.0) - torch.log1p(torch.exp(-torch.abs(a))),
+        "floor": lambda: torch.floor(a), "ceil": lambda: torch.ceil(a), "round": lambda: torch.round(a),
+        "trunc": lambda: torch.trunc(a),
+    }
+    if op in table:
+        return table[op]()
+    b = x[1]
+    binary = {
+        "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b,
+        "pow": lambda: torch.pow(a, b), "maximum": lambda: torch.maximum(a, b), "minimum": lambda: torch.minimum(a, b),
+        "leaky_relu": lambda: torch.where(a > 0, a, a * b), "elu": lambda: torch.where(a > 0, a, b * torch.expm1(a)),
+        "celu": lambda: torch.where(a > 0, a, b * torch.expm1(a / b)),
+    }
+    if op in binary:
+        return binary[op]()
+    c = x[2]
+    if op == "softplus":
+        return torch.where(a * b > c, a, torch.log1p(torch.exp(a * b)) / b)
+    if op == "clamp":
+        return torch.minimum(torch.maximum(a, b), c)
+    raise ValueError(f"no emulation for '{op}'")
+
+
+def _compare(torch: Any, got: Any, want: Any, atol: float, rtol: float) -> tuple[bool, str, float]:
+    """(ok, why not, max |got - want|); computed on the tensors' device (float64 up to 16M
+    elements, float32 beyond)."""
+    if not isinstance(got, torch.Tensor):
+        return False, f"a {type(got).__name__}, not a tensor", float("inf")
+    if tuple(got.shape) != tuple(want.shape):
+        return False, f"shape {list(got.shape)}, expected {list(want.shape)}", float("inf")
+    if got.dtype != want.dtype:
+        return False, f"dtype {got.dtype}, expected {want.dtype}", float("inf")
+    if got.device != want.device:
+        return False, f"on {got.device}, expected {want.device}", float("inf")
+    big = got.numel() > (1 << 24)
+    g = got.detach() if big else got.detach().double()
+    w = want.detach() if big else want.detach().double()
+    nan = int(torch.isnan(g).sum())
+    if nan:
+        return False, f"{nan} NaN", float("inf")
+    err = (g - w).abs()
+    bad = err > atol + rtol * w.abs()
+    mx = float(err.max()) if err.numel() else 0.0
+    n_bad = int(bad.sum())
+    if n_bad:
+        i = int(bad.reshape(-1).nonzero()[0])
+        return False, (f"{n_bad} of {g.numel()} elements off (first at flat {i}: "
+                       f"{float(g.reshape(-1)[i])} vs {float(w.reshape(-1)[i])})"), mx
+    return True, "", mx
+
+
+def _child(job: Mapping[str, Any]) -> dict[str, Any]:
+    import importlib.util
+
+    import torch
+
+    from cudaperf_cli.problems.pytorch_probe import (
+        apply_constants,
+        import_problem_module,
+    )
+
+    device = job["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        return {"ok": False, "error": "no CUDA device", "configs": []}
+    model_path = Path(job["model"])
+    if job.get("emulate"):
+        import cudaperf_cli.torch_runtime as rt
+
+        cu = (model_path.parent / "kernel.cu").read_text()
+        emu = _EmuLib(torch, job["kernels"], cu)
+        rt.load_cuda = lambda *a, **kw: emu  # type: ignore[assignment]
+    problem = import_problem_module(job["problem"], "_cudaperf_check_problem")
+    spec = importlib.util.spec_from_file_location("_cudaperf_check_candidate", model_path)
+    assert spec is not None and spec.loader is not None
+    cand_mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cand_mod
+    spec.loader.exec_module(cand_mod)
+    seed = int(job.get("seed", 0))
+    results = []
+    all_ok = True
+    for consts in job["configs"]:
+        apply_constants(problem, consts)
+        torch.manual_seed(seed)
+        init = problem.get_init_inputs()
+        torch.manual_seed(seed)
+        ref = problem.Model(*init).to(device)
+        torch.manual_seed(seed)
+        cand = cand_mod.ModelNew(*init).to(device)
+        sd = ref.state_dict()
+        if sd:
+            cand.load_state_dict(sd, strict=True)
+        entry: dict[str, Any] = {"constants": dict(consts), "ok": True, "message": "", "max_abs_err": 0.0, "outputs": []}
+        for trial in range(int(job.get("trials", 2))):
+            torch.manual_seed(1000 + trial)
+            inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_inputs()]
+            with torch.no_grad():
+                want = ref(*[v.clone() if isinstance(v, torch.Tensor) else v for v in inputs])
+                got = cand(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            wants = list(want) if isinstance(want, (tuple, list)) else [want]
+            gots = list(got) if isinstance(got, (tuple, list)) else [got]
+            if len(gots) != len(wants):
+                entry.update(ok=False, message=f"{len(gots)} outputs, expected {len(wants)}")
+                break
+            entry["outputs"] = [list(w.shape) for w in wants]
+            for j, (g, w) in enumerate(zip(gots, wants)):
+                ok, msg, mx = _compare(torch, g, w, float(job["atol"]), float(job["rtol"]))
+                entry["max_abs_err"] = max(entry["max_abs_err"], mx)
+                if not ok:
+                    entry.update(ok=False, message=f"trial {trial} output {j}: {msg}")
+                    break
+            if not entry["ok"]:
+                break
+        all_ok = all_ok and entry["ok"]
+        results.append(entry)
+    return {"ok": all_ok, "configs": results, "error": None}
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    job = json.loads(sys.stdin.read() or "{}")
+    try:
+        result = _child(job)
+    except BaseException as exc:  # noqa: BLE001 - one line back to the parent
+        import traceback
+
+        traceback.print_exc()
+        result = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "configs": []}
+    proto.write(json.dumps(result) + "\n")
+    proto.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,654 @@
+"""The built-in PyTorch policy on the CPU: tracing (child process), fusion plans, generated
+files (static guards, launcher signatures, nvcc compile-only), refusals, and the candidates
+run against ``Model`` with the fused kernels emulated in PyTorch (plan, model.py and shapes;
+the CUDA text itself is checked on a GPU by tests/test_gpu_builtin_torch.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cudaperf_cli.evaluate.static_guards import LIBRARY_OPS, check_candidate_source
+from cudaperf_cli.policies.base import PolicyRefusal, Proposal
+from cudaperf_cli.policies.builtin_torch import (
+    VARIANTS,
+    BuiltinTorchPolicy,
+    Graph,
+    GraphNode,
+    plan_fusion,
+    supported_ops,
+    trace_problem,
+)
+from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
+from cudaperf_cli.policies.builtin_torch.trace import SHRINK_ABOVE, trace_constant_sets
+from cudaperf_cli.problems.pytorch import (
+    TorchProblem,
+    load_torch_problem,
+    load_torch_problems,
+)
+from cudaperf_cli.torch_runtime import parse_launchers
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "torch"
+
+#: Test sizes of examples/torch (examples/torch/README.md).
+SMALL: dict[str, dict[str, int]] = {
+    "swish_bias": {"batch_size": 8, "dim": 64},
+    "gelu": {"batch_size": 8, "dim": 64},
+    "relu_scale": {"batch_size": 8, "dim": 64},
+    "softmax": {"batch_size": 8, "dim": 64},
+    "layernorm": {"batch_size": 8, "hidden": 64},
+    "rmsnorm": {"batch_size": 8, "hidden": 64},
+    "row_sum": {"batch_size": 8, "dim": 64},
+    "mean_dim": {"batch_size": 2, "dim1": 16, "dim2": 32},
+    "matmul_bias_relu": {"m": 16, "k": 32, "n": 24},
+    "conv2d_relu": {"batch_size": 2, "in_channels": 3, "out_channels": 4, "height": 10, "width": 12},
+    "batchnorm_eval": {"batch_size": 2, "channels": 3, "height": 5, "width": 7},
+    "groupnorm": {"batch_size": 2, "channels": 8, "height": 6, "width": 5},
+    "mlp_gelu": {"batch_size": 4, "in_features": 16, "hidden": 32, "out_features": 8},
+    "residual_layernorm": {"batch_size": 8, "hidden": 64},
+}
+
+#: Per example: (fused kernels as described, ops left to PyTorch, reduction kind of each
+#: kernel: None = elementwise, else the rows spec text).
+PLANS: dict[str, tuple[list[str], list[str], list[str | None]]] = {
+    "swish_bias": (["[sigmoid, mul, add bias]"], [], [None]),
+    "gelu": (["gelu"], [], [None]),
+    "relu_scale": (["[relu, mul 0.5]"], [], [None]),
+    "softmax": (["softmax"], [], ["dims [1, 2)"]),
+    "layernorm": (["layer_norm"], [], ["dims [1, 2)"]),
+    "rmsnorm": (["[pow 2, mean, add 1e-06, rsqrt, mul, mul weight]"], [], ["dims [1, 2)"]),
+    "row_sum": (["sum"], [], ["dims [1, 2)"]),
+    "mean_dim": (["mean"], [], ["dims [1, 2)"]),
+    "matmul_bias_relu": (["matmul->[add bias, relu]"], ["matmul (cuBLAS)"], [None]),
+    "conv2d_relu": (["conv2d->[add bias, relu]"], ["conv2d (cuDNN, bias fused)"], [None]),
+    "batchnorm_eval": (["batch_norm"], [], [None]),
+    "groupnorm": (["group_norm"], [], ["8 groups per sample"]),
+    "mlp_gelu": (["linear->[add bias, gelu]"], ["linear (cuBLAS, bias fused)", "linear (cuBLAS)"], [None]),
+    "residual_layernorm": (["[add, layer_norm]"], [], ["dims [1, 2)"]),
+}
+
+#: Reduction levels (one loop each before the output loop) of the reduction kernels.
+DEPTHS = {"softmax": 2, "layernorm": 2, "rmsnorm": 1, "row_sum": 1, "mean_dim": 1, "groupnorm": 2,
+          "residual_layernorm": 2}
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures: one folder load, traces two at a time (each trace is a child importing torch)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict[str, TorchProblem]:
+    loaded, errors = load_torch_problems(EXAMPLES, constants=SMALL)
+    assert not errors, errors
+    return {p.name: p for p in loaded}
+
+
+@pytest.fixture(scope="module")
+def policy(problems: dict[str, TorchProblem]) -> BuiltinTorchPolicy:
+    """A policy with every example traced (two trace children at a time)."""
+    pol = BuiltinTorchPolicy()
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        list(ex.map(pol.plan, problems.values()))
+    return pol
+
+
+@pytest.fixture(scope="module")
+def candidates(policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem], tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
+    """(example, turn) -> the folder holding its model.py and kernel.cu."""
+    root = tmp_path_factory.mktemp("cands")
+    out = {}
+    for name, p in problems.items():
+        for turn in range(len(VARIANTS)):
+            prop = policy.propose(p, turn)
+            d = root / name / str(turn)
+            d.mkdir(parents=True)
+            for fname, text in prop.files.items():
+                (d / fname).write_text(text)
+            out[(name, turn)] = d
+    return out
+
+
+def _write_problem(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# Tracing
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_example_traces(policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    assert sorted(problems) == sorted(SMALL)
+    for name, p in problems.items():
+        graph = policy.graph(p)
+        inputs = [n for n in graph.nodes if n.op == "input"]
+        assert [n.index for n in inputs] == list(range(len(p.inputs))), name
+        for n, spec in zip(inputs, p.inputs):
+            assert n.shape == spec.shape and n.dtype == "float32", name
+        # every parameter and buffer of Model, with its shape
+        assert set(graph.params) >= {a.target for a in graph.nodes if a.op == "attr"}, name
+        assert graph.constants == p.constants, name  # small problems are traced as loaded
+
+
+def test_trace_names_parameters_and_canonical_ops(policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    def graph(name: str) -> Graph:
+        return policy.graph(problems[name])
+
+    ln = [n for n in graph("layernorm").nodes if n.op == "call"]
+    assert [n.target for n in ln] == ["layer_norm"]
+    assert ln[0].kwargs["weight"] == {"attr": "norm.weight"} and ln[0].kwargs["eps"] == 1e-5
+    assert ln[0].source == "nn.LayerNorm norm" and ln[0].shape == (8, 64)
+    mlp = [(n.target, n.kwargs.get("bias")) for n in graph("mlp_gelu").nodes if n.op == "call"]
+    assert mlp == [("linear", {"attr": "fc1.bias"}), ("gelu", None), ("linear", {"attr": "fc2.bias"})]
+    gelu = next(n for n in graph("mlp_gelu").nodes if n.target == "gelu")
+    assert gelu.kwargs["approximate"] == "none"
+    rms = {n.name: n for n in graph("rmsnorm").nodes}
+    assert rms["pow_1"].target == "pow" and rms["pow_1"].kwargs == {"input": {"node": "x"}, "exponent": 2}
+    assert rms["mean"].kwargs["dim"] == -1 and rms["mean"].kwargs["keepdim"] is True
+    assert rms["mean"].shape == (8, 1)
+    res = {n.name: n for n in graph("residual_layernorm").nodes}
+    assert res["getattr_1"].kind == "shape" and res["getattr_1"].value == [8, 64]
+    assert res["getitem"].kind == "number" and res["getitem"].value == 64
+    bn = [n for n in graph("batchnorm_eval").nodes if n.op == "attr"]
+    assert {n.target: n.attr_kind for n in bn} == {
+        "weight": "parameter", "bias": "parameter", "running_mean": "buffer", "running_var": "buffer"
+    }
+    conv = next(n for n in graph("conv2d_relu").nodes if n.target == "conv2d")
+    assert conv.kwargs["padding"] == [1, 1] and conv.kwargs["bias"] == {"attr": "conv.bias"}
+    assert Graph.from_json(graph("softmax").to_json()) == graph("softmax")
+
+
+def test_large_problems_are_traced_at_shrunken_sizes(tmp_path: Path) -> None:
+    p = load_torch_problem(EXAMPLES / "groupnorm.py", constants={"batch_size": 8, "channels": 64, "height": 64, "width": 64}, alt_shapes=False)
+    sets = trace_constant_sets(p)
+    assert sum(s.numel for s in p.inputs) > SHRINK_ABOVE
+    assert sets[0] == {"batch_size": 4, "channels": 4, "height": 4, "width": 4, "num_groups": 8}
+    assert sets[-1] == p.constants
+    g = trace_problem(p)
+    # channels=4 and 16 break GroupNorm(8, C): the first set that runs keeps C a multiple of 8
+    assert g.constants["channels"] % 8 == 0 and g.constants["height"] < 64
+    small = load_torch_problem(EXAMPLES / "gelu.py", constants={"batch_size": 2, "dim": 3}, alt_shapes=False)
+    assert trace_constant_sets(small) == [small.constants]
+
+
+def test_untraceable_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "branchy", """
+        import torch
+        import torch.nn as nn
+        batch_size = 4
+        class Model(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return torch.relu(x)
+                return -x
+        def get_inputs():
+            return [torch.randn(batch_size, 8)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path, alt_shapes=False)
+    with pytest.raises(PolicyRefusal) as exc:
+        BuiltinTorchPolicy().propose(p, 0)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith("branchy.py: torch.fx cannot trace Model.forward (TraceError:")
+    assert "control flow" in msg and "control flow" in (exc.value.hint or "")
+
+
+def test_trace_timeout_kills_the_child(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "slow_init", """
+        import time
+        import torch
+        import torch.nn as nn
+        batch_size = 4
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                if __name__.startswith("_cudaperf_trace"):  # slow only in the trace child
+                    time.sleep(60)
+            def forward(self, x):
+                return torch.relu(x)
+        def get_inputs():
+            return [torch.randn(batch_size, 8)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path, alt_shapes=False)
+    with pytest.raises(PolicyRefusal, match=r"slow_init.py: tracing timed out after \d+\.\d s \(limit 2 s\)"):
+        trace_problem(p, timeout_s=2)
+
+
+# ---------------------------------------------------------------------------------------
+# Plans
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_plan_of_each_example(name: str, policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    fused, left, rows = PLANS[name]
+    plan = policy.plan(problems[name])
+    assert plan.fused_ops() == fused
+    assert plan.left_ops() == left
+    assert [None if k.rows is None else k.rows.describe() for k in plan.kernels] == rows
+    if name in DEPTHS:
+        assert [k.depth for k in plan.kernels] == [DEPTHS[name]]
+    expected_line = "fused: " + "; ".join(f"{f} (1 kernel)" for f in fused)
+    if left:
+        counts: dict[str, int] = {}
+        for item in left:
+            counts[item] = counts.get(item, 0) + 1
+        expected_line += "; left to PyTorch: " + ", ".join(t if n == 1 else f"{n}x {t}" for t, n in counts.items())
+    assert plan.describe() == expected_line
+
+
+def test_plan_details(policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    def kernel(name: str) -> Any:
+        (k,) = policy.plan(problems[name]).kernels
+        return k
+
+    # swish: x read at i, bias broadcast along the last dim
+    k = kernel("swish_bias")
+    assert [(l.ref.key, l.ref.at, l.full) for l in k.leaves] == [(("node", "x"), None, True), (("attr", "bias"), None, False)]
+    # batch norm (running statistics): per-channel vectors aligned at dim 1, eps a constant
+    k = kernel("batchnorm_eval")
+    assert [(l.ref.key[1], l.ref.at) for l in k.leaves] == [
+        ("x", None), ("running_mean", 1), ("running_var", 1), ("weight", 1), ("bias", 1)
+    ]
+    assert [c.value for c in k.consts] == [1e-5]
+    # group norm: rows are the groups, the affine is per channel
+    k = kernel("groupnorm")
+    assert k.rows is not None and k.rows.kind == "groups" and k.rows.groups == 8
+    assert [(l.ref.key[1], l.ref.at) for l in k.leaves] == [("x", None), ("norm.weight", 1), ("norm.bias", 1)]
+    # row_sum / mean_dim write the reduced tensor only
+    assert [d for _, d in kernel("row_sum").outputs] == ["reduced"]
+    assert [d for _, d in kernel("mean_dim").outputs] == ["reduced"]
+    # conv: the bias is peeled out of cuDNN's call into the kernel, per channel
+    plan = policy.plan(problems["conv2d_relu"])
+    assert plan.peeled == {"conv": "bias"} and plan.left[0].bias_fused
+    assert [(l.ref.key, l.ref.at) for l in plan.kernels[0].leaves] == [(("node", "conv"), None), (("attr", "conv.bias"), 1)]
+    # mlp: fc1's bias fused, fc2 (a forward output) keeps its bias in cuBLAS
+    plan = policy.plan(problems["mlp_gelu"])
+    assert plan.peeled == {"fc1": "bias"}
+    assert plan.schedule == [("node", "fc1"), ("kernel", 0), ("node", "fc2")]
+
+
+def test_supported_ops_lists_every_kind() -> None:
+    ops = supported_ops()
+    assert {"gelu", "sigmoid", "add", "batch_norm (running statistics)"} <= set(ops["elementwise"])
+    assert {"softmax", "log_softmax", "layer_norm", "group_norm", "rms_norm", "sum", "mean", "amax"} <= set(ops["reductions"])
+    assert {"linear", "matmul", "bmm", "addmm", "conv2d"} <= set(ops["library"])
+
+
+# Hand-written graphs (no torch): grouping rules
+
+
+def _node(name: str, target: str, shape: tuple[int, ...] | None, *args: Any, op: str = "call", kind: str = "tensor", **kwargs: Any) -> GraphNode:
+    return GraphNode(name=name, op=op, target=target, args=tuple(args), kwargs=kwargs, kind=kind,
+                     shape=shape, dtype="float32" if kind == "tensor" else None, source=target.split(":")[-1])
+
+
+def _graph(nodes: list[GraphNode], outputs: Any, params: dict[str, Any] | None = None) -> Graph:
+    return Graph(nodes=tuple(nodes), outputs=outputs, params=params or {},
+                 forward_args=tuple(n.name for n in nodes if n.op == "input"))
+
+
+def _x(shape: tuple[int, ...], name: str = "x", index: int = 0) -> GraphNode:
+    return GraphNode(name=name, op="input", target=name, shape=shape, dtype="float32", index=index)
+
+
+def test_fusion_does_not_create_a_cycle_through_a_library_op() -> None:
+    # r = relu(x); m = r @ w; out = r + m: relu feeds the GEMM, so it must be written out
+    # before the GEMM, and the add (which reads the GEMM) cannot join relu's kernel.
+    g = _graph(
+        [
+            _x((4, 8)),
+            GraphNode(name="w", op="attr", target="w", shape=(8, 8), dtype="float32", attr_kind="parameter"),
+            _node("relu", "relu", (4, 8), {"node": "x"}),
+            _node("mm", "mm", (4, 8), {"node": "relu"}, {"node": "w"}),
+            _node("add", "add", (4, 8), {"node": "relu"}, {"node": "mm"}),
+        ],
+        {"node": "add"},
+        {"w": {"shape": [8, 8], "dtype": "float32", "kind": "parameter"}},
+    )
+    plan = plan_fusion(g)
+    assert plan.fused_ops() == ["relu", "mm->add"]
+    assert plan.schedule == [("kernel", 0), ("node", "mm"), ("kernel", 1)]
+
+
+def test_manual_softmax_is_one_kernel_with_two_levels() -> None:
+    g = _graph(
+        [
+            _x((8, 64)),
+            _node("amax", "amax", (8, 1), {"node": "x"}, -1, True),
+            _node("sub", "sub", (8, 64), {"node": "x"}, {"node": "amax"}),
+            _node("exp", "exp", (8, 64), {"node": "sub"}),
+            _node("sum_1", "sum", (8, 1), {"node": "exp"}, -1, True),
+            _node("div", "div", (8, 64), {"node": "exp"}, {"node": "sum_1"}),
+        ],
+        {"node": "div"},
+    )
+    (k,) = plan_fusion(g).kernels
+    assert k.labels == ["amax", "sub", "exp", "sum", "div"] and k.depth == 2
+    assert k.rows is not None and (k.rows.start, k.rows.stop) == (1, 2)
+
+
+def test_reduction_without_keepdim_is_not_broadcast_back_along_rows() -> None:
+    # s = x.sum(-1) is [8]; x - s broadcasts s along the LAST dim (x is [8, 8]), not along
+    # rows: it must not become a per-row value of the reduction's kernel.
+    g = _graph(
+        [
+            _x((8, 8)),
+            _node("s", "sum", (8,), {"node": "x"}, -1, False),
+            _node("sub", "sub", (8, 8), {"node": "x"}, {"node": "s"}),
+        ],
+        {"node": "sub"},
+    )
+    plan = plan_fusion(g)
+    assert plan.fused_ops() == ["sum", "sub"]
+    (leaf,) = [l for l in plan.kernels[1].leaves if l.ref.key[0] == "prim"]
+    assert leaf.ref.at is None and not leaf.full  # read with PyTorch broadcasting
+
+
+def test_strided_reduction_and_shape_arithmetic() -> None:
+    # y = x.mean(1) * x.shape[-1]: a column reduction, the number computed in Python
+    g = _graph(
+        [
+            _x((2, 16, 32)),
+            _node("getattr_1", "getattr", None, {"node": "x"}, "shape", kind="shape"),
+            _node("getitem", "getitem", None, {"node": "getattr_1"}, -1, kind="number"),
+            _node("mean", "mean", (2, 32), {"node": "x"}, 1),
+            _node("mul", "mul", (2, 32), {"node": "mean"}, {"node": "getitem"}),
+        ],
+        {"node": "mul"},
+    )
+    plan = plan_fusion(g)
+    (k,) = plan.kernels
+    assert k.labels == ["mean", "mul"] and k.rows is not None and (k.rows.start, k.rows.stop) == (1, 2)
+    assert [c.var for c in k.consts] == ["getitem"]
+    assert plan.schedule == [("node", "getattr_1"), ("node", "getitem"), ("kernel", 0)]
+
+
+@pytest.mark.parametrize(
+    "nodes, words",
+    [
+        ([_node("cs", "unknown:torch.cumsum", (4, 8), {"node": "x"}, 1)], "cannot port torch.cumsum (node 'cs'): not an operation"),
+        ([_node("bn", "batch_norm", (4, 8), {"node": "x"}, None, None, None, None, True)], "batch statistics (training mode)"),
+        ([_node("s", "sum", (4,), {"node": "x"}, [0, 2])], "are not adjacent"),
+        ([_node("d", "dropout", (4, 8), {"node": "x"}, 0.5, True)], "dropout in training mode"),
+        ([_node("m", "module:LSTM", (4, 8), {"node": "x"})], "cannot port LSTM"),
+    ],
+)
+def test_unsupported_operations_are_named(nodes: list[GraphNode], words: str) -> None:
+    shape = (4, 8, 2) if "adjacent" in words else (4, 8)
+    g = _graph([_x(shape)] + nodes, {"node": nodes[-1].name})
+    with pytest.raises(PolicyRefusal) as exc:
+        plan_fusion(g)
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Generated files
+# ---------------------------------------------------------------------------------------
+
+
+def test_proposals_carry_files_description_and_mapping(policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    p = problems["mlp_gelu"]
+    props = [policy.propose(p, t) for t in range(len(VARIANTS))]
+    for t, prop in enumerate(props):
+        assert isinstance(prop, Proposal) and prop.policy == "builtin"
+        assert set(prop.files) == {"model.py", "kernel.cu"} and prop.source == prop.files["model.py"]
+        assert prop.description.startswith(
+            "fused: linear->[add bias, gelu] (1 kernel); left to PyTorch: linear (cuBLAS, bias fused), linear (cuBLAS) ["
+        )
+        assert prop.mapping["fused"] == ["linear->[add bias, gelu]"]
+        assert prop.mapping["left_to_pytorch"] == ["linear (cuBLAS, bias fused)", "linear (cuBLAS)"]
+        assert prop.mapping["variant"]["name"] == VARIANTS[t].name
+    assert len({p.files["kernel.cu"] for p in props}) == len(VARIANTS)
+    assert "_cp_F.linear(x, self.fc1.weight, None)" in props[0].source
+    assert "_cp_F.linear(p1, self.fc2.weight, self.fc2.bias)" in props[0].source
+    with pytest.raises(PolicyRefusal, match="^no more variants to try$"):
+        policy.propose(p, len(VARIANTS))
+
+
+def test_model_py_copies_the_constructor(candidates: dict[tuple[str, int], Path]) -> None:
+    text = (candidates[("groupnorm", 0)] / "model.py").read_text()
+    assert "class ModelNew(nn.Module):" in text
+    assert "self.norm = nn.GroupNorm(num_groups, channels, eps=1e-05)" in text
+    assert "def forward(self, x):" in text and "class Model(" not in text
+    assert "lib.k0_group_norm(" in text and "_cp_group_rows(_s0, 8)" in text
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_generated_files_pass_the_static_guards(name: str, candidates: dict[tuple[str, int], Path], problems: dict[str, TorchProblem]) -> None:
+    for turn in range(len(VARIANTS)):
+        d = candidates[(name, turn)]
+        violations = check_candidate_source(
+            (d / "model.py").read_text(),
+            problem=problems[name],
+            allow_torch_ops=LIBRARY_OPS,
+            cuda_sources={"kernel.cu": (d / "kernel.cu").read_text()},
+        )
+        assert violations == [], [str(v) for v in violations]
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_launchers_parse_and_match_the_plan(name: str, candidates: dict[tuple[str, int], Path], policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    plan = policy.plan(problems[name])
+    for turn in range(len(VARIANTS)):
+        d = candidates[(name, turn)]
+        sigs = parse_launchers((d / "kernel.cu").read_text())
+        assert [s.name for s in sigs] == [k.name for k in plan.kernels]
+        model = (d / "model.py").read_text()
+        for s, k in zip(sigs, plan.kernels):
+            ptrs = [p for p in s.params if p.pointer]
+            assert len(ptrs) == len(k.leaves) + len(k.outputs)
+            assert all(p.dtype == "float32" for p in ptrs)
+            assert [p.const for p in ptrs] == [True] * len(k.leaves) + [False] * len(k.outputs)
+            scalars = [p.ctype for p in s.params if not p.pointer]
+            assert scalars.count("float") == len(k.consts)
+            # model.py passes exactly as many arguments as the launcher takes
+            call = re.search(rf"lib\.{s.name}\((.*)\)\n", model)
+            assert call is not None
+            assert len(call.group(1).split(", ")) == len(s.params)
+
+
+def test_no_shape_is_compiled_in(tmp_path: Path, policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    """The same problem traced at other sizes gives byte-identical files."""
+    other = {
+        "softmax": {"batch_size": 5, "dim": 33},
+        "groupnorm": {"batch_size": 3, "channels": 16, "height": 7, "width": 9},
+        "mean_dim": {"batch_size": 3, "dim1": 7, "dim2": 40},
+        "conv2d_relu": {"batch_size": 1, "in_channels": 2, "out_channels": 6, "height": 9, "width": 7},
+    }
+    pol = BuiltinTorchPolicy()
+    for name, consts in other.items():
+        q = load_torch_problem(EXAMPLES / f"{name}.py", constants=consts, alt_shapes=False)
+        for turn in range(len(VARIANTS)):
+            assert pol.propose(q, turn).files == policy.propose(problems[name], turn).files, (name, turn)
+
+
+def test_kernel_cu_compiles(candidates: dict[tuple[str, int], Path], nvcc_path: str, tmp_path: Path) -> None:
+    jobs = []
+    for (name, turn), d in sorted(candidates.items()):
+        if turn in (0, len(VARIANTS) - 1):  # scalar-only and the variant with every template
+            jobs.append((name, turn, d / "kernel.cu"))
+
+    def build(job: tuple[str, int, Path]) -> tuple[str, int, int, str]:
+        name, turn, src = job
+        out = tmp_path / f"{name}_{turn}.so"
+        proc = subprocess.run(
+            [nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(src)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        return name, turn, proc.returncode, proc.stdout + proc.stderr
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        results = list(ex.map(build, jobs))
+    for name, turn, rc, log in results:
+        assert rc == 0, f"{name} turn {turn}:\n{log}"
+        assert "warning" not in log.lower(), f"{name} turn {turn}:\n{log}"
+
+
+# ---------------------------------------------------------------------------------------
+# Refusals
+# ---------------------------------------------------------------------------------------
+
+
+def test_nothing_to_fuse_is_refused(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "bare_conv", """
+        import torch
+        import torch.nn as nn
+        batch_size = 2
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3)
+            def forward(self, x):
+                return self.conv(x)
+        def get_inputs():
+            return [torch.randn(batch_size, 3, 8, 8)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path, alt_shapes=False)
+    with pytest.raises(PolicyRefusal, match="^nothing to fuse: conv2d is left to cuDNN$"):
+        BuiltinTorchPolicy().propose(p, 0)
+
+
+def test_unsupported_op_and_training_batchnorm_are_refused(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "cums", """
+        import torch
+        import torch.nn as nn
+        batch_size = 2
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bn = nn.BatchNorm1d(8)
+            def forward(self, x):
+                return torch.cumsum(torch.relu(x), dim=1)
+        def get_inputs():
+            return [torch.randn(batch_size, 8)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path, alt_shapes=False)
+    with pytest.raises(PolicyRefusal, match=r"^cannot port torch\.cumsum \(node 'cumsum'\): not an operation"):
+        BuiltinTorchPolicy().propose(p, 0)
+    path.write_text(path.read_text().replace("torch.cumsum(torch.relu(x), dim=1)", "self.bn(x)"))
+    p = load_torch_problem(path, alt_shapes=False)
+    with pytest.raises(PolicyRefusal, match=r"batch_norm with batch statistics \(training mode\)"):
+        BuiltinTorchPolicy().propose(p, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# The candidates against Model, kernels emulated (CPU)
+# ---------------------------------------------------------------------------------------
+
+
+def _configs(p: TorchProblem) -> list[dict[str, int]]:
+    base = dict(p.constants)
+    assert p.alt_shapes, p.alt_note
+    return [base, {**base, **p.alt_shapes}]
+
+
+def test_emulated_candidates_match_model_at_both_shapes(candidates: dict[tuple[str, int], Path], policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
+    def run(name: str) -> tuple[str, dict[str, Any]]:
+        p = problems[name]
+        d = candidates[(name, 1)]
+        return name, check_candidate(p.path, d / "model.py", _configs(p), emulate=True,
+                                     kernels=policy.plan(p).kernels, timeout_s=240)
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        results = dict(ex.map(run, sorted(problems)))
+    for name, r in results.items():
+        assert r["ok"], (name, r)
+        assert len(r["configs"]) == 2 and all(c["ok"] for c in r["configs"]), (name, r)
+        assert r["configs"][0]["constants"] != r["configs"][1]["constants"]
+
+
+def test_emulation_catches_a_wrong_candidate(candidates: dict[tuple[str, int], Path], policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem], tmp_path: Path) -> None:
+    """The check can fail: layer norm with the affine parameters swapped."""
+    p = problems["layernorm"]
+    d = candidates[("layernorm", 0)]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    shutil.copy(d / "kernel.cu", bad / "kernel.cu")
+    text = (d / "model.py").read_text()
+    swapped = text.replace("_cp_operand(self.norm.weight,", "_cp_operand(self.norm.TMP,").replace(
+        "_cp_operand(self.norm.bias,", "_cp_operand(self.norm.weight,").replace("_cp_operand(self.norm.TMP,", "_cp_operand(self.norm.bias,")
+    assert swapped != text
+    (bad / "model.py").write_text(swapped)
+    r = check_candidate(p.path, bad / "model.py", _configs(p), emulate=True, kernels=policy.plan(p).kernels)
+    assert not r["ok"] and "elements off" in r["configs"][0]["message"]
+
+
+def test_a_problem_with_views_tuples_numbers_and_strided_reductions(tmp_path: Path) -> None:
+    """Several kernels, library ops with and without their bias, views, a Python number
+    input, a tuple output, log_softmax/logsumexp over a middle dim."""
+    path = _write_problem(tmp_path, "mixed", """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 4
+        channels = 6
+        length = 10
+        hidden = 12
+        class Block(nn.Module):
+            def __init__(self, c, h):
+                super().__init__()
+                self.net = nn.Sequential(nn.Linear(c, h), nn.SiLU(), nn.Linear(h, c))
+            def forward(self, x):
+                return self.net(x)
+        class Model(nn.Module):
+            def __init__(self, channels, hidden):
+                super(Model, self).__init__()
+                self.block = Block(channels, hidden)
+                self.ln = nn.LayerNorm(channels)
+                self.alpha = 0.7
+            def forward(self, x, scale):
+                y = x.transpose(1, 2)
+                h = self.block(y)
+                z = self.ln(h + y) * scale
+                lse = torch.logsumexp(z, dim=1)
+                sm = F.log_softmax(x, dim=1)
+                v = z.var(dim=-1, keepdim=True)
+                return lse, sm * self.alpha, torch.clamp(z - v, min=-0.5, max=0.5).flatten(1)
+        def get_inputs():
+            return [torch.randn(batch_size, channels, length), 1.5]
+        def get_init_inputs():
+            return [channels, hidden]
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    plan = pol.plan(p)
+    assert plan.fused_ops() == [
+        "linear->[add bias, silu]",
+        "[log_softmax, mul 0.7]",
+        "linear->[add bias, add, layer_norm, mul, var, sub, clamp]",
+        "logsumexp",
+    ]
+    assert plan.left_ops() == ["linear (cuBLAS, bias fused)", "linear (cuBLAS, bias fused)"]
+    prop = pol.propose(p, 2)
+    assert "super().__init__()" in prop.source and "class Block(nn.Module):" in prop.source
+    assert "self.block.net[0].weight" in prop.source and "float(scale)" in prop.source
+    assert check_candidate_source(prop.source, problem=p, allow_torch_ops=LIBRARY_OPS,
+                                  cuda_sources={"kernel.cu": prop.files["kernel.cu"]}) == []
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r

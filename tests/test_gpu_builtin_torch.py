@@ -1,0 +1,110 @@
+"""On a GPU: the built-in PyTorch policy's candidates are correct on CUDA.
+
+* Every examples/torch problem, every variant: ``model.py`` + ``kernel.cu`` written to a
+  temporary folder, imported in a child process (``selfcheck``), ``Model``'s state_dict
+  copied into ``ModelNew``, outputs compared on CUDA with atol = rtol = 1e-4 at the test
+  sizes and at the problem's alternative shapes (odd sizes: the scalar fallback of the
+  float4 variants, the warp-per-row and block-per-row paths).
+* The same candidates through the evaluation worker (``run_torch_evaluation``) at the
+  default (H200) sizes and their alternative shapes.
+* A problem above 2**30 elements, for the 64-bit index path of every kernel kind.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
+from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
+from cudaperf_cli.problems.pytorch import load_torch_problem
+from tests.test_builtin_torch_policy import EXAMPLES, PLANS, SMALL
+
+pytestmark = pytest.mark.gpu
+
+
+def _write(files: dict[str, str], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder / "model.py"
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> None:
+    p = load_torch_problem(EXAMPLES / f"{name}.py", constants=SMALL[name])
+    assert p.alt_shapes, p.alt_note
+    configs = [dict(p.constants), {**p.constants, **p.alt_shapes}]
+    policy = BuiltinTorchPolicy()
+    assert policy.plan(p).fused_ops() == PLANS[name][0]
+    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
+
+    def run(turn: int) -> tuple[int, dict[str, Any]]:
+        model = _write(policy.propose(p, turn).files, tmp_path / str(turn))
+        return turn, check_candidate(p.path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as ex:
+        results = dict(ex.map(run, range(len(VARIANTS))))
+    for turn, r in sorted(results.items()):
+        assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"
+        assert [c["constants"] for c in r["configs"]] == configs
+        print(f"{name} {VARIANTS[turn].name}: max |err| "
+              + ", ".join(f"{c['max_abs_err']:.2e}" for c in r["configs"]))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_evaluation_worker_verifies_the_candidate_at_default_sizes(name: str, tmp_path: Path) -> None:
+    from cudaperf_cli.evaluate.torch_job import TorchEvalJob, run_torch_evaluation
+
+    p = load_torch_problem(EXAMPLES / f"{name}.py")  # the H200 sizes
+    assert p.alt_shapes, p.alt_note
+    prop = BuiltinTorchPolicy().propose(p, 1)
+    model = _write(prop.files, tmp_path / "cand")
+    job = TorchEvalJob(
+        problem=str(p.path),
+        candidate=[str(model), str(model.parent / "kernel.cu")],
+        format="fast",
+        shapes=[dict(p.alt_shapes)],
+        time=False,
+        compile_baseline=False,
+        allow_torch_ops=True,
+        build_root=str(tmp_path / "build"),
+    )
+    result = run_torch_evaluation(job, timeout_s=600)
+    assert result.status == "correct", f"{name}: {result.status}: {result.message} {result.guard or ''}"
+    assert [c.status for c in result.configs] == ["correct", "correct"]
+
+
+def test_sixty_four_bit_indices(tmp_path: Path) -> None:
+    """More than 2**30 elements: the int64_t instantiations of the elementwise, row and
+    column kernels (vectorised rows: 32772 % 4 == 0)."""
+    path = tmp_path / "huge.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        rows = 8
+        cols = 12
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.relu(x) * 2.0, torch.softmax(x, dim=-1), x.sum(dim=0)
+        def get_inputs():
+            return [torch.randn(rows, cols)]
+        def get_init_inputs():
+            return []
+    """))
+    p = load_torch_problem(path, alt_shapes=False)
+    policy = BuiltinTorchPolicy()
+    assert policy.plan(p).fused_ops() == ["[relu, mul 2]", "softmax", "sum"]
+    big = {"rows": 32768, "cols": 32772}
+    assert big["rows"] * big["cols"] > 2**30
+    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
+    for turn in (0, len(VARIANTS) - 1):
+        model = _write(policy.propose(p, turn).files, tmp_path / str(turn))
+        r = check_candidate(path, model, [big], device="cuda", trials=1, timeout_s=600, env=env)
+        assert r["ok"], r
