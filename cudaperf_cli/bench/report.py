@@ -174,7 +174,7 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{fmt_x(c['geomean_best'][i], False)} | {fmt_rate(c['fast_1'][i])} |")
         lines.append("")
     lines += ["## Problems", "",
-              ("| problem | status | speedup kernel | speedup e2e | best | candidates | struct | "
+              ("| problem | status | speedup | e2e / vs compile | best | candidates | struct | "
                "eval s | wall s |"),
               "|---|---|---:|---:|---|---:|---:|---:|---:|"]
     for pr in report["problems"]:
@@ -183,7 +183,7 @@ def markdown(report: dict[str, Any]) -> str:
         status = pr["status"] + (f": {pr['message']}" if pr["status"] in (M.PROBLEM_ERROR, M.PROBLEM_TIMEOUT) else "")
         lines.append(
             f"| {pr['id']} | {status.replace('|', '/')} | {fmt_x(pr['speedups'].get('kernel'))} | "
-            f"{fmt_x(pr['speedups'].get('e2e'))} | {where} | {pr['candidate_count']} | "
+            f"{fmt_x(_second(pr))} | {where} | {pr['candidate_count']} | "
             f"{fmt_num(pr.get('structure_score'), 2)} | {fmt_num(pr.get('eval_s'))} | "
             f"{fmt_num(pr.get('wall_s'))} |"
         )
@@ -282,8 +282,8 @@ def summary_table(report: dict[str, Any]) -> Any:
     from cudaperf_cli.agent.render import STATUS_STYLE
 
     t = Table(title=f"cudaperf bench: {report['suite']['name']}", header_style="bold")
-    for col, just in (("problem", "left"), ("status", "left"), ("kernel", "right"),
-                      ("e2e", "right"), ("best", "left"), ("cand.", "right"),
+    for col, just in (("problem", "left"), ("status", "left"), ("speedup", "right"),
+                      ("e2e|compile", "right"), ("best", "left"), ("cand.", "right"),
                       ("struct", "right"), ("wall s", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for pr in report["problems"]:
@@ -291,7 +291,7 @@ def summary_table(report: dict[str, Any]) -> Any:
         style = STATUS_STYLE.get(pr["status"], "red" if pr["status"] in (M.PROBLEM_ERROR, M.PROBLEM_TIMEOUT) else "")
         t.add_row(
             pr["id"], f"[{style}]{pr['status']}[/]" if style else pr["status"],
-            fmt_x(pr["speedups"].get("kernel")), fmt_x(pr["speedups"].get("e2e")),
+            fmt_x(pr["speedups"].get("kernel")), fmt_x(_second(pr)),
             f"{best['turn']}.{best['sample']}" if pr.get("correct") and best else "-",
             str(pr["candidate_count"]), fmt_num(pr.get("structure_score"), 2), fmt_num(pr.get("wall_s")),
         )
@@ -425,3 +425,10 @@ __all__ = [
     "write_candidates",
     "write_report",
 ]
+
+
+def _second(pr: dict) -> float | None:
+    """The second speedup of a problem row: end-to-end (C problems: copies included) or
+    against torch.compile (PyTorch problems)."""
+    sp = pr.get("speedups") or {}
+    return sp.get("e2e") if sp.get("e2e") is not None else sp.get("compile")
