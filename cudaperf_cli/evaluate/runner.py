@@ -117,8 +117,11 @@ def _spawn_worker(
     env: Mapping[str, str] | None,
     state_path: str,
     err_path: str,
+    module: str = WORKER_MODULE,
 ) -> tuple[int | None, bytes, float, bool]:
-    """Run the worker; return (exit status or None, stdout, seconds, timed_out)."""
+    """Run ``python -m <module>`` (the C worker by default; the PyTorch worker uses it too)
+    in its own session with ``stdin_data`` on stdin; kill its process group at ``timeout_s``.
+    Returns (exit status or None, stdout, seconds, timed_out)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -127,7 +130,7 @@ def _spawn_worker(
     with open(err_path, "wb") as err_fh:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, *args],
+            [sys.executable, "-m", module, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err_fh,

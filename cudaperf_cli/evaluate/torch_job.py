@@ -25,16 +25,13 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cudaperf_cli.core import kill_process_group, to_jsonable
+from cudaperf_cli.core import to_jsonable
 from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 from cudaperf_cli.evaluate.job import (
     CORRECT,
@@ -49,7 +46,7 @@ from cudaperf_cli.evaluate.job import (
     TimingStats,
     _pick,
 )
-from cudaperf_cli.evaluate.runner import STDERR_TAIL_CHARS, _read_state, _signal_name, _tail
+from cudaperf_cli.evaluate.runner import STDERR_TAIL_CHARS, _read_state, _signal_name, _spawn_worker, _tail
 
 # ---------------------------------------------------------------------------------------
 # Statuses, formats, guards
@@ -603,55 +600,6 @@ def _where(state: Mapping[str, Any]) -> str:
     return text
 
 
-def _spawn(
-    args: list[str],
-    stdin_data: bytes,
-    *,
-    timeout_s: float,
-    env: Mapping[str, str],
-    state_path: str,
-    err_path: str,
-) -> tuple[int | None, bytes, float, bool]:
-    """Run the torch worker in its own session; kill its process group at ``timeout_s``.
-    Returns (exit status or None, stdout, seconds, timed_out).  Mirrors
-    :func:`cudaperf_cli.evaluate.runner._spawn_worker` for another module."""
-    full_env = dict(os.environ)
-    full_env.update(env)
-    full_env[STATE_ENV] = state_path
-    full_env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(err_path, "wb") as err_fh:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", TORCH_WORKER_MODULE, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err_fh,
-            start_new_session=True,
-            env=full_env,
-        )
-        timed_out = False
-        try:
-            out, _ = proc.communicate(stdin_data, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_process_group(proc)
-            try:
-                out, _ = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                out = b""
-        except BaseException:
-            kill_process_group(proc)
-            proc.wait()
-            raise
-        finally:
-            elapsed = time.monotonic() - t0
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a worker that exited
-        except (ProcessLookupError, PermissionError):
-            pass
-    return proc.returncode, out, elapsed, timed_out
-
-
 def _run_child(
     args: list[str], job: TorchEvalJob, timeout_s: float, env: Mapping[str, str]
 ) -> tuple[int | None, str, float, bool, dict[str, Any], str]:
@@ -661,13 +609,14 @@ def _run_child(
     os.close(fd_state)
     os.close(fd_err)
     try:
-        rc, out, elapsed, timed_out = _spawn(
+        rc, out, elapsed, timed_out = _spawn_worker(
             args,
             json.dumps(job.to_json()).encode(),
             timeout_s=timeout_s,
             env=env,
             state_path=state_path,
             err_path=err_path,
+            module=TORCH_WORKER_MODULE,
         )
         state = _read_state(state_path)
         tail = _tail(err_path, STDERR_TAIL_CHARS)
