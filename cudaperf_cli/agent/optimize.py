@@ -137,6 +137,40 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
     return ModelPolicy(chat, name, context_tokens=opts.context_tokens)
 
 
+def propose_or_refuse(
+    policy: Any, problem: Any, turn: int, history: list[TurnRecord], opts: OptimizeOptions,
+    store: RunStore,
+) -> tuple[list[Any], TurnRecord | None]:
+    """Turn ``turn``'s proposals, or the ``refused`` record that ends the turn: the policy's
+    refusal, an empty answer, or a policy bug (its traceback goes to
+    ``policy-error-turn<N>.txt`` in the run folder; the run goes on).
+
+    Raises:
+        CudaperfError: a run-ending error, e.g. the model server cannot be reached.
+    """
+    from cudaperf_cli.policies.base import PolicyRefusal
+
+    def refused(why: str) -> tuple[list[Any], TurnRecord]:
+        record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why,
+                            samples=opts.samples)
+        record.feedback = feedback_for(record)
+        return [], record
+
+    try:
+        proposals = propose_samples(policy, problem, turn, list(history), opts.samples)
+    except PolicyRefusal as refusal:
+        return refused(str(refusal))
+    except CudaperfError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
+        log = store.path / f"policy-error-turn{turn + 1}.txt"
+        log.write_text("".join(traceback.format_exception(exc)))
+        return refused(f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} (see {log.name})")
+    if not proposals:
+        return refused("the policy returned no candidate")
+    return proposals, None
+
+
 def propose_samples(policy: Any, problem: CProblem, turn: int, history: list[TurnRecord], n: int) -> list[Any]:
     """Turn ``turn``'s ``n`` proposals.  A model policy answers ``n`` replies to one request;
     the built-in policy's plan is walked in order (turn ``t`` takes mappings ``t*n .. t*n+n-1``).
@@ -608,29 +642,11 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
     if human and history:
         observer.records.extend(history)
 
-    def refused(turn: int, why: str) -> TurnRecord:
-        record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why,
-                            samples=opts.samples)
-        record.feedback = feedback_for(record)
-        return record
-
     def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
-        from cudaperf_cli.policies.base import PolicyRefusal
-
         observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
-        try:
-            proposals = propose_samples(policy, problem, turn, list(history), opts.samples)
-        except PolicyRefusal as refusal:
-            return [refused(turn, str(refusal))]
-        except CudaperfError:  # e.g. the model server is unreachable: ends the run, one line
-            raise
-        except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
-            log = store.path / f"policy-error-turn{turn + 1}.txt"
-            log.write_text("".join(traceback.format_exception(exc)))
-            return [refused(turn, f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} "
-                                  f"(see {log.name})")]
-        if not proposals:
-            return [refused(turn, "the policy returned no candidate")]
+        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store)
+        if refusal is not None:
+            return [refusal]
         records = []
         for k, proposal in enumerate(proposals):
             record = TurnRecord(

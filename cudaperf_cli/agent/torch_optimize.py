@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +82,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
 
     from cudaperf_cli.agent.optimize import (
         EXIT_NO_CORRECT, EXIT_NO_DEVICE, EXIT_OK, conclude, drive_loop, options_to_json,
-        propose_samples, _file_sha256, _version,
+        propose_or_refuse, _file_sha256, _version,
     )
     from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
     from cudaperf_cli.problems.pytorch import load_torch_problem
@@ -158,28 +157,11 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
         if cu is not None and record.status not in ("compile_error", "compile_timeout"):
             _score(record, cu, arch, problem, reports)
 
-    def refused(turn: int, why: str) -> TurnRecord:
-        record = TurnRecord(turn, opts.policy, "no candidate", "refused", message=why, samples=opts.samples)
-        record.feedback = feedback_for(record)
-        return record
-
     def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
-        from cudaperf_cli.policies.base import PolicyRefusal
-
         observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
-        try:
-            proposals = propose_samples(policy, problem, turn, list(history), opts.samples)
-        except PolicyRefusal as refusal:
-            return [refused(turn, str(refusal))]
-        except CudaperfError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a policy bug ends its turns, not the run
-            log = store.path / f"policy-error-turn{turn + 1}.txt"
-            log.write_text("".join(traceback.format_exception(exc)))
-            return [refused(turn, f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} "
-                                  f"(see {log.name})")]
-        if not proposals:
-            return [refused(turn, "the policy returned no candidate")]
+        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store)
+        if refusal is not None:
+            return [refusal]
         records = []
         for k, proposal in enumerate(proposals):
             record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
