@@ -474,7 +474,7 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
     overrides.update(interactive=opts.interactive, json_output=opts.json_output, force=opts.force)
     merged = dataclasses.replace(stored, resume=run_dir, **overrides)
     if not merged.file.is_file():
-        raise CudaperfError(f"the run's C file {merged.file} no longer exists")
+        raise CudaperfError(f"the run's problem file {merged.file} no longer exists")
     if meta.get("file_sha256") and _file_sha256(merged.file) != meta["file_sha256"]:
         raise CudaperfError(
             f"{merged.file} changed since the run started; its turns no longer apply",
