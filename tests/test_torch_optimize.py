@@ -132,7 +132,8 @@ def test_model_replies_through_the_loop_with_guards(workdir):
     run = Path(doc["run_dir"])
     run = run if run.is_absolute() else workdir / run
     lines = [json.loads(x) for x in (run / "turns.jsonl").read_text().splitlines()]
-    assert lines[2]["mapping"]["files"] == ["kernel.cu", "model.py"]
+    assert lines[2]["mapping"]["files"] == {"kernel.cu": KERNEL, "model.py": MODEL}
+    assert lines[2]["source"] == KERNEL  # the kernel itself, for the ranker and RL data
     assert (run / "candidates" / "turn3-sample1" / "kernel.cu").read_text() == KERNEL
     # the model saw the guard's reason in its next request (replay keeps no requests, so
     # rebuild the conversation from the records as the policy does)
@@ -145,7 +146,7 @@ def test_model_replies_through_the_loop_with_guards(workdir):
 
 def test_c_only_flags_and_an_existing_output_are_refused(workdir):
     proc = cli("optimize", "relu.py", "--size", "n=3", cwd=workdir)
-    assert proc.returncode == 2 and "--size apply to C files only" in error_lines(proc)[0]
+    assert proc.returncode == 2 and "--size: for C files only" in error_lines(proc)[0]
     (workdir / "relu_cuda").mkdir()
     (workdir / "relu_cuda" / "mine.txt").write_text("keep me")
     proc = cli("optimize", "relu.py", cwd=workdir)

@@ -543,8 +543,8 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
                                           ("--size", opts.sizes), ("--init", opts.init)) if used]
         if c_only:
             raise ProblemError(
-                f"{', '.join(c_only)} apply to C files only",
-                hint="a PyTorch problem sets its shapes with its module constants",
+                f"{', '.join(c_only)}: for C files only, not for a PyTorch problem",
+                hint="a PyTorch problem's shapes are its module constants (edit the file)",
             )
         if opts.arch is not None:
             check_arch(opts.arch)

@@ -66,8 +66,13 @@ def fill_from_torch_result(record: TurnRecord, result: Any) -> None:
     record.compile_ms = summary.get("compile_ms")
     record.speedup_kernel = summary.get("speedup_eager")
     record.speedup_compile = summary.get("speedup_compile")
-    record.baseline = BASELINE_EAGER_NAME
+    record.baseline = summary.get("baseline_eager") or BASELINE_EAGER_NAME
     record.guard = (data.get("guard") or {}).get("id")
+    resources = [k for lib in record.build.get("libs") or [] for k in (lib.get("resources") or [])]
+    if resources:  # ptxas -v of the fast format's kernels
+        record.registers = max(int(k.get("registers") or 0) for k in resources)
+        record.spill_bytes = sum(int(k.get("spill_store_bytes") or 0) + int(k.get("spill_load_bytes") or 0)
+                                 for k in resources)
     seconds = record.build.get("seconds")
     record.compile_s = None if seconds is None else (0.0 if record.build.get("cached") else float(seconds))
     record.compile_cached = bool(record.build.get("cached"))
@@ -164,12 +169,15 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
             return [refusal]
         records = []
         for k, proposal in enumerate(proposals):
-            record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
-                                source=proposal.source, mapping=dict(proposal.mapping), sample=k,
-                                samples=opts.samples)
-            record.mapping.setdefault("files", sorted(proposal.files))
-            label = f"sample {k + 1}/{len(proposals)}: " if len(proposals) > 1 else ""
             files = dict(proposal.files) or ({"model.py": proposal.source} if proposal.source.strip() else {})
+            # source: the CUDA (kernel.cu) when there is one, else model.py; every file in
+            # mapping["files"] (the run folder and candidates.jsonl keep the kernel itself)
+            cuda = next((text for name, text in files.items() if name.endswith(".cu")), None)
+            record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
+                                source=cuda or proposal.source, mapping=dict(proposal.mapping),
+                                sample=k, samples=opts.samples)
+            record.mapping["files"] = files
+            label = f"sample {k + 1}/{len(proposals)}: " if len(proposals) > 1 else ""
             if not files:
                 record.status = "format_error"
                 record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")

@@ -148,7 +148,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"- settings: {settings_line(report['settings'])}",
         f"- machine: {env_line(report['env'])}",
         (f"- baseline(s): {', '.join(m['baselines']) or '-'}; headline speedup: `{primary}`"
-         " (kernel: CPU reference median / GPU kernel median; e2e: copies in and out included)"),
+         " (kernel: each problem's own baseline median / candidate median: the C function on one"
+         " CPU thread, or PyTorch eager; e2e: C copies in and out included; compile: vs"
+         " torch.compile)"),
         "",
         "## Suite",
         "",

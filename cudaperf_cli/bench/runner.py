@@ -18,7 +18,8 @@ Layout of ``OUT`` (docs/bench.md)::
     bench.json              suite, settings and machine at the start (checked by --resume)
     problems/<name>.json    one result per finished problem (candidates with sources)
     runs/<name>/            that problem's optimize run folder(s)
-    kernels/<stem>.cu       verified kernels (optimize writes one only when verified)
+    kernels/<stem>.cu       verified kernels (optimize writes one only when verified);
+                            kernels/<stem>_cuda/ for a PyTorch problem (model.py + kernel.cu)
     logs/<name>.stdout|.stderr
     report.json  report.md  report.png  candidates.jsonl
 """
@@ -205,13 +206,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def kernel_names(problems: list[BenchProblem]) -> dict[str, str]:
-    """Problem id -> kernel file name: ``<stem>.cu``, or ``<name>.cu`` for stems shared by
+    """Problem id -> result name under ``kernels/``: ``<stem>.cu`` for a C problem, the folder
+    ``<stem>_cuda`` (model.py + kernel.cu) for a PyTorch one; ``<name>...`` for stems shared by
     two problems."""
     stems: dict[str, int] = {}
     for p in problems:
         stems[p.path.stem] = stems.get(p.path.stem, 0) + 1
-    return {p.id: (f"{p.path.stem}.cu" if stems[p.path.stem] == 1 else f"{p.safe_name}.cu")
-            for p in problems}
+    out = {}
+    for p in problems:
+        base = p.path.stem if stems[p.path.stem] == 1 else p.safe_name
+        out[p.id] = f"{base}_cuda" if p.path.suffix == ".py" else f"{base}.cu"
+    return out
 
 
 def candidate_row(

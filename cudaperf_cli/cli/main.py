@@ -20,7 +20,7 @@ from cudaperf_cli.core import CudaperfError, ProblemError
 
 app = typer.Typer(
     name="cudaperf",
-    help="Port hot C functions to verified, timed CUDA kernels and keep improving them.",
+    help="Port hot C functions and PyTorch modules to verified, timed CUDA kernels and keep improving them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -39,14 +39,15 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Port hot C functions to verified, timed CUDA kernels and keep improving them."""
+    """Port hot C functions and PyTorch modules to verified, timed CUDA kernels and keep improving them."""
 
 
 @app.command()
 def optimize(
     ctx: typer.Context,
     file: Optional[Path] = typer.Argument(
-        None, help="C file holding the function to port (omit with --resume)."
+        None, help="C file holding the function to port, or a KernelBench-format PyTorch .py "
+        "(omit with --resume)."
     ),
     include: List[str] = typer.Option([], "-I", help="Include directory (repeatable), as for cc."),
     define: List[str] = typer.Option([], "-D", help="Macro NAME[=VALUE] (repeatable), as for cc."),
@@ -126,7 +127,8 @@ def optimize(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
     ),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="Result file (default: ./<stem>.cu)."
+        None, "--output", "-o", help="Result file (default: ./<stem>.cu); for a PyTorch "
+        "problem a folder (default: ./<stem>_cuda/)."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing result file."),
     run_root: Path = typer.Option(
@@ -154,7 +156,8 @@ def optimize(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document, nothing else."),
 ) -> None:
-    """Port a C function to CUDA: build, verify and time candidates over several turns."""
+    """Port a C function or a PyTorch module to CUDA: build, verify and time candidates over
+    several turns."""
     # The values as Typer converted them (ctx.params may hold click's raw strings for paths).
     args = {name: value for name, value in locals().items() if name != "ctx"}
     from cudaperf_cli.agent.optimize import OptimizeOptions, run_optimize_command

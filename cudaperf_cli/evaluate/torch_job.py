@@ -784,7 +784,12 @@ def _build_inline(job: TorchEvalJob, arch: str, env: Mapping[str, str]) -> tuple
     info["errors"] = doc.get("errors", "")
     if doc.get("error"):
         info["error"] = doc["error"]
-    return doc["status"], doc.get("message", ""), info
+    status, message = doc["status"], doc.get("message", "")
+    if status == RUNTIME_ERROR:  # anything failing in the build child is a build failure ...
+        status = COMPILE_ERROR
+        if any(k in message for k in ("CUDA_HOME", "not compiled with CUDA", "no CUDA")):
+            status = NO_DEVICE  # ... except a torch without CUDA here: not the candidate's fault
+    return status, message, info
 
 
 def run_torch_evaluation(
