@@ -739,3 +739,20 @@ def test_macro_generated_kernel_is_reported():
     r = analyze_source(src)
     assert [k.name for k in r.kernels] == ["good"]
     assert len(r.not_analysed) == 1 and "macro" in r.not_analysed[0].reason
+
+
+def test_vector_loads_do_not_break_the_intensity_metric():
+    """The built-in PyTorch policy's float4 softmax (FLOPs, but no global access recognised
+    through the vector casts) used to raise an OverflowError (infinite intensity) and drop
+    the kernel from the report."""
+    pytest.importorskip("torch")
+    from cudaperf_cli.policies.builtin_torch.policy import BuiltinTorchPolicy
+    from cudaperf_cli.problems.pytorch import load_torch_problem
+    from cudaperf_cli.structure import analyze_source
+
+    problem = load_torch_problem(Path(__file__).parent.parent / "examples" / "torch" / "softmax.py", alt_shapes=False,
+                                 constants={"batch_size": 4, "dim": 64})
+    src = BuiltinTorchPolicy().propose(problem, 1).files["kernel.cu"]  # the float4 variant
+    report = analyze_source(src, arch="sm_90")
+    assert not any("internal analysis error" in n.reason for n in report.not_analysed)
+    assert "k0_softmax_row" in [k.name for k in report.kernels]

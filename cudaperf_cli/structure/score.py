@@ -244,6 +244,8 @@ def _m(
 
 
 def _fmt(x: float, nd: int = 2) -> str:
+    if not math.isfinite(x):
+        return str(x)
     if x == int(x) and abs(x) < 1e9:
         return str(int(x))
     return f"{x:.{nd}f}"
@@ -470,11 +472,24 @@ def metric_intensity(f: KernelFacts, gpu: GPUSpec, w: ScoreWeights) -> Metric:
             source=src,
             details={"global_bytes_per_thread": nbytes},
         )
+    if not nbytes:  # FLOPs but no global access recognised (e.g. through vector types)
+        return _m(
+            "arithmetic_intensity",
+            "FLOP/B",
+            None,
+            None,
+            w,
+            status="n/a",
+            reason="floating-point work but no global access recognised statically (loads "
+            "through vector types or casts are not counted): intensity unknown",
+            source=src,
+            details={"flops_per_thread": dict(f.flops), "global_bytes_per_thread": 0},
+        )
     dtype = max(f.flops.items(), key=lambda kv: kv[1])[0] if f.flops else "fp32"
     peak = gpu.peak_flops_for(dtype)
     bw = gpu.dram_bandwidth
     ridge = peak / bw
-    ai = flops / nbytes if nbytes else math.inf
+    ai = flops / nbytes
     attainable = min(peak, ai * bw)
     score = intensity_score(ai, ridge)
     details = {
