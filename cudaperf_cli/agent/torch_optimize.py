@@ -208,7 +208,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
         try:
             if out_dir.exists():
                 shutil.rmtree(out_dir)
-            shutil.copytree(src, out_dir)
+            shutil.copytree(src, out_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         except OSError as exc:
             raise CudaperfError(f"cannot write {out_dir}: {exc.strerror or exc}",
                                 hint=f"the candidate stays in {src}") from None
