@@ -15,6 +15,7 @@ import typer
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes
 from cudaperf_cli.cli.bench import bench_app
+from cudaperf_cli.cli.ranker import data_app, rank, train_app
 from cudaperf_cli.cli.score import score
 from cudaperf_cli.core import CudaperfError, ProblemError
 
@@ -263,6 +264,9 @@ def doctor(
 
 app.command(name="score")(score)
 app.add_typer(bench_app, name="bench")
+app.add_typer(data_app, name="data")
+app.add_typer(train_app, name="train")
+app.command(name="rank")(rank)
 
 
 def main() -> None:

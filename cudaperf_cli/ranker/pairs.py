@@ -1,0 +1,423 @@
+"""Training pairs for the ranker, from measured candidates (``cudaperf data pairs``).
+
+Inputs (any mix):
+
+- a ``candidates.jsonl`` file, or a ``cudaperf bench`` output folder holding one
+  (docs/bench.md, schema_version 1): the problem id is the row's ``problem``;
+- an ``optimize`` run folder (``turns.jsonl`` + ``problem.json``): the problem id is
+  ``<file name>:<function>`` from ``problem.json`` (``<file name>`` alone for a PyTorch
+  problem);
+- a folder holding any of these deeper down (searched recursively; a folder with a
+  ``candidates.jsonl`` is read through that file only, not through its ``runs/``).
+
+Pairs are formed only between candidates of one problem **measured in one input** (one
+``candidates.jsonl`` file or one run folder: one GPU, one set of sizes); the ``problem``
+field, used for the split, is the id alone, so the same problem from two inputs always falls
+on one side of a split.  Identical sources (same SHA-256) in one input are kept once (the
+first measured).
+
+- **speed** pair: two correct candidates with median GPU kernel times ``t_a``, ``t_b`` (ms)
+  and IQRs ``iqr_a``, ``iqr_b`` (ms) when ``|t_a - t_b| > iqr_a + iqr_b`` (the gap exceeds
+  the measured noise) and ``slow / fast > 1 + min_margin``; ``margin = ln(slow / fast)``.
+  Candidates without a positive time or without an IQR are left out of speed pairs.
+- **correctness** pair: a correct candidate against one that compiled or ran but failed
+  (:data:`INCORRECT`); the correct one is better; ``margin`` is null.
+
+In a written pair, ``a`` is the candidate whose ``source_sha256`` sorts first, so labels are
+not all 1; ``label`` is 1 when ``a`` is the better one.  Schema in docs/ranker.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.ranker import features as F
+
+SCHEMA_VERSION = 1
+#: Statuses of a candidate with a source that failed: the losing side of a correctness pair.
+#: Left out: ``no_device``, ``refused``, ``format_error``, ``pending`` (never built or run),
+#: ``reference_error`` (the reference failed, not the candidate).
+INCORRECT = frozenset({"compile_error", "compile_timeout", "runtime_error", "crash", "timeout", "wrong"})
+
+
+@dataclass
+class Candidate:
+    """One measured candidate, as read from an input.
+
+    Attributes:
+        problem: problem id (see the module docstring).
+        group: the input it was measured in (file or run folder path) + problem id.
+        source: CUDA source text.
+        sha256: SHA-256 of ``source`` (hex).
+        status: candidate status (docs/bench.md).
+        gpu_ms: median GPU kernel time, ms (None when not measured).
+        gpu_ms_iqr: its interquartile range, ms (None when not recorded).
+        registers: most registers per thread (ptxas), None when unknown.
+        spill_bytes: spill store + load bytes (ptxas), None when unknown.
+        structure_score: the pipeline's structural score in [0, 1] (None when unknown).
+        origin: ``<input>#<line>`` for messages.
+    """
+
+    problem: str
+    group: str
+    source: str
+    sha256: str
+    status: str
+    gpu_ms: float | None
+    gpu_ms_iqr: float | None
+    registers: float | None
+    spill_bytes: float | None
+    structure_score: float | None
+    origin: str
+
+
+@dataclass
+class PairStats:
+    """What :func:`build_pairs` did, for the command's summary line."""
+
+    inputs: int = 0
+    candidates: int = 0
+    correct: int = 0
+    duplicates: int = 0
+    speed_pairs: int = 0
+    correctness_pairs: int = 0
+    within_noise: int = 0  #: correct pairs whose gap was within the IQRs or the margin
+    untimed: int = 0  #: correct candidates left out of speed pairs (no time or no IQR)
+    problems: set[str] = field(default_factory=set)
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise CudaperfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:  # a half-written last line of a killed run
+            continue
+        if isinstance(obj, dict):
+            yield i, obj
+
+
+def _candidate(row: Mapping[str, Any], problem: str, group: str, origin: str) -> Candidate | None:
+    source = row.get("source")
+    if not isinstance(source, str) or not source.strip():
+        return None
+    regs, spill = F.resources_of(row)
+    return Candidate(
+        problem=problem,
+        group=group,
+        source=source,
+        sha256=hashlib.sha256(source.encode()).hexdigest(),
+        status=str(row.get("status") or ""),
+        gpu_ms=_num(row.get("gpu_ms")),
+        gpu_ms_iqr=_num(row.get("gpu_ms_iqr")),
+        registers=None if math.isnan(regs) else regs,
+        spill_bytes=None if math.isnan(spill) else spill,
+        structure_score=_num(row.get("structure_score")),
+        origin=origin,
+    )
+
+
+def read_candidates_file(path: Path) -> list[Candidate]:
+    """Candidates of a ``candidates.jsonl`` (rows without a source are skipped).
+
+    Raises:
+        CudaperfError: a row of another ``schema_version`` or without ``problem``.
+    """
+    out = []
+    for line, row in _read_jsonl(path):
+        version = row.get("schema_version")
+        if version != 1:
+            raise CudaperfError(
+                f"{path}:{line}: candidates.jsonl schema_version {version!r}, this cudaperf reads 1"
+            )
+        problem = row.get("problem")
+        if not isinstance(problem, str) or not problem:
+            raise CudaperfError(f"{path}:{line}: row without 'problem'", hint="is this a bench candidates.jsonl?")
+        c = _candidate(row, problem, f"{path}::{problem}", f"{path}:{line}")
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def run_problem_id(run_dir: Path) -> str:
+    """``<file name>:<function>`` of an optimize run folder (``problem.json``), or the file
+    name alone for a PyTorch problem; the folder's name when ``problem.json`` is unreadable."""
+    try:
+        doc = json.loads((run_dir / "problem.json").read_text())
+    except (OSError, ValueError):
+        return run_dir.name
+    file = doc.get("file") or doc.get("path") or run_dir.name
+    name = Path(str(file)).name
+    function = doc.get("function")
+    return f"{name}:{function}" if function else name
+
+
+def read_run_dir(run_dir: Path) -> list[Candidate]:
+    """Candidates of an optimize run folder's ``turns.jsonl``."""
+    problem = run_problem_id(run_dir)
+    path = run_dir / "turns.jsonl"
+    out = []
+    for line, row in _read_jsonl(path):
+        c = _candidate(row, problem, f"{run_dir}::{problem}", f"{path}:{line}")
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """The inputs under ``paths``: ``candidates.jsonl`` files and run folders.
+
+    Raises:
+        CudaperfError: a path is missing, or nothing readable is found under one.
+    """
+    found: list[Path] = []
+
+    def walk(d: Path) -> None:
+        if (d / "candidates.jsonl").is_file():
+            found.append(d / "candidates.jsonl")
+            return
+        if (d / "turns.jsonl").is_file():
+            found.append(d)
+            return
+        for child in sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            walk(child)
+
+    for p in paths:
+        if not p.exists():
+            raise CudaperfError(f"no such file or folder: {p}", hint="give candidates.jsonl files, bench output folders or optimize run folders")
+        before = len(found)
+        if p.is_file():
+            if p.name == "turns.jsonl":
+                found.append(p.parent)
+            else:
+                found.append(p)
+        else:
+            walk(p)
+        if len(found) == before:
+            raise CudaperfError(
+                f"{p}: no candidates.jsonl or turns.jsonl found",
+                hint="give candidates.jsonl files, bench output folders or optimize run folders",
+            )
+    return found
+
+
+def read_inputs(paths: Sequence[Path]) -> tuple[list[Candidate], int]:
+    """All candidates under ``paths`` (see :func:`discover`) and the number of inputs."""
+    inputs = discover(paths)
+    cands: list[Candidate] = []
+    for item in inputs:
+        cands.extend(read_run_dir(item) if item.is_dir() else read_candidates_file(item))
+    return cands, len(inputs)
+
+
+def speed_gap(a: Candidate, b: Candidate, min_margin: float) -> float | None:
+    """``ln(slow / fast)`` when the two times differ by more than the noise rule allows
+    (``|t_a - t_b| > iqr_a + iqr_b`` and ``slow / fast > 1 + min_margin``), else None
+    (also when a time or an IQR is missing)."""
+    ta, tb = a.gpu_ms, b.gpu_ms
+    if ta is None or tb is None or ta <= 0 or tb <= 0 or a.gpu_ms_iqr is None or b.gpu_ms_iqr is None:
+        return None
+    if abs(ta - tb) <= a.gpu_ms_iqr + b.gpu_ms_iqr:
+        return None
+    slow, fast = max(ta, tb), min(ta, tb)
+    if slow / fast <= 1.0 + min_margin:
+        return None
+    return math.log(slow / fast)
+
+
+def _side(c: Candidate, feats: Mapping[str, float]) -> dict[str, Any]:
+    return {
+        "source": c.source,
+        "source_sha256": c.sha256,
+        "status": c.status,
+        "gpu_ms": c.gpu_ms,
+        "gpu_ms_iqr": c.gpu_ms_iqr,
+        "registers": c.registers,
+        "spill_bytes": c.spill_bytes,
+        "structure_score": c.structure_score,
+        "origin": c.origin,
+        "features": F.to_json(feats),
+    }
+
+
+def build_pairs(
+    cands: Iterable[Candidate], *, min_margin: float = 0.05, with_features: bool = True
+) -> tuple[list[dict[str, Any]], PairStats]:
+    """Speed and correctness pairs (module docstring) as JSON-ready dicts.
+
+    Args:
+        cands: candidates, in the order they were measured.
+        min_margin: relative speed margin below which a correct pair is left out (0.05: the
+            slower must take more than 1.05 x the faster's time).
+        with_features: compute each side's features (:func:`features.source_features`;
+            once per distinct source); False leaves ``features`` empty (tests, speed).
+
+    Raises:
+        CudaperfError: ``min_margin`` is negative.
+    """
+    if not (min_margin >= 0):
+        raise CudaperfError(f"--min-margin must be >= 0, got {min_margin}")
+    stats = PairStats()
+    groups: dict[str, list[Candidate]] = {}
+    for c in cands:
+        stats.candidates += 1
+        g = groups.setdefault(c.group, [])
+        if any(o.sha256 == c.sha256 for o in g):
+            stats.duplicates += 1
+            continue
+        g.append(c)
+    cache: dict[tuple[str, float | None, float | None], dict[str, float]] = {}
+
+    def feats(c: Candidate) -> dict[str, float]:
+        if not with_features:
+            return {}
+        key = (c.sha256, c.registers, c.spill_bytes)
+        if key not in cache:
+            cache[key] = F.source_features(c.source, registers=c.registers, spill_bytes=c.spill_bytes)
+        return cache[key]
+
+    pairs: list[dict[str, Any]] = []
+
+    def emit(x: Candidate, y: Candidate, x_better: bool, kind: str, margin: float | None) -> None:
+        a, b, a_better = (x, y, x_better) if x.sha256 < y.sha256 else (y, x, not x_better)
+        pairs.append({
+            "schema_version": SCHEMA_VERSION,
+            "problem": a.problem,
+            "kind": kind,
+            "label": 1 if a_better else 0,
+            "margin": margin,
+            "features_version": F.FEATURES_VERSION if with_features else None,
+            "a": _side(a, feats(a)),
+            "b": _side(b, feats(b)),
+        })
+
+    for group in groups.values():
+        correct = [c for c in group if c.status == "correct"]
+        wrong = [c for c in group if c.status in INCORRECT]
+        stats.correct += len(correct)
+        if correct or wrong:
+            stats.problems.add(group[0].problem)
+        timed = [c for c in correct if c.gpu_ms is not None and c.gpu_ms > 0 and c.gpu_ms_iqr is not None]
+        stats.untimed += len(correct) - len(timed)
+        for i, x in enumerate(timed):
+            for y in timed[i + 1:]:
+                gap = speed_gap(x, y, min_margin)
+                if gap is None:
+                    stats.within_noise += 1
+                    continue
+                emit(x, y, x.gpu_ms < y.gpu_ms, "speed", gap)  # type: ignore[operator]
+                stats.speed_pairs += 1
+        for x in correct:
+            for y in wrong:
+                emit(x, y, True, "correctness", None)
+                stats.correctness_pairs += 1
+    return pairs, stats
+
+
+def write_pairs(pairs: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """Write pairs as JSONL (one object a line), creating the parent folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for p in pairs:
+            fh.write(json.dumps(p, allow_nan=False) + "\n")
+
+
+def read_pairs(path: Path) -> list[dict[str, Any]]:
+    """Pairs of a ``pairs.jsonl`` written by :func:`write_pairs`.
+
+    Raises:
+        CudaperfError: missing file, malformed line, or a line missing a required field.
+    """
+    if not path.is_file():
+        raise CudaperfError(f"no such pairs file: {path}", hint="write one with: cudaperf data pairs RUNS... -o pairs.jsonl")
+    out = []
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise CudaperfError(f"{path}:{i}: not a JSON line") from None
+        if not isinstance(obj, dict) or obj.get("schema_version") != SCHEMA_VERSION:
+            raise CudaperfError(f"{path}:{i}: not a pairs.jsonl line of schema_version {SCHEMA_VERSION}")
+        for key in ("problem", "label", "kind", "a", "b"):
+            if key not in obj:
+                raise CudaperfError(f"{path}:{i}: missing '{key}'")
+        if obj["label"] not in (0, 1) or not isinstance(obj["a"], dict) or not isinstance(obj["b"], dict):
+            raise CudaperfError(f"{path}:{i}: 'label' must be 0 or 1 and 'a', 'b' objects")
+        out.append(obj)
+    return out
+
+
+def split_by_problem(
+    pairs: Sequence[Mapping[str, Any]], *, test_fraction: float = 0.25, seed: int = 0
+) -> tuple[list[int], list[int], list[str], list[str]]:
+    """Split pair indices into train and test **by problem** (never by pair).
+
+    The distinct problem ids, sorted then shuffled with ``random.Random(seed)``; the first
+    ``max(1, round(test_fraction * n))`` (at most ``n - 1``) are the test problems.
+
+    Returns:
+        ``(train indices, test indices, train problems, test problems)``.
+
+    Raises:
+        CudaperfError: fewer than 2 problems, or ``test_fraction`` not in (0, 1).
+    """
+    if not (0.0 < test_fraction < 1.0):
+        raise CudaperfError(f"--test-fraction must be between 0 and 1 (exclusive), got {test_fraction}")
+    problems = sorted({str(p["problem"]) for p in pairs})
+    if len(problems) < 2:
+        raise CudaperfError(
+            f"pairs of {len(problems)} problem(s): a split by problem needs at least 2",
+            hint="measure more problems (cudaperf bench SUITE), then cudaperf data pairs",
+        )
+    random.Random(seed).shuffle(problems)
+    n_test = min(len(problems) - 1, max(1, round(test_fraction * len(problems))))
+    test_p = sorted(problems[:n_test])
+    test_set = set(test_p)
+    train_idx = [i for i, p in enumerate(pairs) if p["problem"] not in test_set]
+    test_idx = [i for i, p in enumerate(pairs) if p["problem"] in test_set]
+    return train_idx, test_idx, sorted(problems[n_test:]), test_p
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+__all__ = [
+    "INCORRECT",
+    "SCHEMA_VERSION",
+    "Candidate",
+    "PairStats",
+    "build_pairs",
+    "discover",
+    "file_sha256",
+    "read_candidates_file",
+    "read_inputs",
+    "read_pairs",
+    "read_run_dir",
+    "run_problem_id",
+    "speed_gap",
+    "split_by_problem",
+    "write_pairs",
+]
