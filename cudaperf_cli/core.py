@@ -383,6 +383,7 @@ def param_from_json(d: Mapping[str, Any]) -> Param:
 
 
 __all__ = [
+    "file_tail", "last_line",
     "ArrayParam",
     "CProblem",
     "CTYPE_OF_DTYPE",
@@ -401,3 +402,25 @@ __all__ = [
     "param_to_json",
     "to_jsonable",
 ]
+
+
+def file_tail(path: str | Path, limit: int = 4000) -> str:
+    """The last ``limit`` characters of a (child process's stderr) file, decoded leniently;
+    ``""`` when it cannot be read."""
+    import os
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - limit * 4, 0))
+            data = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return data[-limit:] if len(data) > limit else data
+
+
+def last_line(text: str, limit: int = 300) -> str:
+    """The last non-blank line of ``text`` (stripped, at most ``limit`` characters)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""

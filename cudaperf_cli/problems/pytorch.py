@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..core import ProblemError, ToolchainError, kill_process_group
+from ..core import ProblemError, ToolchainError, file_tail, kill_process_group, last_line
 
 __all__ = [
     "PROBE_MODULE",
@@ -392,22 +392,6 @@ class _FileJob:
     seconds: float = 0.0
 
 
-def _tail(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _STDERR_TAIL))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
 def _run_probe_once(
     jobs: Sequence[_FileJob], *, device: str, timeout_s: float, alt_shapes: bool
 ) -> None:
@@ -489,9 +473,10 @@ def _talk(
         if remaining <= 0:
             kill_process_group(proc)
             if current is None:
+                why = last_line(file_tail(err_path, _STDERR_TAIL))
                 raise ToolchainError(
                     f"the PyTorch problem probe did not start within {STARTUP_TIMEOUT_S:.0f} s"
-                    + (f": {_last_line(_tail(err_path))}" if _tail(err_path).strip() else "")
+                    + (f": {why}" if why else "")
                 )
             current.seconds = time.monotonic() - started
             current.error = (
@@ -547,9 +532,9 @@ def _talk(
     except subprocess.TimeoutExpired:
         kill_process_group(proc)
         rc = proc.wait()
-    tail = _tail(err_path)
+    tail = file_tail(err_path, _STDERR_TAIL)
     if not ready:
-        last = _last_line(tail)
+        last = last_line(tail)
         raise ToolchainError(
             f"the PyTorch problem probe exited with status {rc} before importing torch"
             + (f": {last}" if last else ""),
@@ -562,7 +547,7 @@ def _talk(
                 how = f"was killed by {signal.Signals(-rc).name}"
             except ValueError:
                 how = f"was killed by signal {-rc}"
-        last = _last_line(tail)
+        last = last_line(tail)
         current.seconds = time.monotonic() - started
         current.error = (
             f"the loader process {how} {_PHASE_WORDS.get(phase, 'in ' + str(phase))}"

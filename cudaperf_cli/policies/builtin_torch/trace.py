@@ -61,7 +61,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cudaperf_cli.core import ToolchainError, kill_process_group
+from cudaperf_cli.core import ToolchainError, file_tail, kill_process_group, last_line
 from cudaperf_cli.policies.base import PolicyRefusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -279,22 +279,6 @@ def trace_constant_sets(problem: TorchProblem) -> list[dict[str, int]]:
     return out
 
 
-def _tail(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _STDERR_TAIL))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
 def trace_problem(
     problem: TorchProblem,
     timeout_s: float = 120.0,
@@ -418,7 +402,7 @@ def _talk(
     except subprocess.TimeoutExpired:
         kill_process_group(proc)
         rc = proc.wait()
-    last = _last_line(_tail(err_path))
+    last = last_line(file_tail(err_path, _STDERR_TAIL))
     if not ready:
         raise ToolchainError(
             f"the trace child exited with status {rc} before importing torch" + (f": {last}" if last else ""),
