@@ -12,6 +12,7 @@ the evaluation child process as JSON.
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -21,7 +22,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Iterator, Mapping, Union
 
 
 class CudaperfError(Exception):
@@ -424,3 +425,39 @@ def last_line(text: str, limit: int = 300) -> str:
     """The last non-blank line of ``text`` (stripped, at most ``limit`` characters)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:limit] if lines else ""
+
+
+@contextlib.contextmanager
+def isolated_child(module: str, *, prefix: str, cpu_only: bool = False) -> Iterator[tuple["subprocess.Popen[bytes]", str]]:
+    """``python -m <module>`` in its own session (pipes on stdin/stdout, stderr to a temp
+    file): yields ``(process, stderr path)``; on exit its process group is killed and the
+    file removed.  ``cpu_only`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``).  For children
+    that run the user's code (the PyTorch problem probe, the fx trace)."""
+    import sys
+    import tempfile
+
+    fd_err, err_path = tempfile.mkstemp(prefix=prefix, suffix=".log")
+    os.close(fd_err)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        with open(err_path, "wb") as err_fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=err_fh, start_new_session=True, env=env,
+            )
+        try:
+            yield proc, err_path
+        finally:
+            kill_process_group(proc)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        try:
+            os.unlink(err_path)
+        except OSError:
+            pass

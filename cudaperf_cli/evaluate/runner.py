@@ -89,9 +89,11 @@ def _read_state(path: str) -> dict[str, Any]:
         return {}
 
 
-def _where(state: Mapping[str, Any]) -> str:
+def _where(state: Mapping[str, Any], words: Mapping[str, str] = _PHASE_WORDS) -> str:
+    """Where a worker was, from its state file: the phase in words (``words``: the worker's
+    phase table) and the configuration and trial."""
     phase = state.get("phase") or "start"
-    text = _PHASE_WORDS.get(phase, f"in phase '{phase}'")
+    text = words.get(phase, f"in phase '{phase}'")
     if state.get("config") is not None:
         text += f" (config '{state['config']}'"
         if state.get("trial") is not None:

@@ -39,14 +39,15 @@ from cudaperf_cli.evaluate.job import (
     NO_DEVICE,
     REFERENCE_ERROR,
     RUNTIME_ERROR,
-    STATE_ENV,
     TIMEOUT,
     WRONG,
     TimingSettings,
     TimingStats,
     _pick,
 )
-from cudaperf_cli.evaluate.runner import STDERR_TAIL_CHARS, _read_state, _signal_name, _spawn_worker, _tail
+from cudaperf_cli.evaluate.runner import (
+    STDERR_TAIL_CHARS, _read_state, _signal_name, _spawn_worker, _tail, _where,
+)
 
 # ---------------------------------------------------------------------------------------
 # Statuses, formats, guards
@@ -589,17 +590,6 @@ _PHASE_WORDS = {
 }
 
 
-def _where(state: Mapping[str, Any]) -> str:
-    phase = state.get("phase") or "start"
-    text = _PHASE_WORDS.get(phase, f"in phase '{phase}'")
-    if state.get("config") is not None:
-        text += f" (config '{state['config']}'"
-        if state.get("trial") is not None:
-            text += f", trial {state['trial']}"
-        text += ")"
-    return text
-
-
 def _run_child(
     args: list[str], job: TorchEvalJob, timeout_s: float, env: Mapping[str, str]
 ) -> tuple[int | None, str, float, bool, dict[str, Any], str]:
@@ -887,7 +877,7 @@ def run_torch_evaluation(
     if timed_out:
         return done(TorchEvalResult(
             status=TIMEOUT,
-            message=f"timed out after {elapsed:.1f} s (limit {timeout_s:g} s) {_where(state)}",
+            message=f"timed out after {elapsed:.1f} s (limit {timeout_s:g} s) {_where(state, _PHASE_WORDS)}",
             configs=partial,
             build=build,
             phase=phase,
@@ -919,14 +909,14 @@ def run_torch_evaluation(
     if rc:
         how = f"killed by {sig}" if sig else f"exited with status {rc}"
         status = CRASH
-        message = f"the worker was {how} {_where(state)}"
+        message = f"the worker was {how} {_where(state, _PHASE_WORDS)}"
         if phase in _REFERENCE_PHASES and not state.get("candidate_started"):
             status = REFERENCE_ERROR
             message += ", before the candidate ran"
     else:
         status = CRASH
         snippet = text[:200].replace("\n", " ")
-        message = f"the worker exited without a valid result {_where(state)}" + (
+        message = f"the worker exited without a valid result {_where(state, _PHASE_WORDS)}" + (
             f"; it printed: {snippet!r}" if snippet else ""
         )
     return done(TorchEvalResult(

@@ -28,14 +28,12 @@ import re
 import selectors
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..core import ProblemError, ToolchainError, file_tail, kill_process_group, last_line
+from ..core import ProblemError, ToolchainError, file_tail, isolated_child, kill_process_group, last_line
 
 __all__ = [
     "PROBE_MODULE",
@@ -413,35 +411,8 @@ def _run_probe_once(
         ],
     }
     by_index = {j.index: j for j in jobs}
-    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-probe-", suffix=".log")
-    os.close(fd_err)
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        with open(err_path, "wb") as err_fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", PROBE_MODULE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err_fh,
-                start_new_session=True,
-                env=env,
-            )
-        try:
-            _talk(proc, payload, by_index, timeout_s=timeout_s, err_path=err_path)
-        finally:
-            kill_process_group(proc)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        try:
-            os.unlink(err_path)
-        except OSError:
-            pass
+    with isolated_child(PROBE_MODULE, prefix="cudaperf-probe-", cpu_only=device == "cpu") as (proc, err_path):
+        _talk(proc, payload, by_index, timeout_s=timeout_s, err_path=err_path)
 
 
 def _talk(

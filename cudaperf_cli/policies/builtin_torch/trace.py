@@ -55,13 +55,12 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cudaperf_cli.core import ToolchainError, file_tail, kill_process_group, last_line
+from cudaperf_cli.core import ToolchainError, file_tail, isolated_child, kill_process_group, last_line
 from cudaperf_cli.policies.base import PolicyRefusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -309,35 +308,9 @@ def trace_problem(
     else:
         sets = trace_constant_sets(problem)
     job = {"path": str(problem.path), "constant_sets": sets}
-    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-trace-", suffix=".log")
-    os.close(fd_err)
-    env = dict(os.environ)
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    env.setdefault("PYTHONUNBUFFERED", "1")
     name = problem.path.name
-    try:
-        with open(err_path, "wb") as err_fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", TRACE_MODULE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err_fh,
-                start_new_session=True,
-                env=env,
-            )
-        try:
-            doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
-        finally:
-            kill_process_group(proc)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        try:
-            os.unlink(err_path)
-        except OSError:
-            pass
+    with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
+        doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
     if not doc.get("ok"):
         raise PolicyRefusal(f"{name}: {doc.get('error')}", doc.get("hint"))
     return Graph.from_json(doc["graph"])
