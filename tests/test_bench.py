@@ -280,6 +280,16 @@ def test_unknown_optimize_flag_is_refused() -> None:
         settings.optimize_args({"--policy", "--turns"})
 
 
+def test_switches_and_ranker_pass_through() -> None:
+    from cudaperf_cli.bench.runner import optimize_flags
+
+    off = PolicySettings(turns=1, compile_baseline=False, ranker="/ck", ranker_top=2)
+    args = off.optimize_args(optimize_flags())  # every flag is one optimize accepts
+    assert args[-5:] == ["--ranker", "/ck", "--ranker-top", "2", "--no-compile-baseline"]
+    assert PolicySettings(turns=1, compile_baseline=True).optimize_args(None)[-1] == "--compile-baseline"
+    assert "--no-compile-baseline" in optimize_flags()
+
+
 # ---------------------------------------------------------------------------------------
 # the GPU lock
 # ---------------------------------------------------------------------------------------

@@ -68,6 +68,12 @@ class OptimizeOptions:
     # interaction: ask after each turn (a terminal, not --yes, not --json)
     interactive: bool = False
     resume: Path | None = None
+    # PyTorch problems: also time torch.compile(Model) for every candidate
+    compile_baseline: bool = True
+    # pre-ranking of the samples of a turn (docs/ranker.md): a checkpoint folder, and how
+    # many of the best-ranked samples to evaluate (None: all of them, best-ranked first)
+    ranker: Path | None = None
+    ranker_top: int | None = None
 
 
 POLICIES = ("builtin", "openai", "vllm", "replay")
@@ -76,6 +82,7 @@ POLICIES = ("builtin", "openai", "vllm", "replay")
 RESUME_OVERRIDES = frozenset({
     "turns", "target_speedup", "patience", "output", "force", "json_output", "interactive",
     "eval_timeout_s", "compile_timeout_s", "request_timeout_s", "max_retries", "base_url",
+    "compile_baseline", "ranker", "ranker_top",
 })
 
 
@@ -139,11 +146,14 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
 
 def propose_or_refuse(
     policy: Any, problem: Any, turn: int, history: list[TurnRecord], opts: OptimizeOptions,
-    store: RunStore,
+    store: RunStore, ranker: Any = None,
 ) -> tuple[list[Any], TurnRecord | None]:
     """Turn ``turn``'s proposals, or the ``refused`` record that ends the turn: the policy's
     refusal, an empty answer, or a policy bug (its traceback goes to
     ``policy-error-turn<N>.txt`` in the run folder; the run goes on).
+
+    With a ``ranker`` (:class:`~cudaperf_cli.ranker.select.SampleRanker`, ``--ranker``) and
+    several proposals, they come back best-ranked first (:func:`rank_proposals`).
 
     Raises:
         CudaperfError: a run-ending error, e.g. the model server cannot be reached.
@@ -168,7 +178,79 @@ def propose_or_refuse(
         return refused(f"the {opts.policy} policy failed: {type(exc).__name__}: {exc} (see {log.name})")
     if not proposals:
         return refused("the policy returned no candidate")
+    if ranker is not None and len(proposals) > 1:
+        proposals = rank_proposals(ranker, proposals, problem, turn, opts.ranker_top, store)
     return proposals, None
+
+
+def make_ranker(opts: OptimizeOptions) -> Any:
+    """The ``--ranker`` checkpoint, loaded (None without one).
+
+    Raises:
+        CudaperfError: ``--ranker-top`` without ``--ranker``, or a checkpoint that cannot be
+            loaded (exit 2, before any work).
+    """
+    if opts.ranker is None:
+        if opts.ranker_top is not None:
+            raise CudaperfError("--ranker-top needs --ranker CHECKPOINT_DIR")
+        return None
+    from cudaperf_cli.ranker.select import load_sample_ranker
+
+    return load_sample_ranker(opts.ranker)
+
+
+def _ranked_text(proposal: Any) -> str:
+    """The CUDA a ranker reads: a PyTorch candidate's ``.cu`` file, else its source."""
+    cu = next((t for name, t in getattr(proposal, "files", {}).items() if name.endswith(".cu")), None)
+    return cu if cu is not None else proposal.source
+
+
+def _problem_text(problem: Any) -> str:
+    """The problem as a ranker's text: the C function's source, or the PyTorch file's."""
+    text = getattr(problem, "function_source", None)
+    if text is None and getattr(problem, "path", None) is not None:
+        try:
+            text = Path(problem.path).read_text(errors="replace")
+        except OSError:
+            text = None
+    return text or ""
+
+
+def rank_proposals(
+    ranker: Any, proposals: list[Any], problem: Any, turn: int, top: int | None, store: RunStore,
+) -> list[Any]:
+    """``proposals`` ordered by the ranker's score (mean win probability against the
+    others; docs/ranker.md), best first, cut to the ``top`` best when given.  Each kept
+    proposal's ``mapping["ranker"]`` records ``score``, ``rank`` (1 = best) and ``of``;
+    the ones cut are appended to ``ranked-out.jsonl`` in the run folder (turn, rank,
+    score, description, source, files), so nothing the policy wrote is lost.
+
+    A proposal without code (a model's reply with no usable code) scores 0 and ranks last.
+    """
+    import dataclasses as dc
+
+    from cudaperf_cli.ranker.select import order
+
+    texts = [_ranked_text(p) for p in proposals]
+    have = [i for i, t in enumerate(texts) if t.strip()]
+    scored = ranker.scores([texts[i] for i in have], _problem_text(problem)) if len(have) > 1 else [0.5] * len(have)
+    scores = [0.0] * len(proposals)
+    for i, s in zip(have, scored):
+        scores[i] = float(s)
+    ranked = order(scores)
+    keep = ranked if top is None else ranked[:top]
+    out = []
+    for rank, i in enumerate(ranked, start=1):
+        info = {"score": round(scores[i], 4), "rank": rank, "of": len(proposals),
+                "checkpoint": str(ranker.path)}
+        p = proposals[i]
+        if i in keep:
+            out.append(dc.replace(p, mapping={**dict(p.mapping), "ranker": info}))
+        else:
+            row = {"turn": turn + 1, **info, "description": p.description, "policy": p.policy,
+                   "source": p.source, "files": dict(getattr(p, "files", {}) or {})}
+            store.append_jsonl("ranked-out.jsonl", row)
+    return out
 
 
 def propose_samples(policy: Any, problem: CProblem, turn: int, history: list[TurnRecord], n: int) -> list[Any]:
@@ -390,7 +472,7 @@ def options_from_json(data: dict[str, Any]) -> OptimizeOptions:
     for name, value in data.items():
         if name not in kinds:
             continue
-        if name in ("file", "output", "run_root", "replay", "resume") and value is not None:
+        if name in ("file", "output", "run_root", "replay", "resume", "ranker") and value is not None:
             value = Path(value)
         elif name == "cpp_args":
             value = tuple(value)
@@ -553,6 +635,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         opts = dataclasses.replace(opts, force=True)  # the result is this run's own: replace it
     out_path = resolve_output(opts)
     policy = make_policy(opts.policy, opts)
+    ranker = make_ranker(opts)
     if opts.arch is not None:
         check_arch(opts.arch)
 
@@ -644,7 +727,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
 
     def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
         observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
-        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store)
+        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store, ranker)
         if refusal is not None:
             return [refusal]
         records = []

@@ -86,7 +86,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
     from rich.markup import escape
 
     from cudaperf_cli.agent.optimize import (
-        EXIT_NO_CORRECT, EXIT_NO_DEVICE, EXIT_OK, conclude, drive_loop, options_to_json,
+        EXIT_NO_CORRECT, EXIT_NO_DEVICE, EXIT_OK, conclude, drive_loop, make_ranker, options_to_json,
         propose_or_refuse, _file_sha256, _version,
     )
     from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
@@ -99,6 +99,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
     arch = opts.arch or detected_arch or "sm_90"
     if opts.policy != "builtin":  # a model policy's missing options fail before any work
         make_torch_policy(opts)
+    ranker = make_ranker(opts)  # a bad --ranker fails before any work too
 
     if human:
         with console.status(f"loading {opts.file.name} (child process: Model, get_inputs, alt shapes)"):
@@ -154,6 +155,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
             problem=str(problem.path), candidate=paths, format=candidate_format(files),
             seed=opts.seed, shapes=[dict(problem.alt_shapes)] if problem.alt_shapes else [],
             allow_torch_ops=allow_library, arch=arch, build_timeout_s=opts.compile_timeout_s,
+            compile_baseline=opts.compile_baseline,
         )
         stage("building, verifying and timing (child processes)")
         result = run_torch_evaluation(job, timeout_s=opts.eval_timeout_s)
@@ -164,7 +166,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
 
     def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
         observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
-        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store)
+        proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store, ranker)
         if refusal is not None:
             return [refusal]
         records = []

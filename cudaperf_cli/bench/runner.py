@@ -73,6 +73,9 @@ PASS_THROUGH: dict[str, str] = {
     "arch": "--arch",
     "seed": "--seed",
     "config": "--config",
+    "ranker": "--ranker",
+    "ranker_top": "--ranker-top",
+    "compile_baseline": "--compile-baseline",
 }
 
 
@@ -104,6 +107,9 @@ class PolicySettings:
     arch: str | None = None
     seed: int | None = None
     config: str | None = None
+    ranker: str | None = None
+    ranker_top: int | None = None
+    compile_baseline: bool | None = None  #: False: optimize --no-compile-baseline
 
     def optimize_args(self, known: set[str] | None) -> list[str]:
         """The flags for optimize.
@@ -124,7 +130,10 @@ class PolicySettings:
                     f"{flag} is not an option of this cudaperf's optimize",
                     hint="drop it, or update cudaperf",
                 )
-            args += [flag, str(value)]
+            if isinstance(value, bool):  # a --flag/--no-flag switch
+                args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args += [flag, str(value)]
         return args
 
 

@@ -99,6 +99,12 @@ def run(
     arch: Optional[str] = typer.Option(None, "--arch", help="optimize --arch."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="optimize --seed."),
     config: Optional[Path] = typer.Option(None, "--config", help="optimize --config."),
+    ranker: Optional[Path] = typer.Option(None, "--ranker", help="optimize --ranker (checkpoint folder)."),
+    ranker_top: Optional[int] = typer.Option(None, "--ranker-top", min=1, max=64,
+                                             help="optimize --ranker-top."),
+    compile_baseline: Optional[bool] = typer.Option(
+        None, "--compile-baseline/--no-compile-baseline",
+        help="optimize --compile-baseline / --no-compile-baseline (PyTorch problems)."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
 ) -> None:
     """Run every problem of SUITE through optimize and write a report.
@@ -120,6 +126,8 @@ def run(
             target_speedup=target_speedup, patience=patience, timeout=timeout,
             compile_timeout=compile_timeout, arch=arch, seed=seed,
             config=None if config is None else str(config.resolve()),
+            ranker=None if ranker is None else str(Path(ranker).resolve()),
+            ranker_top=ranker_top, compile_baseline=compile_baseline,
         )
         opts = BenchOptions(settings=settings, out_dir=out_dir, jobs=jobs,
                             problem_timeout_s=problem_timeout, resume=resume,

@@ -124,6 +124,20 @@ def optimize(
         None, "--replay", help='JSONL file of replies for --policy replay: {"text": "..."} a '
         "line, or a run folder's turns.jsonl."
     ),
+    ranker: Optional[Path] = typer.Option(
+        None, "--ranker", help="Ranker checkpoint folder (cudaperf train ranker): orders each "
+        "turn's samples before they are evaluated, best-ranked first (docs/ranker.md).",
+    ),
+    ranker_top: Optional[int] = typer.Option(
+        None, "--ranker-top", min=1, max=64,
+        help="With --ranker: evaluate only this many best-ranked samples of each turn (the "
+        "others are written to ranked-out.jsonl in the run folder).",
+    ),
+    compile_baseline: bool = typer.Option(
+        True, "--compile-baseline/--no-compile-baseline",
+        help="PyTorch problems: also time torch.compile(Model) for every candidate (off: "
+        "eager only, faster evaluations).",
+    ),
     arch: Optional[str] = typer.Option(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
     ),
@@ -216,6 +230,9 @@ def optimize(
             context_tokens=p["context_tokens"],
             interactive=interactive,
             resume=resume,
+            compile_baseline=p["compile_baseline"],
+            ranker=p["ranker"],
+            ranker_top=p["ranker_top"],
         )
         code = run_optimize_command(opts, given=_given_options(ctx))
     except CudaperfError as err:
