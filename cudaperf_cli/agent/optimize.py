@@ -76,7 +76,7 @@ class OptimizeOptions:
     ranker_top: int | None = None
 
 
-POLICIES = ("builtin", "openai", "vllm", "replay")
+POLICIES = ("builtin", "openai", "vllm", "transformers", "replay")
 
 #: Options a resumed run (``--resume``) may change; every other one is the run's own.
 RESUME_OVERRIDES = frozenset({
@@ -87,12 +87,13 @@ RESUME_OVERRIDES = frozenset({
 
 
 def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
-    """The policy named ``name`` (``builtin``, ``openai``, ``vllm`` or ``replay``),
-    configured by ``opts``.
+    """The policy named ``name`` (``builtin``, ``openai``, ``vllm``, ``transformers`` or
+    ``replay``), configured by ``opts``.
 
     Raises:
         CudaperfError: an unknown policy, or a model policy missing its ``--model`` /
-            ``--replay`` (exit code 2).
+            ``--replay`` (exit code 2); vllm/transformers not installed, or (transformers) a
+            ``--model`` that is not a local model folder (``ModelServerError``, exit code 3).
     """
     if name == "builtin":
         from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
@@ -132,6 +133,20 @@ def make_policy(name: str, opts: OptimizeOptions | None = None) -> Any:
                                    hint=INSTALL_HINT)
 
         chat = VLLMChatModel(
+            opts.model, temperature=opts.temperature, top_p=opts.top_p,
+            max_tokens=opts.max_tokens, seed=opts.sampling_seed,
+        )
+    elif name == "transformers":
+        if not opts.model:
+            raise CudaperfError("--policy transformers needs --model PATH (a local model folder saved "
+                                "with save_pretrained)")
+        from cudaperf_cli.policies.transformers_policy import (
+            TransformersChatModel, check_installed, check_model_folder,
+        )
+
+        check_installed()  # before any work; the model loads on the first turn
+        check_model_folder(opts.model)
+        chat = TransformersChatModel(
             opts.model, temperature=opts.temperature, top_p=opts.top_p,
             max_tokens=opts.max_tokens, seed=opts.sampling_seed,
         )

@@ -106,8 +106,9 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
 
     suite = load_suite(suite_path)
     jobs = opts.jobs or os.cpu_count() or 1
-    if opts.settings.policy == "vllm" and jobs > 1:
-        _warn("--policy vllm loads the model in every optimize process: running one problem at a time (-j 1)")
+    if opts.settings.policy in ("vllm", "transformers") and jobs > 1:
+        _warn(f"--policy {opts.settings.policy} loads the model in every optimize process: running one "
+              "problem at a time (-j 1)")
         jobs = 1
     opts.settings.optimize_args(optimize_flags())  # unknown flags: exit 2 before any work
     settings = settings_doc(suite, opts, jobs)

@@ -70,7 +70,7 @@ def run(
         "included); both are reported."
     ),
     policy: str = typer.Option("builtin", "--policy", help="optimize --policy (builtin, openai, "
-                               "vllm, replay)."),
+                               "vllm, transformers, replay)."),
     turns: int = typer.Option(3, "--turns", "-n", min=1, max=1000, help="optimize --turns."),
     samples: Optional[int] = typer.Option(None, "--samples", "-k", min=1, max=64,
                                           help="optimize --samples (candidates per turn)."),

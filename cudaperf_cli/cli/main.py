@@ -80,11 +80,12 @@ def optimize(
     policy: str = typer.Option(
         "builtin", "--policy",
         help="Policy writing candidates: builtin (no model), openai (any OpenAI-compatible "
-        "server), vllm (in-process vLLM), replay (replies recorded in a JSONL file).",
+        "server), vllm (in-process vLLM), transformers (a local checkpoint folder, in-process "
+        "transformers), replay (replies recorded in a JSONL file).",
     ),
     model: Optional[str] = typer.Option(
-        None, "--model", help="Model for --policy openai (as the server knows it) or vllm "
-        "(Hugging Face name or local path)."
+        None, "--model", help="Model for --policy openai (as the server knows it), vllm "
+        "(Hugging Face name or local path) or transformers (local folder only)."
     ),
     base_url: Optional[str] = typer.Option(
         None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
