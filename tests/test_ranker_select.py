@@ -48,12 +48,12 @@ def test_rank_proposals_orders_cuts_and_keeps_the_rest(tmp_path: Path):
              for tag in ("A", "B", "C", "D")]
     props.append(Proposal("", "no code", {"format_error": "no fenced block"}, "openai"))
     ranker = FixedScores({"A": 0.1, "B": 0.8, "C": 0.8, "D": 0.4})
-    problem = type("Prob", (), {"function_source": "void f(float* a) {}"})()
+    problem = type("Prob", (), {"path": Path("/x/gemm.c"), "function": "f"})()
     kept = rank_proposals(ranker, props, problem, turn=2, top=2, store=store)
     assert [p.description for p in kept] == ["cand B", "cand C"]  # tie keeps the policy's order
     assert kept[0].mapping == {"m": "B", "ranker": {"score": 0.8, "rank": 1, "of": 5, "checkpoint": "/fixed"}}
     assert kept[1].mapping["ranker"]["rank"] == 2
-    assert ranker.calls == [([p.source for p in props[:4]], "void f(float* a) {}")]  # the empty one is not scored
+    assert ranker.calls == [([p.source for p in props[:4]], "gemm.c:f")]  # the empty one is not scored
     out = [json.loads(line) for line in (store.path / "ranked-out.jsonl").read_text().splitlines()]
     assert [(r["description"], r["rank"], r["score"], r["turn"]) for r in out] == [
         ("cand D", 3, 0.4, 3), ("cand A", 4, 0.1, 3), ("no code", 5, 0.0, 3)]
@@ -67,7 +67,7 @@ def test_torch_candidates_are_ranked_by_their_kernel(tmp_path: Path):
     props = [Proposal("import torch  # model.py", f"cand {t}", {}, "openai",
                       files={"model.py": "import torch", "kernel.cu": f"// {t}\n"}) for t in ("X", "Y")]
     ranker = FixedScores({"X": 0.3, "Y": 0.7})
-    kept = rank_proposals(ranker, props, type("P", (), {"function_source": None, "path": None})(), 0, 1, store)
+    kept = rank_proposals(ranker, props, type("P", (), {"path": Path("relu.py")})(), 0, 1, store)
     assert [p.description for p in kept] == ["cand Y"] and kept[0].files["kernel.cu"] == "// Y\n"
 
 
@@ -105,8 +105,8 @@ def test_make_ranker_errors(tmp_path: Path):
         make_ranker(OptimizeOptions(file=Path("x.c"), ranker=tmp_path / "nope"))
     with pytest.raises(CudaperfError, match="no metadata.json"):
         make_ranker(OptimizeOptions(file=Path("x.c"), ranker=tmp_path))
-    (tmp_path / "metadata.json").write_text('{"model_kind": "magic"}')
-    with pytest.raises(CudaperfError, match="unknown ranker kind"):
+    (tmp_path / "metadata.json").write_text('{"kind": "cudaperf-ranker", "schema_version": 1, "model_kind": "magic"}')
+    with pytest.raises(CudaperfError, match="unknown model_kind"):
         make_ranker(OptimizeOptions(file=Path("x.c"), ranker=tmp_path))
 
 

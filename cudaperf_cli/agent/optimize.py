@@ -220,15 +220,13 @@ def _ranked_text(proposal: Any) -> str:
     return cu if cu is not None else proposal.source
 
 
-def _problem_text(problem: Any) -> str:
-    """The problem as a ranker's text: the C function's source, or the PyTorch file's."""
-    text = getattr(problem, "function_source", None)
-    if text is None and getattr(problem, "path", None) is not None:
-        try:
-            text = Path(problem.path).read_text(errors="replace")
-        except OSError:
-            text = None
-    return text or ""
+def _problem_id(problem: Any) -> str:
+    """The problem as the LM ranker's id line reads it (as ``cudaperf data pairs`` names
+    an optimize run's problem): ``<file name>:<function>`` for C, the file name for PyTorch."""
+    path = getattr(problem, "path", None)
+    name = Path(path).name if path is not None else ""
+    function = getattr(problem, "function", None)
+    return f"{name}:{function}" if function else name
 
 
 def rank_proposals(
@@ -248,7 +246,7 @@ def rank_proposals(
 
     texts = [_ranked_text(p) for p in proposals]
     have = [i for i, t in enumerate(texts) if t.strip()]
-    scored = ranker.scores([texts[i] for i in have], _problem_text(problem)) if len(have) > 1 else [0.5] * len(have)
+    scored = ranker.scores([texts[i] for i in have], _problem_id(problem)) if len(have) > 1 else [0.5] * len(have)
     scores = [0.0] * len(proposals)
     for i, s in zip(have, scored):
         scores[i] = float(s)

@@ -1,11 +1,12 @@
 """Ranker commands (issue 7; docs/ranker.md):
 
     cudaperf data pairs RUNS_OR_FILES... -o pairs.jsonl [--min-margin 0.05]
-    cudaperf train ranker --data pairs.jsonl [--kind features] -o checkpoints/NAME
-    cudaperf rank A.cu B.cu [--checkpoint DIR] [--json]
+    cudaperf train ranker --data pairs.jsonl [--kind features|lm] [--model PATH|tiny] -o checkpoints/NAME
+    cudaperf rank A.cu B.cu [--checkpoint DIR] [--problem FILE] [--json]
 
 Registered by ``cudaperf_cli/cli/main.py``: ``data_app`` as ``data``, ``train_app`` as
-``train``, :func:`rank` as ``rank``.  scikit-learn is imported only inside the commands.
+``train``, :func:`rank` as ``rank``.  scikit-learn, and torch/transformers/trl for the LM
+ranker, are imported only inside the commands.
 """
 
 from __future__ import annotations
@@ -97,53 +98,128 @@ def pairs_cmd(
 @train_app.command("ranker")
 def train_ranker(
     data: Path = typer.Option(..., "--data", help="pairs.jsonl from cudaperf data pairs."),
-    output: Path = typer.Option(..., "--output", "-o", help="Checkpoint folder to write (model.joblib, metadata.json)."),
-    kind: str = typer.Option("features", "--kind", help="features (logistic regression on feature differences); "
-                             "lm is not available yet."),
+    output: Path = typer.Option(..., "--output", "-o", help="Checkpoint folder to write (features: model.joblib; "
+                                "lm: the saved model and tokenizer; both: metadata.json)."),
+    kind: str = typer.Option("features", "--kind", help="features (logistic regression on feature differences, "
+                             "CPU) or lm (Bradley-Terry reward model over (problem, kernel) text, TRL's "
+                             "RewardTrainer; needs the train extra)."),
     test_fraction: float = typer.Option(0.25, "--test-fraction", help="Fraction of the problems held out (split by problem)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the problem split and the solver."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the problem split and the solver (lm: and of the training)."),
+    model: Optional[str] = typer.Option(
+        None, "--model", metavar="PATH|tiny", help="lm only: a local model folder (save_pretrained; loaded as a "
+        "sequence classifier with one output, never downloaded), or tiny (default): a randomly initialised "
+        "2-layer model and a tokenizer trained on the pairs."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="lm only: passes over the training pairs (default 3)."),
+    learning_rate: Optional[float] = typer.Option(
+        None, "--learning-rate", help="lm only: AdamW learning rate (default 1e-3 for tiny, 1e-5 for --model PATH)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="lm only: pairs per step (default 8)."),
+    max_length: Optional[int] = typer.Option(
+        None, "--max-length", help="lm only: tokens per text, the rest of a longer source is cut (default 512)."),
+    margin: Optional[str] = typer.Option(
+        None, "--margin", help="lm only: speedup (default: a speed pair's ln(slow/fast), a correctness pair's "
+        "--correctness-margin) or none."),
+    correctness_margin: Optional[float] = typer.Option(
+        None, "--correctness-margin", help="lm only: margin of a correctness pair with --margin speedup (default 1.0)."),
+    lora: bool = typer.Option(False, "--lora", help="lm only: train a LoRA adapter (peft) and merge it into the saved "
+                              "model, for a large --model."),
+    cv: Optional[int] = typer.Option(
+        None, "--cv", min=2, help="Also cross-validate by problem with this many folds: every pair predicted "
+        "once by a ranker trained without its problem (K more trainings; the checkpoint is still the --seed "
+        "split's model)."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty checkpoint folder."),
-    json_out: bool = typer.Option(False, "--json", help="Print the held-out metrics as one JSON document."),
+    json_out: bool = typer.Option(False, "--json", help="Print the held-out metrics as one JSON document (no bar)."),
 ) -> None:
     """Train the pairwise ranker, report held-out accuracy (split by problem) against two
     baselines and the calibration, and write a checkpoint folder."""
+    lm_flags = {"--model": model, "--epochs": epochs, "--learning-rate": learning_rate, "--batch-size": batch_size,
+                "--max-length": max_length, "--margin": margin, "--correctness-margin": correctness_margin,
+                "--lora": lora or None}
     try:
-        if kind == "lm":
-            raise CudaperfError(
-                "--kind lm is not available yet: the language-model (Bradley-Terry) ranker of issue 7 is not built",
-                hint="use --kind features",
-            )
-        if kind != "features":
-            raise CudaperfError(f"unknown --kind '{kind}'", hint="--kind features (lm: not available yet)")
+        if kind not in ("features", "lm"):
+            raise CudaperfError(f"unknown --kind '{kind}'", hint="--kind features or --kind lm")
+        if kind == "features":
+            given = [flag for flag, value in lm_flags.items() if value is not None]
+            if given:
+                raise CudaperfError(f"{', '.join(given)}: only for --kind lm", hint="add --kind lm, or leave them out")
         if output.exists() and (not output.is_dir() or any(output.iterdir())) and not force:
             raise CudaperfError(f"{output} exists and is not an empty folder", hint="choose another -o, or --force")
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         from cudaperf_cli.ranker import model as M
         from cudaperf_cli.ranker import pairs as P
         from cudaperf_cli.ranker import train as T
 
-        pairs = P.read_pairs(data)
-        T.check_enough(pairs)
-        console = Console(stderr=True)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=console, transient=True, disable=json_out) as progress:
-            task = progress.add_task("features", total=len(pairs))
-            result = T.train(pairs, test_fraction=test_fraction, seed=seed,
-                             advance=lambda n: progress.advance(task, n))
-        meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs))
-        M.save(result.ranker, output, meta)
+        if kind == "lm":
+            result, meta = _train_lm(data, output, test_fraction=test_fraction, seed=seed, json_out=json_out, cv=cv, model=model,
+                                     epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
+                                     max_length=max_length, margin=margin, correctness_margin=correctness_margin,
+                                     lora=lora)
+        else:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            pairs = P.read_pairs(data)
+            T.check_enough(pairs)
+            console = Console(stderr=True)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=console, transient=True, disable=json_out) as progress:
+                task = progress.add_task("features", total=len(pairs))
+                result = T.train(pairs, test_fraction=test_fraction, seed=seed,
+                                 advance=lambda n: progress.advance(task, n))
+            if cv is not None:
+                result.metrics["cv"] = T.cross_validate(
+                    pairs, cv, seed, lambda fold: T.train(pairs, seed=seed, test_problems=fold))
+            meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs))
+            M.save(result.ranker, output, meta)
     except CudaperfError as err:
         fail(err)
     except OSError as exc:
         fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     if json_out:
-        print(json.dumps(M._clean({"checkpoint": str(output), **meta["metrics"]})))
+        print(json.dumps(M._clean({"checkpoint": str(output), "model_kind": kind, **meta["metrics"]})))
     else:
+        if kind == "lm":
+            print(_lm_model_line(result))
         for line in T.summary_lines(result.metrics):
             print(line)
         print(f"checkpoint: {output}")
+
+
+def _train_lm(data: Path, output: Path, *, test_fraction: float, seed: int, json_out: bool, cv: int | None,
+              **flags):  # noqa: ANN003
+    """``train ranker --kind lm``: read and check the pairs, train (:func:`lm.train`), save.
+    Returns ``(result, metadata)``."""
+    from cudaperf_cli.ranker import lm
+    from cudaperf_cli.ranker import pairs as P
+    from cudaperf_cli.ranker import train as T
+
+    options = lm.LMOptions(**{k: v for k, v in flags.items() if v is not None}, quiet=json_out)
+    options.check()
+    pairs = P.read_pairs(data)
+    T.check_enough(pairs)
+    if cv is not None:
+        P.problem_folds(pairs, cv, seed)  # a bad --cv fails before any training
+    result = lm.train(pairs, options, test_fraction=test_fraction, seed=seed)
+    if cv is not None:
+        result.metrics["cv"] = T.cross_validate(
+            pairs, cv, seed, lambda fold: lm.train(pairs, options, seed=seed, test_problems=fold))
+    meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs))
+    lm.save(result, output, meta)
+    return result, meta
+
+
+def _lm_model_line(result) -> str:  # noqa: ANN001
+    """One line: the base model and the training run."""
+    base, tr = result.base_model, result.training
+    if base.get("name") == "tiny":
+        c = base["config"]
+        what = (f"tiny (random init, {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, "
+                f"vocab {c['vocab_size']})")
+    else:
+        what = f"{base.get('name')} ({base.get('architecture')}, {base.get('parameters', 0) / 1e6:.1f}M parameters)"
+    return (f"lm ranker: {what}{' + LoRA (merged)' if tr.get('lora') else ''}, {tr['epochs']} epoch(s), "
+            f"{tr.get('steps')} steps on {tr['device']}{' bf16' if tr.get('bf16') else ''}, "
+            f"train loss {result.metrics.get('train_loss', float('nan')):.3f}, margin {tr['margin']}"
+            + (f", {result.metrics['truncated_train_texts']} training texts cut at {tr['max_length']} tokens"
+               if result.metrics.get("truncated_train_texts") else ""))
 
 
 def rank(
@@ -152,12 +228,16 @@ def rank(
     checkpoint: Optional[Path] = typer.Option(
         None, "--checkpoint", help=f"Ranker checkpoint folder (default: ${RANKER_ENV}, else checkpoints/ranker)."
     ),
+    problem: Optional[str] = typer.Option(
+        None, "--problem", metavar="FILE", help="LM checkpoints: the problem id of the text's first line, as "
+        "pairs.jsonl names it (bench: the file's path relative to its suite, e.g. gemm.c; optimize: "
+        "<file name>:<function>); used as written, not read. Default: empty. Ignored by feature checkpoints."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Which of two CUDA candidates of one problem is better, and the ranker's probability
-    (features from the sources alone, no compile: registers and spills count as equal)."""
+    (feature checkpoints: features from the sources alone, no compile, registers and spills
+    count as equal; LM checkpoints: the reward of each (problem, source) text)."""
     try:
-        from cudaperf_cli.ranker import features as F
         from cudaperf_cli.ranker import model as M
 
         texts = []
@@ -166,9 +246,8 @@ def rank(
                 raise CudaperfError(f"no such file: {path}")
             texts.append(path.read_text(errors="replace"))
         ckpt = checkpoint or default_checkpoint()
-        ranker, _meta = M.load(ckpt)
-        fa, fb = (F.vector(F.source_features(t)) for t in texts)
-        p = float(ranker.predict_proba(fa, fb)[0])
+        ranker, meta = M.load(ckpt)
+        p = float(ranker.compare_sources(texts[0], texts[1], problem=problem or ""))
     except CudaperfError as err:
         fail(err)
     except OSError as exc:
@@ -176,7 +255,7 @@ def rank(
     better, worse, p_better = (a, b, p) if p >= 0.5 else (b, a, 1.0 - p)
     if json_out:
         print(json.dumps({"a": str(a), "b": str(b), "p_a_better": p, "better": str(better),
-                          "checkpoint": str(ckpt)}))
+                          "checkpoint": str(ckpt), "model_kind": meta.get("model_kind", "features")}))
     else:
         print(f"{better} is better than {worse}: p = {p_better:.2f}" + (" (a coin flip)" if p == 0.5 else ""))
     sys.stdout.flush()

@@ -22,7 +22,6 @@ import json
 import math
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -88,6 +87,13 @@ class PairwiseRanker:
         proba = self.pipeline.predict_proba(fa - fb)
         col = list(self.pipeline.classes_).index(1)
         return proba[:, col]
+
+    def compare_sources(self, source_a: str, source_b: str, problem: str = "") -> float:
+        """p(a better than b) of two CUDA sources, from features of the sources alone (no
+        compile: registers and spills unknown).  ``problem`` is unused (the LM ranker's
+        interface, :class:`cudaperf_cli.ranker.lm.LMRanker`)."""
+        fa, fb = (F.vector(F.source_features(s)) for s in (source_a, source_b))
+        return float(self.predict_proba(fa, fb)[0])
 
     def weights(self) -> dict[str, float]:
         """Coefficient of each feature on the standardised difference (larger: that feature
@@ -167,10 +173,16 @@ def calibration(proba: Sequence[float], labels: Sequence[int]) -> dict[str, Any]
 
 
 def evaluate(ranker: PairwiseRanker, pairs: Sequence[Mapping[str, Any]], fa: np.ndarray, fb: np.ndarray) -> dict[str, Any]:
-    """Held-out metrics: the model's and each baseline's pairwise accuracy (overall and per
-    pair kind), how often each baseline made a call, and the calibration."""
+    """Held-out metrics of the feature ranker (:func:`evaluate_proba` of its predictions)."""
+    return evaluate_proba(pairs, ranker.predict_proba(fa, fb) if len(pairs) else np.zeros(0))
+
+
+def evaluate_proba(pairs: Sequence[Mapping[str, Any]], proba: Sequence[float]) -> dict[str, Any]:
+    """Held-out metrics from any ranker's ``p(a better than b)`` of each pair (``proba``, in
+    the order of ``pairs``): the model's and each baseline's pairwise accuracy (overall and
+    per pair kind), how often each baseline made a call, and the calibration."""
     labels = [int(p["label"]) for p in pairs]
-    proba = ranker.predict_proba(fa, fb) if len(pairs) else np.zeros(0)
+    proba = np.asarray(proba, float).reshape(-1)
     model_calls = [None if q == 0.5 else int(q > 0.5) for q in proba]
     out: dict[str, Any] = {
         "pairs": len(pairs),
@@ -248,33 +260,58 @@ def save(ranker: PairwiseRanker, out_dir: Path, metadata: Mapping[str, Any]) -> 
     return out_dir
 
 
-def load(ckpt_dir: Path) -> tuple[PairwiseRanker, dict[str, Any]]:
-    """Load a checkpoint folder written by :func:`save`.
+def read_metadata(ckpt_dir: Path) -> dict[str, Any]:
+    """``metadata.json`` of a ranker checkpoint folder, checked for kind and schema.
 
     Raises:
-        CudaperfError: missing files, another kind or schema, or features of another
-            version (retrain with this cudaperf).
+        CudaperfError: no ``metadata.json``, not JSON, or another kind or schema.
     """
-    import joblib
-
     meta_path = ckpt_dir / METADATA_FILE
-    if not meta_path.is_file() or not (ckpt_dir / MODEL_FILE).is_file():
+    if not meta_path.is_file():
         raise CudaperfError(
-            f"no ranker checkpoint in {ckpt_dir} (needs {METADATA_FILE} and {MODEL_FILE})",
+            f"no ranker checkpoint in {ckpt_dir} (needs {METADATA_FILE} and {MODEL_FILE} or a saved language model)",
             hint="train one: cudaperf train ranker --data pairs.jsonl -o checkpoints/NAME",
         )
     try:
         meta = json.loads(meta_path.read_text())
     except ValueError:
         raise CudaperfError(f"{meta_path}: not JSON") from None
-    if meta.get("kind") != CHECKPOINT_KIND or meta.get("schema_version") != CHECKPOINT_SCHEMA:
+    if (not isinstance(meta, dict) or meta.get("kind") != CHECKPOINT_KIND
+            or meta.get("schema_version") != CHECKPOINT_SCHEMA):
         raise CudaperfError(f"{ckpt_dir}: not a cudaperf ranker checkpoint of schema_version {CHECKPOINT_SCHEMA}")
+    return meta
+
+
+def load(ckpt_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Load a checkpoint folder, of either kind (``metadata.json``'s ``model_kind``):
+    ``"features"`` (written by :func:`save`) gives a :class:`PairwiseRanker`, ``"lm"`` a
+    :class:`cudaperf_cli.ranker.lm.LMRanker` (:func:`cudaperf_cli.ranker.lm.load`).  Both
+    have ``compare_sources(source_a, source_b, problem="") -> p(a better)``.
+
+    Raises:
+        CudaperfError: missing files, another kind or schema, features of another version
+            (retrain with this cudaperf), or an LM checkpoint without its libraries.
+    """
+    meta = read_metadata(ckpt_dir)
+    if meta.get("model_kind") == "lm":
+        from cudaperf_cli.ranker import lm
+
+        return lm.load(ckpt_dir, meta)
+    if meta.get("model_kind", "features") != "features":
+        raise CudaperfError(f"{ckpt_dir}: unknown model_kind {meta.get('model_kind')!r} (this cudaperf knows features, lm)")
+    if not (ckpt_dir / MODEL_FILE).is_file():
+        raise CudaperfError(
+            f"no ranker checkpoint in {ckpt_dir} (needs {METADATA_FILE} and {MODEL_FILE})",
+            hint="train one: cudaperf train ranker --data pairs.jsonl -o checkpoints/NAME",
+        )
     if meta.get("features_version") != F.FEATURES_VERSION or tuple(meta.get("feature_names") or ()) != F.FEATURE_NAMES:
         raise CudaperfError(
             f"{ckpt_dir}: trained on features version {meta.get('features_version')}, this cudaperf computes "
             f"version {F.FEATURES_VERSION}",
             hint="retrain: cudaperf train ranker --data pairs.jsonl -o " + str(ckpt_dir),
         )
+    import joblib
+
     pipeline = joblib.load(ckpt_dir / MODEL_FILE)
     return PairwiseRanker(pipeline, meta["feature_names"]), meta
 
@@ -287,8 +324,10 @@ __all__ = [
     "baseline_structure",
     "calibration",
     "evaluate",
+    "evaluate_proba",
     "library_versions",
     "load",
+    "read_metadata",
     "save",
     "side_features",
 ]

@@ -369,12 +369,14 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
 
 
 def split_by_problem(
-    pairs: Sequence[Mapping[str, Any]], *, test_fraction: float = 0.25, seed: int = 0
+    pairs: Sequence[Mapping[str, Any]], *, test_fraction: float = 0.25, seed: int = 0,
+    test_problems: Sequence[str] | None = None,
 ) -> tuple[list[int], list[int], list[str], list[str]]:
     """Split pair indices into train and test **by problem** (never by pair).
 
     The distinct problem ids, sorted then shuffled with ``random.Random(seed)``; the first
     ``max(1, round(test_fraction * n))`` (at most ``n - 1``) are the test problems.
+    ``test_problems`` (a fold of :func:`problem_folds`) names the test problems instead.
 
     Returns:
         ``(train indices, test indices, train problems, test problems)``.
@@ -390,13 +392,32 @@ def split_by_problem(
             f"pairs of {len(problems)} problem(s): a split by problem needs at least 2",
             hint="measure more problems (cudaperf bench SUITE), then cudaperf data pairs",
         )
-    random.Random(seed).shuffle(problems)
-    n_test = min(len(problems) - 1, max(1, round(test_fraction * len(problems))))
-    test_p = sorted(problems[:n_test])
-    test_set = set(test_p)
+    if test_problems is not None:
+        test_set = set(test_problems) & set(problems)
+        if not test_set or len(test_set) == len(problems):
+            raise CudaperfError("a fold must hold out some problems, not all of them")
+    else:
+        random.Random(seed).shuffle(problems)
+        n_test = min(len(problems) - 1, max(1, round(test_fraction * len(problems))))
+        test_set = set(problems[:n_test])
+    test_p = sorted(test_set)
     train_idx = [i for i, p in enumerate(pairs) if p["problem"] not in test_set]
     test_idx = [i for i, p in enumerate(pairs) if p["problem"] in test_set]
-    return train_idx, test_idx, sorted(problems[n_test:]), test_p
+    return train_idx, test_idx, sorted(set(problems) - test_set), test_p
+
+
+def problem_folds(pairs: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> list[list[str]]:
+    """``k`` disjoint folds of the distinct problem ids (for cross-validation by problem):
+    sorted, shuffled with ``random.Random(seed)``, dealt round-robin.
+
+    Raises:
+        CudaperfError: ``k`` below 2 or above the number of problems.
+    """
+    problems = sorted({str(p["problem"]) for p in pairs})
+    if not 2 <= k <= len(problems):
+        raise CudaperfError(f"--cv {k}: needs 2 to {len(problems)} folds ({len(problems)} problems)")
+    random.Random(seed).shuffle(problems)
+    return [sorted(problems[i::k]) for i in range(k)]
 
 
 def file_sha256(path: Path) -> str:

@@ -14,7 +14,6 @@ alone (no compile), as in ``cudaperf rank``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,13 +44,15 @@ class SampleRanker:
         if n < 2:
             return out
         if self.kind == "lm":
-            rewards = self.model.rewards(list(sources), problem_text)
             import math
 
+            from cudaperf_cli.ranker.lm import side_text
+
+            r = self.model.rewards([side_text(problem_text, s) for s in sources])
             for i in range(n):
                 for j in range(n):
                     if i != j:
-                        out[i][j] = 1.0 / (1.0 + math.exp(-(rewards[i] - rewards[j])))
+                        out[i][j] = 1.0 / (1.0 + math.exp(-(float(r[i]) - float(r[j]))))
             return out
         import numpy as np
 
@@ -82,27 +83,14 @@ def load_sample_ranker(path: Path) -> SampleRanker:
             checkpoint the installed libraries cannot load (one line, exit 2).
     """
     path = Path(path)
-    meta_path = path / "metadata.json"
     if not path.is_dir():
         raise CudaperfError(f"--ranker {path}: no such folder", hint="a folder written by cudaperf train ranker")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise CudaperfError(f"--ranker {path}: no metadata.json (not a ranker checkpoint)") from None
-    except (OSError, ValueError) as exc:
-        raise CudaperfError(f"--ranker {path}: unreadable metadata.json: {exc}") from None
-    kind = meta.get("model_kind") if isinstance(meta, dict) else None
-    if kind == "lm":
-        from cudaperf_cli.ranker import lm as L
+    from cudaperf_cli.ranker import model as M
 
-        model = L.load(path)
-    elif kind in ("features", None):
-        from cudaperf_cli.ranker import model as M
-
-        model, _ = M.load(path)
-        kind = "features"
-    else:
-        raise CudaperfError(f"--ranker {path}: unknown ranker kind {kind!r}")
+    if not (path / M.METADATA_FILE).is_file():
+        raise CudaperfError(f"--ranker {path}: no {M.METADATA_FILE} (not a ranker checkpoint)")
+    model, meta = M.load(path)
+    kind = str(meta.get("model_kind") or "features")
     return SampleRanker(path, kind, model)
 
 

@@ -8,7 +8,7 @@ describe it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,6 +32,8 @@ class TrainResult:
     train_problems: list[str]
     test_problems: list[str]
     train_pairs: int
+    test_index: list[int] = field(default_factory=list)  #: indices of the held-out pairs
+    test_proba: list[float] = field(default_factory=list)  #: p(a better) of each of them
 
 
 def pair_matrices(
@@ -79,21 +81,54 @@ def train(
     test_fraction: float = 0.25,
     seed: int = 0,
     advance: Callable[[int], None] | None = None,
+    test_problems: Sequence[str] | None = None,
 ) -> TrainResult:
-    """Split by problem, fit on the training problems, evaluate on the held-out ones.
+    """Split by problem (or hold out ``test_problems``), fit on the training problems,
+    evaluate on the held-out ones (``test_index``/``test_proba`` of the result: the
+    held-out pairs and the ranker's p(a better) of each, for :func:`cross_validate`).
 
     Raises:
         CudaperfError: too little data (:func:`check_enough`) or a bad ``test_fraction``.
     """
     check_enough(pairs)
-    train_idx, test_idx, train_p, test_p = P.split_by_problem(pairs, test_fraction=test_fraction, seed=seed)
+    train_idx, test_idx, train_p, test_p = P.split_by_problem(
+        pairs, test_fraction=test_fraction, seed=seed, test_problems=test_problems)
     fa, fb, y = pair_matrices(pairs, advance)
     ranker = M.PairwiseRanker(seed=seed).fit(fa[train_idx], fb[train_idx], y[train_idx])
     test_pairs = [pairs[i] for i in test_idx]
-    metrics = M.evaluate(ranker, test_pairs, fa[test_idx], fb[test_idx])
+    proba = ranker.predict_proba(fa[test_idx], fb[test_idx]) if test_idx else np.zeros(0)
+    metrics = M.evaluate_proba(test_pairs, proba)
     metrics["train_pairs"] = len(train_idx)
     metrics["train_problems"] = len(train_p)
-    return TrainResult(ranker, metrics, train_p, test_p, len(train_idx))
+    return TrainResult(ranker, metrics, train_p, test_p, len(train_idx), test_idx, [float(q) for q in proba])
+
+
+def cross_validate(
+    pairs: Sequence[Mapping[str, Any]], k: int, seed: int,
+    fit_fold: Callable[[list[str]], Any],
+) -> dict[str, Any]:
+    """Cross-validation **by problem**: ``k`` folds of problems (:func:`pairs.problem_folds`);
+    each fold's pairs are predicted by a ranker trained without its problems
+    (``fit_fold(test_problems)``, which trains either kind).  Every pair is predicted
+    exactly once, so the pooled metrics (:func:`model.evaluate_proba`: accuracy of the
+    ranker and both baselines, calibration) cover all pairs and problems.
+
+    Returns:
+        the pooled metrics plus ``folds`` (k), ``fold_accuracy`` (ranker accuracy per
+        fold, in fold order) and ``seed``.
+    """
+    folds = P.problem_folds(pairs, k, seed)
+    order: list[int] = []
+    proba: list[float] = []
+    per_fold: list[float] = []
+    for fold in folds:
+        res = fit_fold(fold)
+        order += res.test_index
+        proba += res.test_proba
+        per_fold.append(res.metrics["accuracy"])
+    metrics = M.evaluate_proba([pairs[i] for i in order], proba)
+    metrics.update({"folds": k, "fold_accuracy": per_fold, "seed": seed})
+    return metrics
 
 
 def metadata(result: TrainResult, data: Path, *, test_fraction: float, seed: int, pairs: int) -> dict[str, Any]:
@@ -123,6 +158,15 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"  {kind}: {row['pairs']} pairs, ranker {pct(row['accuracy'])}, "
             + ", ".join(f"{name.replace('_', ' ')} {pct(row[name])}" for name in metrics["baselines"])
+        )
+    cv = metrics.get("cv")
+    if cv:
+        lines.append(
+            f"cross-validated by problem ({cv['folds']} folds, every pair predicted once by a ranker that "
+            f"never saw its problem): {cv['pairs']} pairs of {cv['problems']} problem(s); ranker "
+            f"{pct(cv['accuracy'])}"
+            + "".join(f", {name.replace('_', ' ')} {pct(b['accuracy'])}" for name, b in cv["baselines"].items())
+            + f"; per fold {' '.join(pct(a) for a in cv['fold_accuracy'])}; Brier {cv['calibration']['brier']:.3f}"
         )
     cal = metrics["calibration"]
     bins = " | ".join(f"[{b['lo']:.1f},{b['hi']:.1f}) pred {b['mean_predicted']:.2f} obs {b['observed']:.2f} n={b['n']}"
