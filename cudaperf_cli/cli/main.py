@@ -17,6 +17,7 @@ from cudaperf_cli.cli.common import fail, parse_sizes
 from cudaperf_cli.cli.bench import bench_app
 from cudaperf_cli.cli.ranker import data_app, rank, train_app
 from cudaperf_cli.cli.score import score
+from cudaperf_cli.cli.train_policy import train_policy
 from cudaperf_cli.core import CudaperfError, ProblemError
 
 app = typer.Typer(
@@ -283,6 +284,7 @@ def doctor(
 app.command(name="score")(score)
 app.add_typer(bench_app, name="bench")
 app.add_typer(data_app, name="data")
+train_app.command("policy")(train_policy)
 app.add_typer(train_app, name="train")
 app.command(name="rank")(rank)
 
