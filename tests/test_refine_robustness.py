@@ -91,6 +91,10 @@ def test_bad_replay_and_config_files_are_one_line(tmp_path):
         (tmp_path / "c.toml").write_text(text)
         proc = cli("optimize", ELEMENTWISE, "--config", "c.toml", cwd=tmp_path)
         assert proc.returncode == 2 and want in error_lines(proc)[0], (text, proc.stderr)
+    # one file for both commands: optimize reads [optimize], leaves train policy's tables alone
+    (tmp_path / "c.toml").write_text('[optimize]\nturns = "x"\n[train.policy]\nturns = 3\n[reward]\ndiscount = 0.4\n')
+    proc = cli("optimize", ELEMENTWISE, "--config", "c.toml", cwd=tmp_path)
+    assert proc.returncode == 2 and "turns" in error_lines(proc)[0] and "table" not in error_lines(proc)[0]
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00")
     proc = cli("optimize", ELEMENTWISE, "--config", "bin.toml", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -15,8 +15,9 @@ Where it is looked for, first found wins: ``--config FILE``; the file named by
 ``$CUDAPERF_CONFIG``; ``./cudaperf.toml``; ``$XDG_CONFIG_HOME/cudaperf/config.toml`` (default
 ``~/.config/cudaperf/config.toml``).  A value on the command line beats the file; the file
 beats the built-in default.  Keys are checked like the command line (unknown key, wrong
-type, out of range: one line naming the file, table and key); so are the tables (only
-``[optimize]``).  Relative paths are relative to the file's folder.  ``-I``/``-D`` have no
+type, out of range: one line naming the file, table and key); so are the tables
+(``[optimize]``; ``[train.policy]`` and ``[reward]`` belong to ``cudaperf train policy
+--config`` and are not read here).  Relative paths are relative to the file's folder.  ``-I``/``-D`` have no
 long names and cannot be set here.  API keys do not belong in
 it: ``--api-key-env`` names the variable holding one.
 """
@@ -31,8 +32,10 @@ from typing import Any
 from cudaperf_cli.core import CudaperfError
 
 CONFIG_ENV = "CUDAPERF_CONFIG"
-#: The tables a config file may hold (one per command that reads it).
-SECTIONS = ("optimize",)
+#: The tables a config file may hold (one per command that reads it): ``optimize`` here;
+#: ``train`` (``[train.policy]``) and ``reward`` are read by ``cudaperf train policy
+#: --config`` (cudaperf_cli/rl/config.py, docs/rl.md) and left alone by ``optimize``.
+SECTIONS = ("optimize", "train", "reward")
 #: Options a config file may not set (they name a run, not a default).
 NOT_CONFIGURABLE = frozenset({"config", "resume", "help", "version"})
 
