@@ -261,3 +261,50 @@ def test_prompt_groups_are_checked(problems):
     with pytest.raises(ValueError, match="not one of the training problems"):
         rollout.groups([[{"role": "user", "content": "other"}]] * 4)
     assert prompt_key(problems[0].messages) == problems[0].key
+
+
+class FixedRanker:
+    """A ranker whose score of a source is given by its ``speedup=`` tag (higher: better)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def scores(self, sources, problem_id=""):
+        self.calls.append((len(sources), problem_id))
+        return [0.9 if "speedup=4" in s else 0.3 for s in sources]
+
+
+class TwoCorrect(FakeEvaluator):
+    """As FakeEvaluator, but matmul's wrong candidate is correct (speedup 1) too."""
+
+    def evaluate(self, spec, record):
+        super().evaluate(spec, record)
+        if record.status == "wrong":
+            record.status, record.speedup_kernel, record.structure_score = "correct", 1.0, None
+            record.speedup_e2e, record.gpu_ms, record.max_rel_err = 0.5, 2.0, 1e-7
+            record.registers, record.spill_bytes, record.baseline = 32, 0, "gcc -O3, 1 thread"
+
+
+def test_ranker_term_for_correct_candidates(problems):
+    """With a ranker: w_ranker * (score - 0.5) is added to each correct candidate, the
+    score coming from the group's correct candidates only (default w_ranker 0.2)."""
+    cfg = PolicyTrainConfig(turns=2, trajectories=2, problems_per_step=2, eval_workers=3)
+    tok = CharTokenizer()
+    ranker = FixedRanker()
+    rollout = MultiTurnRollout(problems, tok, RecordedGenerator(replies_for(problems), tok), TwoCorrect(), cfg,
+                               ranker=ranker)
+    batch = rollout.run([problems[0].messages] * 4 + [problems[1].messages] * 4)
+    by = {(s.problem, s.trajectory, s.turn): s for s in batch.samples}
+    # matmul: 2 correct (4x structure 0.5, scored 0.9; 1x, scored 0.3)
+    #   4x: 1 + 0.25*2 + 0.2*0.5 + 0.2*(0.9-0.5) = 1.68;  1x: 1 + 0 + 0 + 0.2*(0.3-0.5) = 0.96
+    a_fast, a_slow = by[("matmul:kernel_gemm", 0, 1)], by[("matmul:kernel_gemm", 1, 1)]
+    assert a_fast.ranker_score == 0.9 and a_fast.reward == pytest.approx(1.68)
+    assert a_slow.ranker_score == 0.3 and a_slow.reward == pytest.approx(0.96)
+    # elementwise: one correct (2x); the ranker still scores it (0.3): 1 + 0.25 + 0.2*(0.3-0.5) = 1.21
+    b_ok = by[("elementwise:magnitude", 0, 1)]
+    assert b_ok.reward == pytest.approx(1.21)
+    # failures get no ranker term and no score
+    assert by[("matmul:kernel_gemm", 0, 0)].ranker_score is None
+    assert by[("matmul:kernel_gemm", 0, 0)].reward == pytest.approx(-0.6)
+    assert sorted(ranker.calls) == [(1, "elementwise.c:magnitude"), (2, "matmul.c:kernel_gemm")]
+    assert a_fast.to_json()["ranker_score"] == 0.9

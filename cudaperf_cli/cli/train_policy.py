@@ -58,6 +58,9 @@ def train_policy(
     eval_workers: Optional[int] = typer.Option(
         None, "--eval-workers", min=1, help="Candidates evaluated at once (default 4)."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed (default 0)."),
+    ranker: Optional[Path] = typer.Option(
+        None, "--ranker", help="Ranker checkpoint folder (cudaperf train ranker): adds the reward's ranker "
+        "term to correct candidates (docs/reward.md)."),
     replies: Optional[Path] = typer.Option(
         None, "--replies", help="Smoke runs: take the replies from this JSONL file ({\"text\": ...} a "
         "line, as --policy replay reads) instead of sampling the model. Exercises evaluation and "
@@ -75,6 +78,7 @@ def train_policy(
         "problems_per_step": problems_per_step, "max_new_tokens": max_new_tokens,
         "learning_rate": learning_rate, "lora": lora, "use_vllm": use_vllm,
         "eval_workers": eval_workers, "seed": seed,
+        "ranker": None if ranker is None else str(ranker.resolve()),
     }
     try:
         cfg = load_train_config(config, overrides)

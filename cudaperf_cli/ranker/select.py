@@ -36,8 +36,9 @@ class SampleRanker:
     kind: str
     model: Any
 
-    def p_matrix(self, sources: Sequence[str], problem_text: str = "") -> list[list[float]]:
-        """``P[i][j]`` = probability that ``sources[i]`` is better than ``sources[j]``
+    def p_matrix(self, sources: Sequence[str], problem_id: str = "") -> list[list[float]]:
+        """``P[i][j]`` = probability that ``sources[i]`` is better than ``sources[j]`` (``problem_id``:
+        the id line the LM ranker reads, ``<file name>:<function>`` or a PyTorch file name)
         (``P[i][i]`` = 0.5; ``P[i][j] + P[j][i] = 1`` for both model kinds)."""
         n = len(sources)
         out = [[0.5] * n for _ in range(n)]
@@ -48,7 +49,7 @@ class SampleRanker:
 
             from cudaperf_cli.ranker.lm import side_text
 
-            r = self.model.rewards([side_text(problem_text, s) for s in sources])
+            r = self.model.rewards([side_text(problem_id, s) for s in sources])
             for i in range(n):
                 for j in range(n):
                     if i != j:
@@ -66,12 +67,12 @@ class SampleRanker:
             out[i][j] = float(v)
         return out
 
-    def scores(self, sources: Sequence[str], problem_text: str = "") -> list[float]:
+    def scores(self, sources: Sequence[str], problem_id: str = "") -> list[float]:
         """Each source's mean win probability against the others, in [0, 1] (0.5 alone)."""
         n = len(sources)
         if n < 2:
             return [0.5] * n
-        m = self.p_matrix(sources, problem_text)
+        m = self.p_matrix(sources, problem_id)
         return [sum(m[i][j] for j in range(n) if j != i) / (n - 1) for i in range(n)]
 
 

@@ -126,6 +126,10 @@ class PolicyTrainConfig:
         "vllm_mode server: the server's URL, e.g. http://127.0.0.1:8000."))
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata=_help(
         "vllm_mode colocate: share of the GPU memory vLLM may take, in (0, 1]."))
+    ranker: str | None = field(default=None, metadata=_help(
+        "Ranker checkpoint folder (cudaperf train ranker): adds the reward's ranker term "
+        "(w_ranker * (score - 0.5)) to correct candidates, score = mean win probability "
+        "against the other correct candidates of the problem's group; unset: no ranker term."))
     log_rollouts: bool = field(default=True, metadata=_help(
         "Write every turn (reply, status, reward, return) to rollouts.jsonl in the output "
         "folder."))

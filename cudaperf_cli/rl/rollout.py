@@ -205,6 +205,7 @@ class TurnSample:
     ret: float | None = None
     target: float | None = None
     advantage: float | None = None
+    ranker_score: float | None = None  #: correct candidates, with a ranker: mean win probability
 
     @property
     def tokens(self) -> int:
@@ -218,7 +219,7 @@ class TurnSample:
             "problem": self.problem, "trajectory": self.trajectory, "turn": self.turn + 1,
             "status": r.status, "stage": None if self.breakdown is None else self.breakdown.stage,
             "reward": self.reward, "return": self.ret, "target": self.target,
-            "advantage": self.advantage,
+            "advantage": self.advantage, "ranker_score": self.ranker_score,
             "reason": None if self.breakdown is None else self.breakdown.reason,
             "message": (r.message or "")[:500], "speedup_kernel": r.speedup_kernel,
             "speedup_compile": r.speedup_compile, "structure_score": r.structure_score,
@@ -305,8 +306,9 @@ class MultiTurnRollout:
 
     def __init__(self, problems: Sequence[ProblemSpec], tokenizer: Any, generator: Generator,
                  evaluator: CandidateEvaluator, config: PolicyTrainConfig, arch: str = "sm_90",
-                 on_batch: Callable[[RolloutBatch], None] | None = None):
+                 on_batch: Callable[[RolloutBatch], None] | None = None, ranker: Any = None):
         self.by_key = {p.key: p for p in problems}
+        self.ranker = ranker  # a ranker.select.SampleRanker: the reward's ranker term
         self.tokenizer = tokenizer
         self.generator = generator
         self.evaluator = evaluator
@@ -385,6 +387,9 @@ class MultiTurnRollout:
                 histories[j].append(record)
                 per_traj[j].append(TurnSample(spec.name, k, t, prompt_ids[j], g.completion_ids,
                                               g.logprobs, g.truncated, record))
+        if self.ranker is not None:
+            for b, spec in enumerate(specs):
+                self._rank(spec, [s for j in range(b * K, (b + 1) * K) for s in per_traj[j]])
         self._score(per_traj)
         for b in range(len(specs)):  # group advantages over the problem's K*T returns
             group = [s for j in range(b * K, (b + 1) * K) for s in per_traj[j]]
@@ -480,12 +485,29 @@ class MultiTurnRollout:
             record.feedback = feedback_for(record)
         follow([record])
 
+    def _rank(self, spec: ProblemSpec, group: list[TurnSample]) -> None:
+        """The ranker's score of each correct candidate of one problem's group: its mean win
+        probability against the group's other correct candidates (0.5 when it is the only
+        one; ``ranker/select.py``).  The LM ranker reads the problem id as ``cudaperf data
+        pairs`` names an optimize run's (``<file name>:<function>``, or the file name)."""
+        correct = [s for s in group if s.record.status == "correct"]
+        if not correct:
+            return
+        files = [(s.record.mapping or {}).get("files") or {} for s in correct]
+        texts = [next((t for n, t in f.items() if n.endswith(".cu")), s.record.source or "")
+                 for s, f in zip(correct, files)]
+        function = getattr(spec.problem, "function", None)
+        problem_id = f"{spec.path.name}:{function}" if function else spec.path.name
+        for s, score in zip(correct, self.ranker.scores(texts, problem_id)):
+            s.ranker_score = min(1.0, max(0.0, float(score)))
+
     def _score(self, per_traj: list[list[TurnSample]]) -> None:
-        """Rewards of every turn, and each trajectory's discounted returns."""
+        """Rewards of every turn (with the ranker's score where :meth:`_rank` set one), and
+        each trajectory's discounted returns."""
         rc = self.config.reward
         for samples in per_traj:
             for s in samples:
-                s.breakdown = reward(s.record, rc)
+                s.breakdown = reward(s.record, rc, ranker_score=s.ranker_score)
                 s.reward = s.breakdown.total
             for s, g in zip(samples, turn_returns([s.reward for s in samples], rc.discount)):
                 s.ret = g

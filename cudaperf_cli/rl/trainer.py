@@ -248,6 +248,11 @@ def train_policy(
     """
     t_start = time.perf_counter()
     preflight(model, problems, out, force=force, use_vllm=cfg.use_vllm, lora=cfg.lora)
+    ranker = None
+    if cfg.ranker is not None:  # a checkpoint that does not load fails before any work
+        from cudaperf_cli.ranker.select import load_sample_ranker
+
+        ranker = load_sample_ranker(Path(cfg.ranker))
     _quiet_libraries()
     import torch
 
@@ -319,7 +324,10 @@ def train_policy(
         else:
             generator, how = TransformersGenerator(), "transformers generate"
         logger = MetricsLogger(out, cfg.steps, console, log_rollouts=cfg.log_rollouts)
-        rollout = MultiTurnRollout(specs, tokenizer, generator, evaluator, cfg, arch, on_batch=logger.on_batch)
+        if ranker is not None:
+            say(f"ranker: {cfg.ranker} ({ranker.kind}); reward term w_ranker = {cfg.reward.w_ranker:g}")
+        rollout = MultiTurnRollout(specs, tokenizer, generator, evaluator, cfg, arch, on_batch=logger.on_batch,
+                                   ranker=ranker)
         dataset = Dataset.from_list([{"prompt": s.messages, "problem": s.name} for s in specs])
         args = _grpo_config(cfg, workdir, on_gpu=gpus > 0)
         trainer = GRPOTrainer(
