@@ -364,3 +364,45 @@ def test_cli_cv_line(tmp_path: Path):
     assert meta["metrics"]["cv"]["folds"] == 4 and meta["metrics"]["cv"]["pairs"] == 120
     one_line_error(cli("train", "ranker", "--data", str(out), "-o", str(tmp_path / "ck2"), "--cv", "9"),
                    "--cv 9: needs 2 to 8 folds")
+
+
+def test_damaged_inputs_are_one_line(tmp_path: Path):
+    """Robustness: a damaged checkpoint, non-CUDA files to rank, a corrupt candidates line,
+    -o naming an input, -o a file: one line, exit 2, nothing overwritten."""
+    synthetic_candidates(tmp_path)
+    cands = tmp_path / "candidates.jsonl"
+    pairs = tmp_path / "pairs.jsonl"
+    assert cli("data", "pairs", str(cands), "-o", str(pairs)).returncode == 0
+    ckpt = tmp_path / "ck"
+    assert cli("train", "ranker", "--data", str(pairs), "-o", str(ckpt)).returncode == 0
+    a, b = tmp_path / "a.cu", tmp_path / "b.cu"
+    a.write_text(kernel_source("a"))
+    b.write_text(kernel_source("b", unroll=True))
+    for name, content in (("empty.cu", b""), ("bin.cu", b"\x7fELF\x00\x01\x02"), ("bad.cu", b"\xff\xfe kernel"),
+                          ("host.cu", b"int main() { return 0; }\n")):
+        (tmp_path / name).write_bytes(content)
+        want = {"empty.cu": "empty file", "host.cu": "no __global__"}.get(name, "not a text file")
+        one_line_error(cli("rank", str(tmp_path / name), str(b), "--checkpoint", str(ckpt)), want)
+    model = ckpt / "model.joblib"
+    model.write_bytes(model.read_bytes()[:200])
+    one_line_error(cli("rank", str(a), str(b), "--checkpoint", str(ckpt)), "not a readable ranker model")
+    before = cands.read_bytes()
+    one_line_error(cli("data", "pairs", str(cands), "-o", str(cands), "--force"), "is also an input")
+    assert cands.read_bytes() == before
+    lines = before.decode().splitlines()
+    bad = tmp_path / "bad" / "candidates.jsonl"
+    bad.parent.mkdir()
+    bad.write_text("\n".join(lines[:5] + ["{not json"] + lines[5:]) + "\n")
+    one_line_error(cli("data", "pairs", str(bad), "-o", str(tmp_path / "p2.jsonl")), "candidates.jsonl:6: not a JSON line")
+    bad.write_text("\n".join(lines) + '\n{"schema_version": 1, "prob')  # a killed writer's last line: skipped
+    assert cli("data", "pairs", str(bad), "-o", str(tmp_path / "p3.jsonl")).returncode == 0
+    (tmp_path / "afile").write_text("x")
+    one_line_error(cli("train", "ranker", "--data", str(pairs), "-o", str(tmp_path / "afile"), "--force"), "is a file")
+    one_line_error(cli("train", "ranker", "--data", str(pairs), "-o", str(tmp_path / "afile" / "sub")), "is a file")
+
+
+def test_huge_feature_values_do_not_overflow():
+    fa = np.full((4, len(F.FEATURE_NAMES)), 1e308)
+    fb = -fa
+    r = M.PairwiseRanker().fit(np.vstack([fa, fb]), np.vstack([fb, fa]), np.array([1, 1, 1, 1, 0, 0, 0, 0]))
+    np.testing.assert_allclose(r.predict_proba(fa[:1], fb[:1]), [0.5])  # an infinite difference is no evidence

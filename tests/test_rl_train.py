@@ -177,6 +177,29 @@ def test_trl_not_installed(monkeypatch, tmp_path):
     assert info.value.hint == "pip install 'cudaperf[train]'"
 
 
+def test_model_folders_that_must_not_be_trained_or_overwritten(tmp_path):
+    """-o naming the --model folder (or a folder inside it, or holding it) would let --force
+    delete the model being trained; a sequence classifier (a ranker) has no text head."""
+    from cudaperf_cli.core import CudaperfError
+    from cudaperf_cli.rl import trainer
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    for out in (model, model / "sub", tmp_path):
+        with pytest.raises(CudaperfError, match="overlap"):
+            trainer.preflight(str(model), [EXAMPLES / "matmul.c"], out, force=True, use_vllm=False, lora=False)
+    assert (model / "config.json").is_file()
+    (model / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"]}')
+    with pytest.raises(CudaperfError, match="LlamaForSequenceClassification, not a causal language model"):
+        trainer.preflight(str(model), [EXAMPLES / "matmul.c"], tmp_path / "o", force=False, use_vllm=False,
+                          lora=False)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(CudaperfError, match="afile is a file"):
+        trainer.preflight("tiny", [EXAMPLES / "matmul.c"], tmp_path / "afile" / "o", force=False,
+                          use_vllm=False, lora=False)
+
+
 def test_force_clears_only_checkpoint_files(tmp_path):
     from cudaperf_cli.rl.trainer import clear_checkpoint
 

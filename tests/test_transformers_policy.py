@@ -288,3 +288,14 @@ def test_optimize_end_to_end_with_a_random_model(tmp_path, tiny):
     if turn["status"] == "format_error":
         assert 0 < turn["mapping"]["completion_tokens"] <= 16 and turn["mapping"]["prompt_tokens"] > 0
     assert doc["cpu_baseline"]  # the CPU baseline ran without a GPU
+
+
+def test_a_classifier_is_not_a_causal_lm(tmp_path):
+    """A sequence classifier (e.g. a ranker checkpoint) would load with a random text head."""
+    from cudaperf_cli.policies.transformers_policy import check_model_folder
+
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"]}')
+    with pytest.raises(ModelServerError, match="holds a LlamaForSequenceClassification, not a causal"):
+        check_model_folder(tmp_path)
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert check_model_folder(tmp_path) == tmp_path

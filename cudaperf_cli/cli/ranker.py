@@ -63,6 +63,10 @@ def pairs_cmd(
     from cudaperf_cli.ranker import pairs as P
 
     try:
+        if output.is_dir():
+            raise CudaperfError(f"-o {output} is a folder; the pairs go to a file (e.g. -o pairs.jsonl)")
+        if any(output.resolve() == Path(i).resolve() for i in inputs):
+            raise CudaperfError(f"-o {output} is also an input: writing it would replace the candidates")
         if output.exists() and not force:
             raise CudaperfError(f"{output} exists", hint="choose another -o, or --force to overwrite")
         cands, n_inputs = P.read_inputs(inputs)
@@ -141,6 +145,11 @@ def train_ranker(
             given = [flag for flag, value in lm_flags.items() if value is not None]
             if given:
                 raise CudaperfError(f"{', '.join(given)}: only for --kind lm", hint="add --kind lm, or leave them out")
+        if output.exists() and not output.is_dir():
+            raise CudaperfError(f"-o {output} is a file; a checkpoint is a folder")
+        blocked = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise CudaperfError(f"cannot create -o {output}: {blocked} is a file")
         if output.exists() and (not output.is_dir() or any(output.iterdir())) and not force:
             raise CudaperfError(f"{output} exists and is not an empty folder", hint="choose another -o, or --force")
         from cudaperf_cli.ranker import model as M
@@ -222,6 +231,29 @@ def _lm_model_line(result) -> str:  # noqa: ANN001
                if result.metrics.get("truncated_train_texts") else ""))
 
 
+def read_cuda_source(path: Path) -> str:
+    """The text of a CUDA candidate to rank.
+
+    Raises:
+        CudaperfError: no such file, not UTF-8 text (a binary), empty, or no ``__global__``
+            kernel in it (a ranker would still answer, with a meaningless probability).
+    """
+    if not path.is_file():
+        raise CudaperfError(f"no such file: {path}")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise CudaperfError(f"{path}: not a text file (a CUDA source is UTF-8 text)")
+    if not text.strip():
+        raise CudaperfError(f"{path}: empty file")
+    if "__global__" not in text:
+        raise CudaperfError(f"{path}: no __global__ kernel in it: not a CUDA candidate")
+    return text
+
+
 def rank(
     a: Path = typer.Argument(..., metavar="A.cu", help="First CUDA candidate."),
     b: Path = typer.Argument(..., metavar="B.cu", help="Second CUDA candidate (same problem)."),
@@ -242,9 +274,7 @@ def rank(
 
         texts = []
         for path in (a, b):
-            if not path.is_file():
-                raise CudaperfError(f"no such file: {path}")
-            texts.append(path.read_text(errors="replace"))
+            texts.append(read_cuda_source(path))
         ckpt = checkpoint or default_checkpoint()
         ranker, meta = M.load(ckpt)
         p = float(ranker.compare_sources(texts[0], texts[1], problem=problem or ""))

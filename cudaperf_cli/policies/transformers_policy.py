@@ -93,7 +93,31 @@ def check_model_folder(model_path: str | Path) -> Path:
             f"cannot load {where} with transformers: no config.json in it (not a model saved "
             "with save_pretrained)",
         )
+    other = non_causal_architecture(path)
+    if other is not None:
+        raise ModelServerError(
+            f"cannot load {where} with transformers: it holds a {other}, not a causal language "
+            "model (its head would be random)",
+            hint="give a model saved from an *ForCausalLM class (e.g. a cudaperf train policy checkpoint)",
+        )
     return path
+
+
+#: Class-name endings of the causal (text-generating) heads of transformers.
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def non_causal_architecture(path: Path) -> str | None:
+    """The architecture named by ``path/config.json`` when it is not a causal LM head (e.g.
+    ``LlamaForSequenceClassification``: a ranker checkpoint), else None (also when the file
+    names none or cannot be read: loading decides then)."""
+    try:
+        archs = json.loads((Path(path) / "config.json").read_text()).get("architectures") or []
+    except Exception:  # noqa: BLE001 - no verdict: the loader reports a damaged file
+        return None
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        return None
+    return None if any(a.endswith(CAUSAL_SUFFIXES) for a in archs) else archs[0]
 
 
 def check_installed() -> None:
@@ -441,4 +465,4 @@ def _model_type(path: Path) -> str | None:
 
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "INSTALL_HINT", "TransformersChatModel", "check_installed",
-           "check_model_folder", "plain_prompt"]
+           "check_model_folder", "non_causal_architecture", "plain_prompt"]

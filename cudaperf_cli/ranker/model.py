@@ -50,6 +50,15 @@ def side_features(side: Mapping[str, Any]) -> list[float]:
     return F.vector(F.source_features(source, registers=side.get("registers"), spill_bytes=side.get("spill_bytes")))
 
 
+def _difference(fa: Any, fb: Any) -> np.ndarray:
+    """``f(a) - f(b)`` with an infinite difference (values near the float64 limit) made
+    missing (NaN, imputed 0 like a missing side): no evidence rather than an overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.asarray(fa, float) - np.asarray(fb, float)
+    d[np.isinf(d)] = np.nan
+    return d
+
+
 class PairwiseRanker:
     """The fitted model (see the module docstring).
 
@@ -76,15 +85,14 @@ class PairwiseRanker:
     def fit(self, fa: np.ndarray, fb: np.ndarray, y: np.ndarray) -> "PairwiseRanker":
         """Fit on pairs: rows of ``fa``/``fb`` are the two sides' features, ``y`` is 1 when
         ``a`` is better.  Each pair is used in both orders."""
-        d = np.asarray(fa, float) - np.asarray(fb, float)
+        d = _difference(fa, fb)
         y = np.asarray(y, int)
         self.pipeline.fit(np.vstack([d, -d]), np.concatenate([y, 1 - y]))
         return self
 
     def predict_proba(self, fa: np.ndarray, fb: np.ndarray) -> np.ndarray:
         """p(a better than b) for each row (1-D array); one vector each gives one value."""
-        fa, fb = np.atleast_2d(np.asarray(fa, float)), np.atleast_2d(np.asarray(fb, float))
-        proba = self.pipeline.predict_proba(fa - fb)
+        proba = self.pipeline.predict_proba(np.atleast_2d(_difference(fa, fb)))
         col = list(self.pipeline.classes_).index(1)
         return proba[:, col]
 
@@ -304,15 +312,27 @@ def load(ckpt_dir: Path) -> tuple[Any, dict[str, Any]]:
             f"no ranker checkpoint in {ckpt_dir} (needs {METADATA_FILE} and {MODEL_FILE})",
             hint="train one: cudaperf train ranker --data pairs.jsonl -o checkpoints/NAME",
         )
-    if meta.get("features_version") != F.FEATURES_VERSION or tuple(meta.get("feature_names") or ()) != F.FEATURE_NAMES:
+    if meta.get("features_version") != F.FEATURES_VERSION:
         raise CudaperfError(
             f"{ckpt_dir}: trained on features version {meta.get('features_version')}, this cudaperf computes "
             f"version {F.FEATURES_VERSION}",
             hint="retrain: cudaperf train ranker --data pairs.jsonl -o " + str(ckpt_dir),
         )
+    if tuple(meta.get("feature_names") or ()) != F.FEATURE_NAMES:
+        raise CudaperfError(f"{ckpt_dir}: metadata.json's feature_names differ from features version "
+                            f"{F.FEATURES_VERSION}'s (a damaged or edited checkpoint)",
+                            hint="retrain: cudaperf train ranker --data pairs.jsonl -o " + str(ckpt_dir))
     import joblib
 
-    pipeline = joblib.load(ckpt_dir / MODEL_FILE)
+    try:
+        pipeline = joblib.load(ckpt_dir / MODEL_FILE)
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign pickle raises anything
+        raise CudaperfError(f"{ckpt_dir / MODEL_FILE}: not a readable ranker model ({type(exc).__name__})",
+                            hint="retrain: cudaperf train ranker --data pairs.jsonl -o " + str(ckpt_dir)) from None
+    if not (hasattr(pipeline, "predict_proba") and hasattr(pipeline, "named_steps")
+            and "logreg" in getattr(pipeline, "named_steps", {})):
+        raise CudaperfError(f"{ckpt_dir / MODEL_FILE}: holds a {type(pipeline).__name__}, not the ranker's pipeline",
+                            hint="retrain: cudaperf train ranker --data pairs.jsonl -o " + str(ckpt_dir))
     return PairwiseRanker(pipeline, meta["feature_names"]), meta
 
 

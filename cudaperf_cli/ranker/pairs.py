@@ -100,20 +100,32 @@ def _num(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _read_jsonl(path: Path, tolerant: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each JSON line of ``path``.  A line that does not parse
+    is skipped when it is the last one (a killed writer) or, with ``tolerant`` (a run
+    folder's ``turns.jsonl``, where a resumed run closes a cut line and goes on), anywhere.
+
+    Raises:
+        CudaperfError: unreadable file; another bad line; a line that is not an object.
+    """
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:
         raise CudaperfError(f"cannot read {path}: {exc.strerror or exc}") from None
-    for i, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except ValueError:  # a half-written last line of a killed run
-            continue
-        if isinstance(obj, dict):
-            yield i, obj
+        except ValueError:
+            if tolerant or (i == last and i > 1):  # a half-written line of a killed run
+                continue
+            raise CudaperfError(f"{path}:{i}: not a JSON line", hint="is this a candidates.jsonl or turns.jsonl?") from None
+        if not isinstance(obj, dict):
+            raise CudaperfError(f"{path}:{i}: not a JSON object", hint="is this a candidates.jsonl or turns.jsonl?")
+        yield i, obj
 
 
 def _candidate(row: Mapping[str, Any], problem: str, group: str, origin: str) -> Candidate | None:
@@ -176,7 +188,7 @@ def read_run_dir(run_dir: Path) -> list[Candidate]:
     problem = run_problem_id(run_dir)
     path = run_dir / "turns.jsonl"
     out = []
-    for line, row in _read_jsonl(path):
+    for line, row in _read_jsonl(path, tolerant=True):
         c = _candidate(row, problem, f"{run_dir}::{problem}", f"{path}:{line}")
         if c is not None:
             out.append(c)

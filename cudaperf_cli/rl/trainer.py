@@ -82,6 +82,16 @@ def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, u
             raise CudaperfError(f"--model {model}: not a model folder (no config.json)",
                                 hint="a local folder saved with save_pretrained (a merged model, "
                                 "not a LoRA adapter alone)")
+        from cudaperf_cli.policies.transformers_policy import non_causal_architecture
+
+        other = non_causal_architecture(path)
+        if other is not None:
+            raise CudaperfError(f"--model {model}: holds a {other}, not a causal language model",
+                                hint="the policy must generate text: a *ForCausalLM checkpoint")
+        if out.resolve() == path.resolve() or path.resolve() in out.resolve().parents \
+                or out.resolve() in path.resolve().parents:
+            raise CudaperfError(f"-o {out} and --model {model} overlap: the checkpoint would replace "
+                                "or sit inside the model being trained", hint="write to another folder")
     if not problems:
         raise CudaperfError("missing --problems DIR", hint="a folder of *.c and *.py problems, e.g. examples/")
     if not candidate_files(problems):
@@ -100,6 +110,9 @@ def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, u
                             hint="pip install vllm (a version TRL supports), or leave out --use-vllm")
     if out.exists() and not out.is_dir():
         raise CudaperfError(f"the output {out} is a file; a checkpoint is a folder (-o DIR)")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise CudaperfError(f"cannot create -o {out}: {blocked} is a file")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise CudaperfError(f"{out} exists and is not empty",
                             hint="choose another -o, or --force to replace the checkpoint in it")
@@ -149,9 +162,9 @@ def _load_model(model: str, cfg: PolicyTrainConfig, texts: Sequence[str], on_gpu
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
         net = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, local_files_only=True)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a damaged folder: safetensors, config validation...
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise CudaperfError(f"cannot load --model {model}: {first}") from None
+        raise CudaperfError(f"cannot load --model {model}: {type(exc).__name__}: {first[:300]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, net, f"{Path(model).resolve()} ({type(net).__name__}, {dtype})"
