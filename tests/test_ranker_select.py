@@ -56,7 +56,7 @@ def test_rank_proposals_orders_cuts_and_keeps_the_rest(tmp_path: Path):
     assert ranker.calls == [([p.source for p in props[:4]], "gemm.c:f")]  # the empty one is not scored
     out = [json.loads(line) for line in (store.path / "ranked-out.jsonl").read_text().splitlines()]
     assert [(r["description"], r["rank"], r["score"], r["turn"]) for r in out] == [
-        ("cand D", 3, 0.4, 3), ("cand A", 4, 0.1, 3), ("no code", 5, 0.0, 3)]
+        ("cand D", 3, 0.4, 2), ("cand A", 4, 0.1, 2), ("no code", 5, 0.0, 2)]
     assert out[0]["source"] == props[3].source
     everything = rank_proposals(ranker, props, problem, turn=0, top=None, store=store)
     assert [p.description for p in everything] == ["cand B", "cand C", "cand D", "cand A", "no code"]
@@ -129,6 +129,15 @@ def test_optimize_with_a_ranker_evaluates_the_top_samples(tmp_path: Path):
     out = [json.loads(line) for line in (run / "ranked-out.jsonl").read_text().splitlines()]
     assert sorted(r["rank"] for r in out) == [3, 4] and all(r["source"] for r in out)
     assert json.loads((run / "run.json").read_text())["options"]["ranker_top"] == 2
+
+
+def test_turn_line_names_the_rank():
+    from cudaperf_cli.agent.loop import TurnRecord
+    from cudaperf_cli.agent.render import turn_line
+
+    r = TurnRecord(0, "builtin", "grid1d block 256", "no_device",
+                   mapping={"ranker": {"score": 0.71, "rank": 1, "of": 4}}, sample=0, samples=4)
+    assert turn_line(r).startswith("turn 1.1: ") and "(ranked 1 of 4, score 0.71)" in turn_line(r)
 
 
 def test_ranker_top_without_ranker_is_one_line(tmp_path: Path):

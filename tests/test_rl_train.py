@@ -107,6 +107,8 @@ def test_checkpoint_loads(trained):
     tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     assert tok.chat_template and tok.eos_token == "<|end|>"
+    # the training's sampling travels with the checkpoint (--policy transformers uses it)
+    assert model.generation_config.max_new_tokens == 16 and model.generation_config.do_sample
     ids = tok.apply_chat_template([{"role": "user", "content": "Port this C function"}],
                                   add_generation_prompt=True, return_tensors="pt", return_dict=True)
     gen = model.generate(**ids, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)

@@ -235,8 +235,9 @@ def rank_proposals(
     """``proposals`` ordered by the ranker's score (mean win probability against the
     others; docs/ranker.md), best first, cut to the ``top`` best when given.  Each kept
     proposal's ``mapping["ranker"]`` records ``score``, ``rank`` (1 = best) and ``of``;
-    the ones cut are appended to ``ranked-out.jsonl`` in the run folder (turn, rank,
-    score, description, source, files), so nothing the policy wrote is lost.
+    the ones cut are appended to ``ranked-out.jsonl`` in the run folder (turn, 0-based as
+    in ``turns.jsonl``; rank, score, description, source, files), so nothing the policy
+    wrote is lost.  With the built-in policy, the mappings cut are not tried in later turns.
 
     A proposal without code (a model's reply with no usable code) scores 0 and ranks last.
     """
@@ -260,7 +261,7 @@ def rank_proposals(
         if i in keep:
             out.append(dc.replace(p, mapping={**dict(p.mapping), "ranker": info}))
         else:
-            row = {"turn": turn + 1, **info, "description": p.description, "policy": p.policy,
+            row = {"turn": turn, **info, "description": p.description, "policy": p.policy,
                    "source": p.source, "files": dict(getattr(p, "files", {}) or {})}
             store.append_jsonl("ranked-out.jsonl", row)
     return out

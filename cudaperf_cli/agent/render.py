@@ -129,6 +129,9 @@ def turns_table(records: list[TurnRecord], title: str | None = None, width: int 
 def turn_line(r: TurnRecord) -> str:
     """One plain line for a finished turn (non-terminal output)."""
     head = f"turn {r.label}: {STATUS_LABEL.get(r.status, r.status)}"
+    ranked = (r.mapping or {}).get("ranker")
+    if isinstance(ranked, dict) and r.status != "refused":
+        head += f" (ranked {ranked.get('rank')} of {ranked.get('of')}, score {ranked.get('score')})"
     if r.correct and (r.speedup_compile is not None or r.eager_ms is not None):
         return (
             f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, {fmt_x(r.speedup_kernel)} vs PyTorch eager "

@@ -27,7 +27,8 @@ data_app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
 train_app = typer.Typer(
-    name="train", help="Train models on measured data (cudaperf train ranker).",
+    name="train", help="Train models: the pairwise ranker on measured pairs (cudaperf train ranker), "
+    "the policy with GRPO (cudaperf train policy).",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
 
@@ -84,7 +85,8 @@ def pairs_cmd(
         fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     doc = {
         "output": str(output), "inputs": stats.inputs, "candidates": stats.candidates, "correct": stats.correct,
-        "duplicates": stats.duplicates, "problems": len(stats.problems), "speed_pairs": stats.speed_pairs,
+        "duplicates": stats.duplicates, "problems": len(stats.problems),
+        "problems_with_pairs": len({p["problem"] for p in pairs}), "speed_pairs": stats.speed_pairs,
         "correctness_pairs": stats.correctness_pairs, "within_noise": stats.within_noise,
         "untimed_correct": stats.untimed, "min_margin": min_margin,
     }
@@ -93,7 +95,8 @@ def pairs_cmd(
     else:
         print(
             f"{output}: {stats.speed_pairs} speed + {stats.correctness_pairs} correctness pairs of "
-            f"{len(stats.problems)} problem(s) from {stats.candidates} candidates in {n_inputs} input(s) "
+            f"{doc['problems_with_pairs']} problem(s) ({len(stats.problems)} seen) from {stats.candidates} "
+            f"candidates in {n_inputs} input(s) "
             f"({stats.within_noise} correct pairs within noise, {stats.duplicates} duplicate sources, "
             f"{stats.untimed} correct without time/IQR left out)"
         )
@@ -261,9 +264,9 @@ def rank(
         None, "--checkpoint", help=f"Ranker checkpoint folder (default: ${RANKER_ENV}, else checkpoints/ranker)."
     ),
     problem: Optional[str] = typer.Option(
-        None, "--problem", metavar="FILE", help="LM checkpoints: the problem id of the text's first line, as "
-        "pairs.jsonl names it (bench: the file's path relative to its suite, e.g. gemm.c; optimize: "
-        "<file name>:<function>); used as written, not read. Default: empty. Ignored by feature checkpoints."),
+        None, "--problem", metavar="FILE|ID", help="LM checkpoints: the problem, as its file (only the name is "
+        "used, the file is not read: examples/gemm.c -> gemm.c) or a pairs.jsonl id (torch/x.py, "
+        "gemm.c:kernel_gemm -> the file name). Default: none. Ignored by feature checkpoints."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Which of two CUDA candidates of one problem is better, and the ranker's probability

@@ -146,7 +146,9 @@ class TransformersChatModel:
             generation config (greedy if it does not ask for sampling).
         top_p: nucleus-sampling probability mass in (0, 1]; ``None``: the model's default.
             Ignored when greedy.
-        max_tokens: most new tokens per reply; ``None``: :data:`DEFAULT_MAX_NEW_TOKENS`.
+        max_tokens: most new tokens per reply; ``None``: the checkpoint's
+            ``generation_config.max_new_tokens`` when it sets one, else
+            :data:`DEFAULT_MAX_NEW_TOKENS`.
             Either way at most the model's context minus the prompt.
         seed: seed of every request's sampling; ``None``: unseeded.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; ``None``: ``cuda`` if available.
@@ -317,7 +319,10 @@ class TransformersChatModel:
     def generate_kwargs(self, n: int, prompt_len: int) -> dict[str, Any]:
         """The sampling keyword arguments given to ``model.generate`` for ``n`` replies to a
         prompt of ``prompt_len`` tokens (``num_return_sequences`` is 1 when greedy)."""
-        max_new = self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_NEW_TOKENS
+        max_new = self.max_tokens
+        if max_new is None:  # the checkpoint's own limit (cudaperf train policy writes one)
+            saved = getattr(self._model.generation_config, "max_new_tokens", None)
+            max_new = saved if isinstance(saved, int) and saved > 0 else DEFAULT_MAX_NEW_TOKENS
         max_new = max(1, min(max_new, self._context() - prompt_len))
         kwargs: dict[str, Any] = {"max_new_tokens": max_new}
         if self.temperature is None:

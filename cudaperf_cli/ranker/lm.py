@@ -8,9 +8,14 @@ of one candidate and gives it a reward ``r``; for two candidates of one problem
 so ``p(a, b) = 1 - p(b, a)`` by construction (both rewards come from one batch whatever the
 order, :meth:`LMRanker.rewards`) and identical texts give 0.5.
 
-- **Text of one side** (:func:`side_text`): ``// problem: <problem id>\\n`` followed by the
-  kernel source, tokenised, cut to its first ``max_length - 1`` tokens, then the tokenizer's
-  EOS token.  The same function encodes training pairs and ``cudaperf rank`` inputs.
+- **Text of one side** (:func:`side_text`): ``// problem: <problem file name>\\n`` followed
+  by the kernel source without its comments and string literals (code only: a comment such
+  as the built-in policy's header naming its mapping is not evidence about speed),
+  tokenised, cut to its first ``max_length - 1`` tokens, then the tokenizer's EOS token.
+  The problem id is reduced to its file name (:func:`problem_name`), so bench pairs
+  (``torch/x.py``), optimize runs (``gemm.c:kernel_gemm``), ``cudaperf rank --problem`` and
+  ``optimize --ranker`` write the same line.  The same function encodes training pairs and
+  ranking inputs.
 - **Training**: TRL's :class:`trl.RewardTrainer` on a pre-tokenised preference dataset
   (``chosen_ids``, ``rejected_ids`` and an optional ``margin``); its loss is
   ``-log sigmoid(r_chosen - r_rejected - margin)``.  ``margin`` (:data:`MARGIN_MODES`):
@@ -95,12 +100,22 @@ LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05
 INFERENCE_BATCH = 16
 
 TRAIN_EXTRA = "pip install 'cudaperf[train]'"
-TEXT_FORMAT = "// problem: <problem id>\\n<kernel source>, first max_length-1 tokens + EOS"
+TEXT_FORMAT = ("// problem: <problem file name>\\n<kernel source without comments and strings>, "
+               "first max_length-1 tokens + EOS")
+
+
+def problem_name(problem: str) -> str:
+    """The file name of a problem id: ``torch/row_amax.py`` -> ``row_amax.py``,
+    ``gemm.c:kernel_gemm`` -> ``gemm.c``, ``""`` -> ``""``."""
+    return Path(str(problem).split(":", 1)[0]).name
 
 
 def side_text(problem: str, source: str) -> str:
-    """The text of one candidate: the problem id line, then the kernel source."""
-    return f"// problem: {problem}\n{source}"
+    """The text of one candidate: the problem's file name line, then the kernel source
+    without comments and string literals (:func:`features.strip_comments_and_strings`)."""
+    from cudaperf_cli.ranker.features import strip_comments_and_strings
+
+    return f"// problem: {problem_name(problem)}\n{strip_comments_and_strings(source)}"
 
 
 # ------------------------------------------------------------------------------ libraries

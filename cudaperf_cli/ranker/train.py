@@ -159,6 +159,10 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
             f"  {kind}: {row['pairs']} pairs, ranker {pct(row['accuracy'])}, "
             + ", ".join(f"{name.replace('_', ' ')} {pct(row[name])}" for name in metrics["baselines"])
         )
+    cal = metrics["calibration"]
+    bins = " | ".join(f"[{b['lo']:.1f},{b['hi']:.1f}) pred {b['mean_predicted']:.2f} obs {b['observed']:.2f} n={b['n']}"
+                      for b in cal["bins"])
+    lines.append(f"calibration: Brier {cal['brier']:.3f} (0.25 = always 0.5); {bins}")
     cv = metrics.get("cv")
     if cv:
         lines.append(
@@ -168,8 +172,4 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
             + "".join(f", {name.replace('_', ' ')} {pct(b['accuracy'])}" for name, b in cv["baselines"].items())
             + f"; per fold {' '.join(pct(a) for a in cv['fold_accuracy'])}; Brier {cv['calibration']['brier']:.3f}"
         )
-    cal = metrics["calibration"]
-    bins = " | ".join(f"[{b['lo']:.1f},{b['hi']:.1f}) pred {b['mean_predicted']:.2f} obs {b['observed']:.2f} n={b['n']}"
-                      for b in cal["bins"])
-    lines.append(f"calibration: Brier {cal['brier']:.3f} (0.25 = always 0.5); {bins}")
     return lines

@@ -402,6 +402,9 @@ def _save_weights(trainer: Any, tokenizer: Any, out: Path, cfg: PolicyTrainConfi
         net = net.merge_and_unload()
     if getattr(net.config, "use_cache", None) is False:
         net.config.use_cache = True  # gradient checkpointing turned it off for training
+    gen = net.generation_config  # the training's sampling: --policy transformers uses it by default
+    gen.do_sample, gen.temperature, gen.top_p = True, cfg.temperature, cfg.top_p
+    gen.max_new_tokens = cfg.max_new_tokens
     net.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return info
