@@ -210,6 +210,12 @@ def test_force_clears_only_checkpoint_files(tmp_path):
         (tmp_path / name).write_text("x")
     (tmp_path / "adapter").mkdir()
     (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    from cudaperf_cli.rl.trainer import RUN_LOG_NAMES
+
+    (tmp_path / "metrics.jsonl").write_text("{}")
+    clear_checkpoint(tmp_path, RUN_LOG_NAMES)  # a --force run's start: the old weights stay
+    assert not (tmp_path / "metadata.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "model-00001-of-00002.safetensors").is_file()
     clear_checkpoint(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
 

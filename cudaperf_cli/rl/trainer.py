@@ -118,16 +118,24 @@ def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, u
                             hint="choose another -o, or --force to replace the checkpoint in it")
 
 
-def clear_checkpoint(out: Path) -> None:
-    """Remove a previous checkpoint's files (:data:`CHECKPOINT_NAMES`) from ``out``."""
-    for name in CHECKPOINT_NAMES:
+#: What a new run (``--force``) removes at its start: the previous run's metadata (so the
+#: folder is no finished checkpoint while training) and logs; its weights stay until the new
+#: ones are saved (an interrupted run leaves them).
+RUN_LOG_NAMES = ("metadata.json", "metrics.jsonl", "rollouts.jsonl", "runs")
+
+
+def clear_checkpoint(out: Path, names: Sequence[str] = CHECKPOINT_NAMES) -> None:
+    """Remove a previous checkpoint's files (``names``, default :data:`CHECKPOINT_NAMES`,
+    which then also removes ``model-*.safetensors`` shards) from ``out``; nothing else."""
+    for name in names:
         p = out / name
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         elif p.exists() or p.is_symlink():
             p.unlink()
-    for p in out.glob("model-*.safetensors"):
-        p.unlink()
+    if "model.safetensors" in names:  # the shards of a large model too
+        for p in out.glob("model-*.safetensors"):
+            p.unlink()
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -304,7 +312,7 @@ def train_policy(
                             "problem(s) were loaded", hint="lower --problems-per-step or add problems")
     say(f"{len(specs)} problem(s): " + ", ".join(s.name for s in specs))
     if out.is_dir() and force:
-        clear_checkpoint(out)
+        clear_checkpoint(out, RUN_LOG_NAMES)  # the old weights go only when the new ones are saved
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="cudaperf-train-"))
     logger = None
@@ -358,6 +366,7 @@ def train_policy(
 
         # 6. the checkpoint (metadata.json last)
         steps_done = int(trainer.state.global_step)
+        clear_checkpoint(out, [n for n in CHECKPOINT_NAMES if n not in RUN_LOG_NAMES])  # old weights
         lora_info = _save_weights(trainer, tokenizer, out, cfg)
         time_s = logger.time_summary()
         meta = {
