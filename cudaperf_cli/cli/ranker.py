@@ -185,6 +185,9 @@ def train_ranker(
         fail(err)
     except OSError as exc:
         fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
+    except KeyboardInterrupt:  # metadata.json is written last: without it, no checkpoint
+        print(f"interrupted: no checkpoint written ({output} has no new metadata.json)", file=sys.stderr)
+        raise typer.Exit(130)
     if json_out:
         print(json.dumps(M._clean({"checkpoint": str(output), "model_kind": kind, **meta["metrics"]})))
     else:
