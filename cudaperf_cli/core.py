@@ -405,6 +405,23 @@ __all__ = [
 ]
 
 
+def check_checkpoint_folder(out: Path, force: bool) -> None:
+    """Refuse, before any training, an output checkpoint folder ``out`` that is a file, that
+    cannot be created (a parent is a file), or that is not empty without ``force``.
+
+    Raises:
+        CudaperfError: one of those (exit code 2).
+    """
+    if out.exists() and not out.is_dir():
+        raise CudaperfError(f"the output {out} is a file; a checkpoint is a folder (-o DIR)")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise CudaperfError(f"cannot create -o {out}: {blocked} is a file")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise CudaperfError(f"{out} exists and is not empty",
+                            hint="choose another -o, or --force to replace the checkpoint in it")
+
+
 def file_tail(path: str | Path, limit: int = 4000) -> str:
     """The last ``limit`` characters of a (child process's stderr) file, decoded leniently;
     ``""`` when it cannot be read."""

@@ -216,7 +216,9 @@ def make_ranker(opts: OptimizeOptions) -> Any:
 
 def _ranked_text(proposal: Any) -> str:
     """The CUDA a ranker reads: a PyTorch candidate's ``.cu`` file, else its source."""
-    cu = next((t for name, t in getattr(proposal, "files", {}).items() if name.endswith(".cu")), None)
+    from cudaperf_cli.agent.torch_optimize import cuda_source_of
+
+    cu = cuda_source_of(getattr(proposal, "files", {}) or {})
     return cu if cu is not None else proposal.source
 
 

@@ -50,6 +50,61 @@ def candidate_format(files: dict[str, str]) -> str:
     return "fast" if any(name.endswith(".cu") for name in files) else "load_inline"
 
 
+def cuda_source_of(files: dict[str, str]) -> str | None:
+    """The text of a candidate's ``.cu`` file (the fast format's kernel), or None."""
+    return next((text for name, text in files.items() if name.endswith(".cu")), None)
+
+
+def torch_candidate_record(proposal: Any, turn: int, mapping: dict[str, Any] | None = None,
+                           sample: int = 0, samples: int = 1) -> TurnRecord:
+    """The ``pending`` record of a PyTorch proposal: its files in ``mapping["files"]``
+    (a reply with ``model.py`` only is the load_inline format), ``source`` the CUDA
+    (``kernel.cu``) when there is one, else ``model.py`` (the run folder and
+    ``candidates.jsonl`` keep the kernel itself); ``format_error`` when it has no file."""
+    files = dict(proposal.files) or ({"model.py": proposal.source} if proposal.source.strip() else {})
+    record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
+                        source=cuda_source_of(files) or proposal.source,
+                        mapping=dict(proposal.mapping) if mapping is None else mapping,
+                        sample=sample, samples=samples)
+    record.mapping["files"] = files
+    if not files:
+        record.status = "format_error"
+        record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")
+        record.baseline = BASELINE_EAGER_NAME
+    return record
+
+
+def evaluate_torch_candidate(
+    record: TurnRecord, folder: Path, problem: Any, *, seed: int, arch: str, allow_torch_ops: bool,
+    build_timeout_s: float, eval_timeout_s: float, compile_baseline: bool = True, device: int = 0,
+    reports: dict[tuple[int, int], Any] | None = None,
+) -> None:
+    """Build, guard, verify and time the candidate of ``record`` (its ``mapping["files"]``,
+    written into ``folder``) in child processes, fill ``record`` from the result and score
+    the structure of its ``.cu`` (cached in ``reports``).  Time limits in seconds;
+    ``device``: the CUDA ordinal of the evaluation."""
+    from cudaperf_cli.evaluate.torch_job import TorchEvalJob, run_torch_evaluation
+
+    files: dict[str, str] = dict(record.mapping.get("files") or {})
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        paths.append(str(folder / name))
+    record.build_dir = str(folder)
+    job = TorchEvalJob(
+        problem=str(problem.path), candidate=paths, format=candidate_format(files),
+        seed=seed, shapes=[dict(problem.alt_shapes)] if problem.alt_shapes else [],
+        allow_torch_ops=allow_torch_ops, arch=arch, build_timeout_s=build_timeout_s,
+        compile_baseline=compile_baseline, device=device,
+    )
+    result = run_torch_evaluation(job, timeout_s=eval_timeout_s)
+    fill_from_torch_result(record, result)
+    cu = cuda_source_of(files)
+    if cu is not None and record.status not in ("compile_error", "compile_timeout"):
+        _score(record, cu, arch, problem, {} if reports is None else reports)
+
+
 def fill_from_torch_result(record: TurnRecord, result: Any) -> None:
     """Copy a :class:`~cudaperf_cli.evaluate.torch_job.TorchEvalResult` into ``record``."""
     data = to_jsonable(result)
@@ -141,29 +196,6 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
     allow_library = opts.policy == "builtin"  # the built-in policy leaves matmul/conv to cuBLAS/cuDNN
     reports: dict[tuple[int, int], Any] = {}
 
-    def evaluate(record: TurnRecord, files: dict[str, str], stage: Any) -> None:
-        from cudaperf_cli.evaluate.torch_job import TorchEvalJob, run_torch_evaluation
-
-        folder = store.subdir("candidates") / f"turn{record.turn + 1}-sample{record.sample + 1}"
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, text in files.items():
-            (folder / name).write_text(text)
-            paths.append(str(folder / name))
-        record.build_dir = str(folder)
-        job = TorchEvalJob(
-            problem=str(problem.path), candidate=paths, format=candidate_format(files),
-            seed=opts.seed, shapes=[dict(problem.alt_shapes)] if problem.alt_shapes else [],
-            allow_torch_ops=allow_library, arch=arch, build_timeout_s=opts.compile_timeout_s,
-            compile_baseline=opts.compile_baseline,
-        )
-        stage("building, verifying and timing (child processes)")
-        result = run_torch_evaluation(job, timeout_s=opts.eval_timeout_s)
-        fill_from_torch_result(record, result)
-        cu = next((text for name, text in files.items() if name.endswith(".cu")), None)
-        if cu is not None and record.status not in ("compile_error", "compile_timeout"):
-            _score(record, cu, arch, problem, reports)
-
     def run_turn(turn: int, history: list[TurnRecord]) -> list[TurnRecord]:
         observer.stage(turn, "writing candidates" if opts.samples > 1 else "writing a candidate")
         proposals, refusal = propose_or_refuse(policy, problem, turn, history, opts, store, ranker)
@@ -171,21 +203,16 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
             return [refusal]
         records = []
         for k, proposal in enumerate(proposals):
-            files = dict(proposal.files) or ({"model.py": proposal.source} if proposal.source.strip() else {})
-            # source: the CUDA (kernel.cu) when there is one, else model.py; every file in
-            # mapping["files"] (the run folder and candidates.jsonl keep the kernel itself)
-            cuda = next((text for name, text in files.items() if name.endswith(".cu")), None)
-            record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
-                                source=cuda or proposal.source, mapping=dict(proposal.mapping),
-                                sample=k, samples=opts.samples)
-            record.mapping["files"] = files
+            record = torch_candidate_record(proposal, turn, sample=k, samples=opts.samples)
             label = f"sample {k + 1}/{len(proposals)}: " if len(proposals) > 1 else ""
-            if not files:
-                record.status = "format_error"
-                record.message = str(proposal.mapping.get("format_error") or "the reply had no usable code")
-                record.baseline = BASELINE_EAGER_NAME
-            else:
-                evaluate(record, files, lambda name: observer.stage(turn, label + name))
+            if record.status == "pending":
+                observer.stage(turn, label + "building, verifying and timing (child processes)")
+                evaluate_torch_candidate(
+                    record, store.subdir("candidates") / f"turn{turn + 1}-sample{k + 1}", problem,
+                    seed=opts.seed, arch=arch, allow_torch_ops=allow_library,
+                    build_timeout_s=opts.compile_timeout_s, eval_timeout_s=opts.eval_timeout_s,
+                    compile_baseline=opts.compile_baseline, reports=reports,
+                )
             record.feedback = feedback_for(record)
             records.append(record)
         follow(records)

@@ -20,7 +20,7 @@ from typing import List, Optional
 import typer
 
 from cudaperf_cli.cli.common import fail
-from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.core import CudaperfError, check_checkpoint_folder
 
 data_app = typer.Typer(
     name="data", help="Build training data from measured candidates (cudaperf data pairs).",
@@ -148,13 +148,7 @@ def train_ranker(
             given = [flag for flag, value in lm_flags.items() if value is not None]
             if given:
                 raise CudaperfError(f"{', '.join(given)}: only for --kind lm", hint="add --kind lm, or leave them out")
-        if output.exists() and not output.is_dir():
-            raise CudaperfError(f"-o {output} is a file; a checkpoint is a folder")
-        blocked = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
-        if blocked is not None:
-            raise CudaperfError(f"cannot create -o {output}: {blocked} is a file")
-        if output.exists() and (not output.is_dir() or any(output.iterdir())) and not force:
-            raise CudaperfError(f"{output} exists and is not an empty folder", hint="choose another -o, or --force")
+        check_checkpoint_folder(output, force)
         from cudaperf_cli.ranker import model as M
         from cudaperf_cli.ranker import pairs as P
         from cudaperf_cli.ranker import train as T

@@ -124,36 +124,17 @@ class LocalEvaluator:
         ev.reports.clear()  # the structure reports are not kept (memory over a long run)
 
     def _evaluate_torch(self, spec: ProblemSpec, record: TurnRecord) -> None:
-        # The body of run_torch_optimize's evaluate() (agent/torch_optimize.py), with the
-        # device set and a folder per candidate under the work folder.
-        from cudaperf_cli.agent.torch_optimize import (
-            _score, candidate_format, fill_from_torch_result,
-        )
-        from cudaperf_cli.evaluate.torch_job import TorchEvalJob, run_torch_evaluation
+        # As cudaperf optimize evaluates it, on this evaluator's device, a folder per candidate.
+        from cudaperf_cli.agent.torch_optimize import evaluate_torch_candidate
 
-        files: dict[str, str] = dict(record.mapping.get("files") or {})
         with self._lock:
             self._counter += 1
             n = self._counter
-        folder = self.workdir / "candidates" / f"{spec.name.replace('#', '-')}-{n:06d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, text in files.items():
-            (folder / name).write_text(text)
-            paths.append(str(folder / name))
-        record.build_dir = str(folder)
-        problem = spec.problem
-        job = TorchEvalJob(
-            problem=str(problem.path), candidate=paths, format=candidate_format(files),
-            seed=self.seed, shapes=[dict(problem.alt_shapes)] if problem.alt_shapes else [],
-            allow_torch_ops=False, arch=self.arch, build_timeout_s=self.compile_timeout_s,
-            device=self.device,
+        evaluate_torch_candidate(
+            record, self.workdir / "candidates" / f"{spec.name.replace('#', '-')}-{n:06d}", spec.problem,
+            seed=self.seed, arch=self.arch, allow_torch_ops=False, build_timeout_s=self.compile_timeout_s,
+            eval_timeout_s=self.eval_timeout_s, device=self.device,
         )
-        result = run_torch_evaluation(job, timeout_s=self.eval_timeout_s)
-        fill_from_torch_result(record, result)
-        cu = next((text for name, text in files.items() if name.endswith(".cu")), None)
-        if cu is not None and record.status not in ("compile_error", "compile_timeout"):
-            _score(record, cu, self.arch, problem, {})
 
 
 def pick_devices(gpu_count: int, eval_device: int | None) -> tuple[str, int]:

@@ -425,23 +425,14 @@ class MultiTurnRollout:
         mapping = dict(proposal.mapping)
         mapping["trajectory"] = trajectory
         if spec.kind == "torch":
-            files = dict(proposal.files) or ({"model.py": proposal.source} if proposal.source.strip() else {})
-            cuda = next((text for name, text in files.items() if name.endswith(".cu")), None)
-            mapping["files"] = files
-            record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
-                                source=cuda or proposal.source, mapping=mapping)
-            has_code = bool(files)
-        else:
-            record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
-                                source=proposal.source, mapping=mapping)
-            has_code = bool(proposal.source.strip())
-        if not has_code:
+            from cudaperf_cli.agent.torch_optimize import torch_candidate_record
+
+            return torch_candidate_record(proposal, turn, mapping=mapping)
+        record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
+                            source=proposal.source, mapping=mapping)
+        if not proposal.source.strip():
             record.status = "format_error"
             record.message = str(mapping.get("format_error") or "the reply had no usable code")
-            if spec.kind == "torch":
-                from cudaperf_cli.agent.torch_optimize import BASELINE_EAGER_NAME
-
-                record.baseline = BASELINE_EAGER_NAME
         return record
 
     def _evaluate_all(self, jobs: list[tuple[ProblemSpec, TurnRecord]]) -> None:
@@ -493,9 +484,7 @@ class MultiTurnRollout:
         correct = [s for s in group if s.record.status == "correct"]
         if not correct:
             return
-        files = [(s.record.mapping or {}).get("files") or {} for s in correct]
-        texts = [next((t for n, t in f.items() if n.endswith(".cu")), s.record.source or "")
-                 for s, f in zip(correct, files)]
+        texts = [s.record.source or "" for s in correct]  # a PyTorch record's source is its kernel.cu
         function = getattr(spec.problem, "function", None)
         problem_id = f"{spec.path.name}:{function}" if function else spec.path.name
         for s, score in zip(correct, self.ranker.scores(texts, problem_id)):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.core import CudaperfError, check_checkpoint_folder
 from cudaperf_cli.rl.config import PolicyTrainConfig
 
 INSTALL_HINT = "pip install 'cudaperf[train]'"
@@ -108,14 +108,7 @@ def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, u
     if use_vllm and importlib.util.find_spec("vllm") is None:
         raise CudaperfError("--use-vllm needs the vllm package, which is not installed",
                             hint="pip install vllm (a version TRL supports), or leave out --use-vllm")
-    if out.exists() and not out.is_dir():
-        raise CudaperfError(f"the output {out} is a file; a checkpoint is a folder (-o DIR)")
-    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        raise CudaperfError(f"cannot create -o {out}: {blocked} is a file")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise CudaperfError(f"{out} exists and is not empty",
-                            hint="choose another -o, or --force to replace the checkpoint in it")
+    check_checkpoint_folder(out, force)
 
 
 #: What a new run (``--force``) removes at its start: the previous run's metadata (so the
