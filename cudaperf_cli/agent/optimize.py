@@ -517,6 +517,16 @@ class ResumeState:
     output_sha256: str | None
 
 
+def restore_run(resumed: "ResumeState", policy: Any, samples: int) -> tuple[RunStore, list[TurnRecord]]:
+    """The run folder and records of a resumed run (``--resume``); the policy gets back the
+    user's hints and, where it keeps a place (the built-in policy's plan), its place."""
+    if hasattr(policy, "hints"):
+        policy.hints.update(resumed.hints)
+    if hasattr(policy, "resume"):
+        policy.resume(resumed.records, samples)
+    return resumed.store, resumed.records
+
+
 #: OptimizeOptions field -> its command-line flag, where the names differ.
 _FLAG_OF_FIELD = {
     "eval_timeout_s": "--timeout", "compile_timeout_s": "--compile-timeout", "json_output": "--json",
@@ -685,12 +695,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         })
         history: list[TurnRecord] = []
     else:
-        store = resumed.store
-        history = resumed.records
-        if hasattr(policy, "hints"):
-            policy.hints.update(resumed.hints)
-        if hasattr(policy, "resume"):
-            policy.resume(history, opts.samples)
+        store, history = restore_run(resumed, policy, opts.samples)
     if human:
         sizes = ", ".join(f"{k}={v}" for k, v in problem.sizes.items())
         small = ", ".join(f"{k}={v}" for k, v in configs[0]["sizes"].items())

@@ -142,7 +142,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
 
     from cudaperf_cli.agent.optimize import (
         EXIT_NO_CORRECT, EXIT_NO_DEVICE, EXIT_OK, conclude, drive_loop, make_ranker, options_to_json,
-        propose_or_refuse, _file_sha256, _version,
+        propose_or_refuse, restore_run, _file_sha256, _version,
     )
     from cudaperf_cli.agent.render import QuietObserver, RichObserver, best_panel
     from cudaperf_cli.problems.pytorch import load_torch_problem
@@ -175,12 +175,7 @@ def run_torch_optimize(opts: Any, resumed: Any, console: Any, detected_arch: str
                                           **problem.to_json()})
         history: list[TurnRecord] = []
     else:
-        store = resumed.store
-        history = resumed.records
-        if hasattr(policy, "hints"):
-            policy.hints.update(resumed.hints)
-        if hasattr(policy, "resume"):
-            policy.resume(history, opts.samples)
+        store, history = restore_run(resumed, policy, opts.samples)
 
     if human:
         if resumed is not None:
