@@ -61,6 +61,17 @@ class TurnRecord:
     compile_s: float | None = None
     compile_cached: bool = False
     eval_s: float | None = None
+    #: Of ``eval_s``: seconds waiting for the GPU lock (another evaluation held the GPU) and
+    #: seconds of the evaluation's preparation before it (imports, CUDA context, loading).
+    lock_wait_s: float | None = None
+    prepare_s: float | None = None
+    #: Peak device memory of the evaluation (bytes, the worker's allocations as the driver
+    #: or PyTorch's allocator reports them) and the problem's footprint (bytes: inputs,
+    #: outputs, parameters and buffers at the main configuration).
+    peak_gpu_bytes: int | None = None
+    footprint_bytes: int | None = None
+    #: The comparison tolerances used: dtype -> {"atol", "rtol"}.
+    tolerances: dict[str, Any] = field(default_factory=dict)
     registers: int | None = None
     spill_bytes: int | None = None
     max_abs_err: float | None = None

@@ -36,6 +36,8 @@ class OptimizeOptions:
     """Everything ``cudaperf optimize`` was asked (see ``cudaperf optimize --help``)."""
 
     file: Path
+    #: C problems: more C sources linked into the reference (``utilities/polybench.c``).
+    sources: tuple[Path, ...] = ()
     cpp_args: tuple[str, ...] = ()
     function: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)
@@ -49,6 +51,13 @@ class OptimizeOptions:
     eval_timeout_s: float = 300.0
     compile_timeout_s: float = 120.0
     seed: int = 0
+    #: Comparison tolerances for every floating dtype; None: the per-dtype defaults
+    #: (float32 1e-4/1e-4, KernelBench's; float64 atol 1e-9, rtol 1e-7).
+    atol: float | None = None
+    rtol: float | None = None
+    #: A verified candidate this many times slower than the run's best correct candidate
+    #: or the baseline stops timing early (status ``slow``); 0: never.
+    slow_factor: float = 10.0
     json_output: bool = False
     target_speedup: float | None = None
     patience: int | None = None
@@ -492,6 +501,8 @@ def options_from_json(data: dict[str, Any]) -> OptimizeOptions:
             value = Path(value)
         elif name == "cpp_args":
             value = tuple(value)
+        elif name == "sources":
+            value = tuple(Path(v) for v in value)
         kw[name] = value
     opts = OptimizeOptions(**kw)
     defaults = OptimizeOptions(file=Path("."))

@@ -47,9 +47,10 @@ def _root(
 @app.command()
 def optimize(
     ctx: typer.Context,
-    file: Optional[Path] = typer.Argument(
+    files: Optional[List[Path]] = typer.Argument(
         None, help="C file holding the function to port, or a KernelBench-format PyTorch .py "
-        "(omit with --resume)."
+        "(omit with --resume); for C, more .c files after it are linked into the reference, "
+        "as cc takes them (e.g. utilities/polybench.c).", show_default=False,
     ),
     include: List[str] = typer.Option([], "-I", help="Include directory (repeatable), as for cc."),
     define: List[str] = typer.Option([], "-D", help="Macro NAME[=VALUE] (repeatable), as for cc."),
@@ -160,6 +161,21 @@ def optimize(
         help="Time limit of one nvcc compile, seconds.",
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random input data."),
+    atol: Optional[float] = typer.Option(
+        None, "--atol", min=0.0, help="Absolute tolerance of the output comparison, every "
+        "floating dtype (default per dtype: float32 1e-4, KernelBench's; float16/bfloat16 "
+        "1e-2; float64 1e-9).",
+    ),
+    rtol: Optional[float] = typer.Option(
+        None, "--rtol", min=0.0, help="Relative tolerance of the output comparison, every "
+        "floating dtype (default per dtype: float32 1e-4, KernelBench's; float16/bfloat16 "
+        "1e-2; float64 1e-7).",
+    ),
+    slow_factor: float = typer.Option(
+        10.0, "--slow-factor", min=0.0, help="A verified candidate whose first timed calls "
+        "are this many times slower than the best correct candidate of the run, or than the "
+        "baseline, stops timing early with status 'slow' (0: never).",
+    ),
     yes: bool = typer.Option(
         False, "--yes", "-y", help="Never ask between turns (the default off a terminal)."
     ),
@@ -191,9 +207,10 @@ def optimize(
             p = args
         if resume is not None and config is not None:
             raise ProblemError("--config does not apply with --resume: the run keeps its own options")
-        if p["file"] is None and resume is None:
+        given_files = list(p["files"] or [])
+        if not given_files and resume is None:
             raise ProblemError("missing the C file", hint="cudaperf optimize FILE.c, or --resume RUN_DIR")
-        if p["file"] is not None and resume is not None:
+        if given_files and resume is not None:
             raise ProblemError("give either a C file or --resume RUN_DIR, not both")
         for flag, values in (("-I", p["include"]), ("-D", p["define"])):
             if any(not v.strip() for v in values):  # '-I ""' would swallow the next flag
@@ -201,7 +218,8 @@ def optimize(
         cpp_args = [f"-I{d}" for d in p["include"]] + [f"-D{d}" for d in p["define"]]
         interactive = not (p["yes"] or p["json_out"]) and sys.stdin.isatty() and sys.stdout.isatty()
         opts = OptimizeOptions(
-            file=p["file"] or Path("."),
+            file=given_files[0] if given_files else Path("."),
+            sources=tuple(given_files[1:]),
             cpp_args=tuple(cpp_args),
             function=p["function"],
             sizes=parse_sizes(p["size"]),
@@ -215,6 +233,9 @@ def optimize(
             eval_timeout_s=p["timeout"],
             compile_timeout_s=p["compile_timeout"],
             seed=p["seed"],
+            atol=p["atol"],
+            rtol=p["rtol"],
+            slow_factor=p["slow_factor"],
             json_output=p["json_out"],
             target_speedup=p["target_speedup"],
             patience=p["patience"],
@@ -256,7 +277,7 @@ def optimize(
 _OPTION_FIELD = {
     "timeout": "eval_timeout_s", "compile_timeout": "compile_timeout_s", "json_out": "json_output",
     "request_timeout": "request_timeout_s", "size": "sizes", "yes": "interactive",
-    "include": "cpp_args", "define": "cpp_args",
+    "include": "cpp_args", "define": "cpp_args", "files": "file",
 }
 
 

@@ -27,17 +27,24 @@ from cudaperf_cli.core import (
 # Statuses
 # ---------------------------------------------------------------------------------------
 
-CORRECT = "correct"  #: every array of every trial of every config matched the reference
-WRONG = "wrong"  #: some array differs (or an input was written, or a guard was touched)
-RUNTIME_ERROR = "runtime_error"  #: the candidate returned an error / a CUDA call failed
-TIMEOUT = "timeout"  #: the worker ran past the time limit and was killed
-CRASH = "crash"  #: the worker died (signal, exit status) or wrote no valid result
-NO_DEVICE = "no_device"  #: no usable CUDA device (no driver, no GPU, none visible)
-REFERENCE_ERROR = "reference_error"  #: the reference (or init) could not be loaded or run
-REFERENCE_ONLY = "reference_only"  #: job without a candidate: reference ran, nothing compared
+# The names come from the one status table (cudaperf_cli/statuses.py).
+from cudaperf_cli.statuses import (  # noqa: E402
+    CORRECT,
+    CRASH,
+    NO_DEVICE,
+    REFERENCE_ERROR,
+    REFERENCE_ONLY,
+    RUNTIME_ERROR,
+    SLOW,
+    TIMEOUT,
+    WRONG,
+)
 
+#: The statuses a C evaluation can end in (a subset of ``statuses.ORDER`` plus
+#: ``reference_only``, the baseline job's).
 STATUSES = (
     CORRECT,
+    SLOW,
     WRONG,
     RUNTIME_ERROR,
     TIMEOUT,
@@ -108,26 +115,32 @@ class ConfigSpec:
 
 @dataclass
 class TimingSettings:
-    """How to time (see docs/evaluation.md, "Timing").
+    """How to time (see docs/evaluation.md, "Timing"); every time in ms.
+
+    Repetitions are planned from a first estimate, as triton's ``do_bench`` does
+    (``triton/testing.py``: ``warmup=25`` ms, ``rep=100`` ms; the number of calls is that
+    time over the estimated time of one call):
 
     Attributes:
-        warmup_reps: untimed calls before timing.
+        warmup_reps: at least this many warm-up calls (timed for the estimate, not reported).
+        warmup_ms: warm-up calls continue until their times sum to this (do_bench: 25 ms).
         min_reps: at least this many timed repetitions ...
-        max_reps: ... at most this many ...
-        min_total_ms: ... and keep repeating until the timed kernel time sums to this, ms.
-        max_total_ms: stop once the timed kernel time sums to this (after at least 3 reps),
-            even below ``min_reps``, ms.
+        max_reps: ... at most this many (warm-up calls are capped by it too) ...
+        min_total_ms: ... planned so that they sum to about this (do_bench's ``rep``: 100 ms).
+        max_total_ms: the timed repetitions never plan past this sum, except that at least
+            3 run: a 765 ms kernel is timed 3 times, not ``min_reps`` times.
         flush_l2: write a flush buffer before every repetition.
         flush_bytes: flush buffer size, bytes; None: max(2 x L2 size, 256 MiB).
         e2e_reps: repetitions of the end-to-end measurement (one more is run as warm-up).
         sync_reps: repetitions of the "call + device synchronize" host-clock measurement.
     """
 
-    warmup_reps: int = 3
+    warmup_reps: int = 1
+    warmup_ms: float = 25.0
     min_reps: int = 10
-    max_reps: int = 300
-    min_total_ms: float = 200.0
-    max_total_ms: float = 10_000.0
+    max_reps: int = 1000
+    min_total_ms: float = 100.0
+    max_total_ms: float = 2_000.0
     flush_l2: bool = True
     flush_bytes: int | None = None
     e2e_reps: int = 10
@@ -165,6 +178,13 @@ class EvalJob:
         device: CUDA device ordinal.
         baseline_label: names the CPU baseline in reports.
         guard_bytes: canary bytes before and after every device array (0 disables).
+        reference_outputs: a folder of the reference's outputs, written by the reference-only
+            (baseline) job of the run and read by every candidate job of it, so that the
+            reference runs once per trial of a run, not once per candidate; None: the worker
+            runs the reference itself.
+        slow_ms: a verified candidate whose estimated kernel time passes this (ms) stops
+            timing early with status ``slow`` (the optimize loop passes ``--slow-factor`` x
+            the lower of the run's best correct time and the CPU baseline); None: never.
         debug_hook: test-only behaviour, honoured only with ``CUDAPERF_TEST_HOOKS=1``.
     """
 
@@ -186,6 +206,8 @@ class EvalJob:
     device: int = 0
     baseline_label: str = DEFAULT_BASELINE
     guard_bytes: int = 4096
+    reference_outputs: str | None = None
+    slow_ms: float | None = None
     debug_hook: str | None = None
 
     def __post_init__(self) -> None:

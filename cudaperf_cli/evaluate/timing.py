@@ -5,7 +5,9 @@ All times are milliseconds.
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -53,6 +55,99 @@ def need_more_reps(n: int, total_ms: float, settings: TimingSettings) -> bool:
     return n < settings.min_reps or total_ms < settings.min_total_ms
 
 
+#: Calls run for the estimate when the first call is shorter than ``warmup_ms``.
+ESTIMATE_CALLS = 5
+#: Timed repetitions enqueued between two synchronisations.
+BATCH = 10
+
+
+@dataclass
+class RepTiming:
+    """What :func:`time_repetitions` measured; every time in ms.
+
+    Attributes:
+        samples: the timed repetitions (the reported statistics); empty when ``slow``.
+        warmup: the warm-up calls' times (the estimate's; not reported as the timing).
+        estimate_ms: the time of one call estimated from the warm-up (the median of the
+            calls after the first, or the first alone when it was long).
+        planned: the repetitions planned from the estimate (``len(samples)``).
+        slow: the estimate passed ``slow_ms``: nothing was timed after the warm-up.
+    """
+
+    samples: list[float] = field(default_factory=list)
+    warmup: list[float] = field(default_factory=list)
+    estimate_ms: float = 0.0
+    planned: int = 0
+    slow: bool = False
+
+
+def plan_reps(estimate_ms: float, settings: TimingSettings) -> int:
+    """Timed repetitions for a call of about ``estimate_ms``: enough to sum to
+    ``min_total_ms`` (do_bench's ``rep / estimate``), within ``[min_reps, max_reps]``, and
+    never planned past ``max_total_ms`` except that at least 3 run (fewer only when
+    ``max_reps`` or ``min_reps`` is smaller)."""
+    est = max(float(estimate_ms), 1e-4)
+    lo, hi = max(int(settings.min_reps), 1), max(int(settings.max_reps), 1)
+    n = min(max(math.ceil(settings.min_total_ms / est), lo), hi)
+    cap = max(min(3, lo, hi), math.floor(settings.max_total_ms / est))
+    return max(min(n, cap), 1)
+
+
+def time_repetitions(
+    run: Callable[[int], list[float]],
+    settings: TimingSettings,
+    *,
+    slow_ms: float | None = None,
+) -> RepTiming:
+    """The one timing loop of both workers (C and PyTorch).
+
+    Args:
+        run: ``run(k)`` enqueues ``k`` repetitions (each: the untimed set-up such as the L2
+            flush, a start event, the call, an end event), synchronises, and returns the
+            ``k`` event times in ms.  The worker supplies it (cuda.core events for C,
+            ``torch.cuda.Event`` for PyTorch).
+        settings: :class:`~cudaperf_cli.evaluate.job.TimingSettings`.
+        slow_ms: stop after the warm-up when the estimate of one call passes this (the
+            candidate is then ``slow``); None: never.
+
+    Order: one call alone (its time includes lazy module loading); if shorter than
+    ``warmup_ms``, :data:`ESTIMATE_CALLS` more estimate a call (their median), then
+    warm-up calls until ``warmup_ms`` is spent (at least ``warmup_reps``, at most
+    ``max_reps``); then :func:`plan_reps` repetitions in batches of :data:`BATCH`.
+
+    Returns:
+        :class:`RepTiming`.  Exceptions raised by ``run`` (a CUDA error) propagate.
+    """
+    out = RepTiming()
+    out.warmup += run(1)
+    out.estimate_ms = out.warmup[0]
+    slow = slow_ms is not None and slow_ms > 0
+    if slow and out.estimate_ms > slow_ms:
+        out.slow = True
+        return out
+    if out.estimate_ms < settings.warmup_ms or len(out.warmup) < settings.warmup_reps:
+        out.warmup += run(ESTIMATE_CALLS)
+        out.estimate_ms = float(np.median(out.warmup[1:]))
+        if slow and out.estimate_ms > slow_ms:
+            out.slow = True
+            return out
+        per = max(out.estimate_ms, 1e-4)
+        more = max(math.ceil((settings.warmup_ms - sum(out.warmup)) / per),
+                   settings.warmup_reps - len(out.warmup), 0)
+        more = min(more, max(int(settings.max_reps) - len(out.warmup), 0))
+        while more > 0:
+            k = min(more, BATCH * 10)
+            out.warmup += run(k)
+            more -= k
+    out.planned = plan_reps(out.estimate_ms, settings)
+    left = out.planned
+    while left > 0:
+        k = min(left, BATCH)
+        out.samples += run(k)
+        left -= k
+    return out
+
+
 def flush_size(l2_bytes: int | None, settings: TimingSettings) -> int:
     """Bytes of the L2 flush buffer: ``settings.flush_bytes`` if given, else
     max(2 x ``l2_bytes``, 256 MiB); 0 when flushing is off."""
@@ -71,10 +166,15 @@ def speedup(baseline_ms: float | None, ms: float | None) -> float | None:
 
 
 __all__ = [
+    "BATCH",
+    "ESTIMATE_CALLS",
     "MIN_FLUSH_BYTES",
+    "RepTiming",
     "SUSPICIOUS_SPEEDUP",
     "flush_size",
     "need_more_reps",
+    "plan_reps",
     "speedup",
     "summarize",
+    "time_repetitions",
 ]

@@ -38,6 +38,7 @@ from cudaperf_cli.evaluate.job import (
     CRASH,
     NO_DEVICE,
     REFERENCE_ERROR,
+    REFERENCE_ONLY,
     RUNTIME_ERROR,
     TIMEOUT,
     WRONG,
@@ -53,20 +54,20 @@ from cudaperf_cli.evaluate.runner import (
 # Statuses, formats, guards
 # ---------------------------------------------------------------------------------------
 
-COMPILE_ERROR = "compile_error"  #: nvcc / load_inline failed, a Python syntax error, no ModelNew
-COMPILE_TIMEOUT = "compile_timeout"  #: the build phase ran past ``build_timeout_s``
-GUARD_REJECTED = "guard_rejected"  #: a guard caught a reward hack (``guard`` says which)
+from cudaperf_cli.statuses import COMPILE_ERROR, COMPILE_TIMEOUT, GUARD_REJECTED, SLOW  # noqa: E402
 
-#: Every status of a :class:`TorchEvalResult`: the C path's (``docs/evaluation.md`` §7,
-#: except ``reference_only``), the build stage's two, and ``guard_rejected``.
+#: Every status of a :class:`TorchEvalResult` (names from ``cudaperf_cli/statuses.py``):
+#: the C path's (``docs/evaluation.md`` §7), the build stage's two, and ``guard_rejected``.
 TORCH_STATUSES = (
     CORRECT,
+    SLOW,
     WRONG,
     RUNTIME_ERROR,
     TIMEOUT,
     CRASH,
     NO_DEVICE,
     REFERENCE_ERROR,
+    REFERENCE_ONLY,
     COMPILE_ERROR,
     COMPILE_TIMEOUT,
     GUARD_REJECTED,
