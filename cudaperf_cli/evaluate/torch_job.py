@@ -185,6 +185,15 @@ class TorchEvalJob:
         static_guards: run ``cudaperf_cli.evaluate.static_guards.check_candidate_source``
             on the candidate's sources first (when that module exists); a violation is
             ``guard_rejected`` with the static guard's id before anything runs.
+        mode: ``"candidate"`` (build, guard, verify and time ``candidate``) or
+            ``"baseline"`` (no candidate: the reference alone at the default configuration:
+            its footprint and peak memory, whether its outputs depend on the inputs, and the
+            eager and torch.compile times that every candidate of the run is compared with).
+        baseline_ms: ``{"eager": ms, "compile": ms or None}`` measured by the run's baseline
+            job; a candidate job then times the candidate alone and states its speedups
+            against these.  None: the candidate job times eager (and compile) itself.
+        slow_ms: a verified candidate whose estimated time passes this (ms) stops timing early
+            with status ``slow``; None: never.
         debug_hook: test-only behaviour (the C worker's hooks: ``sleep:S``, ``segv``...),
             honoured only with ``CUDAPERF_TEST_HOOKS=1``.
     """
@@ -210,6 +219,9 @@ class TorchEvalJob:
     arch: str | None = None
     build_root: str | None = None
     static_guards: bool = True
+    mode: str = "candidate"
+    baseline_ms: dict[str, float | None] | None = None
+    slow_ms: float | None = None
     debug_hook: str | None = None
 
     def __post_init__(self) -> None:
