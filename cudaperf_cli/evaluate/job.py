@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cudaperf_cli.evaluate.outcome import Outcome
 from cudaperf_cli.core import (
     ArrayParam,
     CProblem,
@@ -510,8 +511,8 @@ class ConfigResult:
         return cls(**kw)
 
 
-@dataclass
-class EvalResult:
+@dataclass(kw_only=True)
+class EvalResult(Outcome):
     """Outcome of :func:`cudaperf_cli.evaluate.run_evaluation`.
 
     Attributes:
@@ -532,20 +533,8 @@ class EvalResult:
         summary: headline numbers, see :func:`summarize_result`.
     """
 
-    status: str
-    message: str = ""
     configs: list[ConfigResult] = field(default_factory=list)
     array_roles: dict[str, str] = field(default_factory=dict)
-    device: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    phase: str | None = None
-    elapsed_s: float = 0.0
-    exit_code: int | None = None
-    signal: str | None = None
-    stderr_tail: str = ""
-    warnings: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cudaperf_cli.evaluate.outcome import Outcome
 from cudaperf_cli.core import to_jsonable
 from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 from cudaperf_cli.evaluate.job import (
@@ -467,8 +468,8 @@ class TorchTiming:
         return cls(**kw)
 
 
-@dataclass
-class TorchEvalResult:
+@dataclass(kw_only=True)
+class TorchEvalResult(Outcome):
     """Outcome of :func:`run_torch_evaluation`.
 
     Attributes:
@@ -497,24 +498,12 @@ class TorchEvalResult:
         summary: headline numbers, see :func:`summarize_torch_result`.
     """
 
-    status: str
-    message: str = ""
     configs: list[TorchConfigResult] = field(default_factory=list)
     guard: dict[str, Any] | None = None
     worst_mismatch: dict[str, Any] | None = None
     timing: TorchTiming | None = None
     build: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
-    device: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    phase: str | None = None
-    elapsed_s: float = 0.0
-    exit_code: int | None = None
-    signal: str | None = None
-    stderr_tail: str = ""
-    warnings: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
