@@ -125,6 +125,19 @@ class TorchProblem:
         alt_inputs: the inputs under ``alt_shapes`` (``None`` with it).
         alt_outputs: the outputs under ``alt_shapes`` (``None`` with it).
         alt_note: why ``alt_shapes`` is ``None`` (empty otherwise).
+        footprint: bytes at the main configuration, from the meta device (no data):
+            ``{"inputs_bytes", "outputs_bytes", "params_bytes", "buffers_bytes",
+            "total_bytes"}``; the evaluation's memory plan is made from it.
+        outputs_at_main: ``outputs`` and ``footprint`` are the main configuration's (False
+            when the model does not run on the meta device and the main configuration was too
+            large for a data run: they are then the probe constants').
+        probe_constants: the constants at which the data checks ran (seeds differ, forward
+            deterministic, finite, depends on the inputs), when the main configuration was too
+            large for them (more than 32 MB or 2 GFLOP per forward); None: the main ones.
+        degenerate: the outputs were the same for two input seeds (at the probe constants
+            when those are set): the problem is evaluated as given, with a warning.
+        modifies_inputs: forward modifies one of its inputs in place.
+        alt_footprint: ``footprint`` at ``alt_shapes`` (None when unknown).
         device: where the probe ran the model (``"cpu"`` or ``"cuda"``).
         warnings: remarks that do not stop loading (``forward modifies its input 0 in
             place``).
@@ -146,9 +159,20 @@ class TorchProblem:
     alt_inputs: tuple[TensorSpec, ...] | None = None
     alt_outputs: tuple[TensorSpec, ...] | None = None
     alt_note: str = ""
+    footprint: dict[str, int] | None = None
+    outputs_at_main: bool = True
+    probe_constants: dict[str, int] | None = None
+    degenerate: bool = False
+    modifies_inputs: bool = False
+    alt_footprint: dict[str, int] | None = None
     device: str = "cpu"
     warnings: tuple[str, ...] = ()
     load_seconds: float = 0.0
+
+    @property
+    def footprint_bytes(self) -> int | None:
+        """Total bytes of :attr:`footprint` (None when unknown)."""
+        return None if not self.footprint else int(self.footprint.get("total_bytes", 0))
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (for the evaluation worker's job); inverse of :meth:`from_json`."""
@@ -168,6 +192,12 @@ class TorchProblem:
             "alt_inputs": None if self.alt_inputs is None else [s.to_json() for s in self.alt_inputs],
             "alt_outputs": None if self.alt_outputs is None else [s.to_json() for s in self.alt_outputs],
             "alt_note": self.alt_note,
+            "footprint": None if self.footprint is None else dict(self.footprint),
+            "outputs_at_main": self.outputs_at_main,
+            "probe_constants": None if self.probe_constants is None else dict(self.probe_constants),
+            "degenerate": self.degenerate,
+            "modifies_inputs": self.modifies_inputs,
+            "alt_footprint": None if self.alt_footprint is None else dict(self.alt_footprint),
             "device": self.device,
             "warnings": list(self.warnings),
             "load_seconds": self.load_seconds,
@@ -196,6 +226,12 @@ class TorchProblem:
             alt_inputs=specs(d.get("alt_inputs")),
             alt_outputs=specs(d.get("alt_outputs")),
             alt_note=str(d.get("alt_note", "")),
+            footprint=_int_dict(d.get("footprint")),
+            outputs_at_main=bool(d.get("outputs_at_main", True)),
+            probe_constants=_int_dict(d.get("probe_constants")),
+            degenerate=bool(d.get("degenerate", False)),
+            modifies_inputs=bool(d.get("modifies_inputs", False)),
+            alt_footprint=_int_dict(d.get("alt_footprint")),
             device=str(d.get("device", "cpu")),
             warnings=tuple(d.get("warnings", ())),
             load_seconds=float(d.get("load_seconds", 0.0)),
@@ -370,6 +406,9 @@ def defines_model(source: str) -> bool:
 _PHASE_WORDS = {
     None: "while starting",
     "import": "while importing the file",
+    "meta.init": "in get_init_inputs() / Model(...) on the meta device (shapes without data)",
+    "meta.inputs": "in get_inputs() on the meta device (shapes without data)",
+    "meta.forward": "in forward on the meta device (shapes without data)",
     "init": "in get_init_inputs() / Model(...)",
     "inputs": "in get_inputs()",
     "forward": "in forward",
@@ -565,10 +604,20 @@ def _problem_from(job: _FileJob, device: str) -> TorchProblem:
         alt_inputs=specs(r.get("alt_inputs")),
         alt_outputs=specs(r.get("alt_outputs")),
         alt_note=str(r.get("alt_note", "")),
+        footprint=_int_dict(r.get("footprint")),
+        outputs_at_main=bool(r.get("outputs_at_main", True)),
+        probe_constants=_int_dict(r.get("probe_constants")),
+        degenerate=bool(r.get("degenerate", False)),
+        modifies_inputs=bool(r.get("modifies_inputs", False)),
+        alt_footprint=_int_dict(r.get("alt_footprint")),
         device=device,
         warnings=tuple(r.get("warnings", ())),
         load_seconds=round(job.seconds, 3),
     )
+
+
+def _int_dict(v: Any) -> dict[str, int] | None:
+    return None if v is None else {str(k): int(x) for k, x in dict(v).items()}
 
 
 def _prepare(path: Path, index: int, constants: Mapping[str, int] | None) -> _FileJob:

@@ -51,6 +51,19 @@ INIT_SEED = 0
 INPUT_SEEDS = (1, 2)
 
 _MODULE_PREFIX = "_cudaperf_problem_"
+#: The real-data checks of a file (inputs differ between seeds, forward deterministic,
+#: finite, outputs depend on the inputs) run at sizes whose footprint (inputs, outputs,
+#: parameters, buffers) is at most this many bytes and whose forward is at most
+#: :data:`PROBE_FLOP`: larger main configurations are checked at smaller constants
+#: (:meth:`_Probe.probe_constants`), their shapes taken from the meta device.
+PROBE_BYTES = 32 << 20
+#: FLOP of one forward (``torch.utils.flop_counter``) above which the data checks shrink.
+PROBE_FLOP = 2_000_000_000
+#: When the constants cannot shrink a problem below this (bytes), the data checks are not
+#: run by the loader (a warning says so); the GPU evaluation's baseline job runs the model
+#: on data.  (KernelBench level 1's 100_HingeLoss broadcasts a (32768,) target over a
+#: (32768, 32768) input: halving batch_size breaks it, and 4.3 GB on the CPU took 216 s.)
+DATA_LIMIT_BYTES = 256 << 20
 
 
 # ---------------------------------------------------------------------------------------
@@ -354,12 +367,211 @@ class _Probe:
 
         constants = {k: int(v) for k, v in (spec.get("constants") or {}).items()}
         apply_constants(module, constants)
+        names = [n for n in spec.get("input_constants", []) if isinstance(getattr(module, n, None), int)]
+        main = {n: int(getattr(module, n)) for n in names}
 
-        self.emit({"event": "phase", "index": index, "phase": "init"})
+        # 1. The shapes at the main configuration, without data (the meta device): inputs
+        #    of KernelBench level 1 reach 6-17 GB, which must never be allocated here.
+        self.index = index
+        meta: dict[str, Any] | None
+        try:
+            meta = self.shapes_at(module, path, {})
+            meta_note = ""
+        except ProbeError as exc:
+            meta, meta_note = None, str(exc)
+
+        # 2. The real-data checks, at the main shapes when they are small, else at smaller
+        #    "probe" constants found on the meta device.
+        probe = self.probe_constants(module, path, names, meta)
+        checked: dict[str, Any] | None = None
+        self.where = f" at {_fmt(probe)}" if probe else ""
+        size = self.probe_size
+        if meta is not None and size is not None and size > DATA_LIMIT_BYTES:
+            self.warnings.append(
+                f"not checked on data here: even at the smallest constants found the problem takes "
+                f"{size / 1e6:.0f} MB (limit {DATA_LIMIT_BYTES / 1e6:.0f} MB); the GPU evaluation "
+                "checks it"
+            )
+        else:
+            self.emit({"event": "phase", "index": index, "phase": "init"})
+            old = apply_constants(module, probe or {})
+            try:
+                checked = self.check_on_data(index, module, path)
+            finally:
+                apply_constants(module, old)
+        if meta is None:  # shapes only from the data run (at the probe constants when shrunk)
+            assert checked is not None
+            if probe:
+                self.warnings.append(
+                    f"output shapes at the main sizes are unknown ({meta_note}); "
+                    f"the data checks ran at {_fmt(probe)}"
+                )
+            meta = checked["shapes"]
+        if checked is None:
+            checked = {"init_inputs": meta["init_inputs"], "shapes": None, "degenerate": False,
+                       "modifies_inputs": False}
+
+        problem: dict[str, Any] = {
+            "init_inputs": checked["init_inputs"],
+            "inputs": meta["inputs"],
+            "outputs": meta["outputs"],
+            "output_is_tuple": meta["output_is_tuple"],
+            "param_count": meta["param_count"],
+            "buffer_count": meta["buffer_count"],
+            "footprint": meta["footprint"],
+            "outputs_at_main": not (probe and meta is checked["shapes"]),
+            "probe_constants": probe,
+            "degenerate": checked["degenerate"],
+            "modifies_inputs": checked["modifies_inputs"],
+            "constants_used": {k: int(getattr(module, k)) for k in spec.get("all_constants", []) if isinstance(getattr(module, k, None), int)},
+            "alt_shapes": None,
+            "alt_inputs": None,
+            "alt_outputs": None,
+            "alt_footprint": None,
+            "alt_note": "",
+            "warnings": [],
+        }
+        if spec.get("alt_shapes", True):
+            self.emit({"event": "phase", "index": index, "phase": "alt"})
+            self._find_alt(module, path, names, problem, main)
+        problem["warnings"] = list(dict.fromkeys(self.warnings))
+        return problem
+
+    # -- shapes without data -----------------------------------------------------------------
+
+    def shapes_at(self, module: ModuleType, path: str, constants: Mapping[str, int]) -> dict[str, Any]:
+        """Inputs, outputs, parameters and buffers at ``constants`` (module constant
+        overrides), computed on the meta device: shapes and dtypes, no data, no memory.
+
+        Returns ``{"inputs", "outputs" (TensorSpec dicts), "output_is_tuple", "param_count",
+        "buffer_count", "footprint": {"inputs_bytes", "outputs_bytes", "params_bytes",
+        "buffers_bytes", "total_bytes"}, "flop": FLOP of one forward or None}``.
+
+        Raises:
+            ProbeError: the model cannot run on the meta device at these constants (an op
+                without a meta kernel, ``.item()``, a shape error).
+        """
+        torch = self.torch
+        old = apply_constants(module, constants)
+
+        def phase(name: str) -> None:
+            self.emit({"event": "phase", "index": self.index, "phase": name})
+
+        try:
+            with torch.device("meta"):
+                phase("meta.init")
+                torch.manual_seed(INIT_SEED)
+                init = self._call(lambda: module.get_init_inputs(), path, "get_init_inputs() (meta device)")
+                if not isinstance(init, (list, tuple)):
+                    raise ProbeError(f"get_init_inputs() returned a {type(init).__name__}, not a list")
+                model = self._call(lambda: module.Model(*init), path, "Model(*get_init_inputs()) (meta device)")
+                if not isinstance(model, torch.nn.Module):
+                    raise ProbeError(f"Model(*get_init_inputs()) is a {type(model).__name__}, not a torch.nn.Module")
+                phase("meta.inputs")
+                torch.manual_seed(INPUT_SEEDS[0])
+                inputs = self._call(lambda: module.get_inputs(), path, "get_inputs() (meta device)")
+                if not isinstance(inputs, (list, tuple)):
+                    raise ProbeError(
+                        f"get_inputs() returned a {type(inputs).__name__}, not a list",
+                        "return the forward arguments as a list, e.g. [torch.randn(batch_size, dim)]",
+                    )
+                real = [k for k, v in enumerate(inputs) if isinstance(v, torch.Tensor) and v.device.type != "meta"]
+                if real:
+                    raise ProbeError(f"get_inputs() item {real[0]} is created on '{inputs[real[0]].device}' explicitly")
+                flop = None
+                phase("meta.forward")
+                with torch.no_grad():
+                    try:
+                        from torch.utils.flop_counter import FlopCounterMode
+
+                        counter = FlopCounterMode(display=False)
+                        with counter:
+                            out = self._call(lambda: model(*inputs), path, "forward (meta device)")
+                        flop = int(counter.get_total_flops())
+                    except ImportError:  # pragma: no cover - old torch
+                        out = self._call(lambda: model(*inputs), path, "forward (meta device)")
+        finally:
+            apply_constants(module, old)
+        outs = self._output_list(out)
+        params = list(model.parameters())
+        buffers = list(model.buffers())
+        fp = {
+            "inputs_bytes": sum(_nbytes(v) for v in inputs if isinstance(v, torch.Tensor)),
+            "outputs_bytes": sum(_nbytes(o) for o in outs),
+            "params_bytes": sum(_nbytes(p) for p in params),
+            "buffers_bytes": sum(_nbytes(b) for b in buffers),
+        }
+        fp["total_bytes"] = sum(fp.values())
+        return {
+            "init_inputs": [self.jsonable(v) for v in init],
+            "inputs": [self.describe_value(v, f"get_inputs() item {k}") for k, v in enumerate(inputs)],
+            "outputs": [self.describe_value(o, f"output {k}") for k, o in enumerate(outs)],
+            "output_is_tuple": not isinstance(out, torch.Tensor),
+            "param_count": sum(int(p.numel()) for p in params),
+            "buffer_count": sum(int(b.numel()) for b in buffers),
+            "footprint": fp,
+            "flop": flop,
+        }
+
+    def probe_constants(self, module: ModuleType, path: str, names: Sequence[str],
+                        meta: Mapping[str, Any] | None) -> dict[str, int] | None:
+        """Constants at which the real-data checks run: None (the main ones) when the main
+        configuration is small (footprint <= :data:`PROBE_BYTES` and one forward <=
+        :data:`PROBE_FLOP`), else the input constants halved one at a time (the largest
+        first, keeping only steps that still run on the meta device) until it is small.
+
+        The main configuration's footprint decides without a meta run's numbers when the
+        meta run failed: then the data run happens at the main sizes only when the inputs
+        alone are small, else at the smallest constants tried.
+        """
+        def small(m: Mapping[str, Any]) -> bool:
+            flop = m.get("flop")
+            return m["footprint"]["total_bytes"] <= PROBE_BYTES and (flop is None or flop <= PROBE_FLOP)
+
+        self.probe_size = None if meta is None else meta["footprint"]["total_bytes"]
+        if meta is not None and small(meta):
+            return None
+        if not names:
+            return None
+        cur = {n: int(getattr(module, n)) for n in names}
+        cur_m = meta
+        for _ in range(200):
+            if cur_m is not None and small(cur_m):
+                break
+            stepped = False
+            for n in sorted(cur, key=lambda k: -cur[k]):
+                if cur[n] <= 1:
+                    continue
+                cand = {**cur, n: max(1, cur[n] // 2)}
+                try:
+                    m = self.shapes_at(module, path, cand)
+                except ProbeError:
+                    continue
+                if cur_m is None or m["footprint"]["total_bytes"] < cur_m["footprint"]["total_bytes"] or (
+                        (m.get("flop") or 0) < (cur_m.get("flop") or 0)):
+                    cur, cur_m, stepped = cand, m, True
+                    break
+            if not stepped:
+                break
+        if cur_m is None:  # nothing runs on the meta device: halve everything blindly
+            cur = {n: max(1, int(getattr(module, n)) // 64) for n in names}
+            self.probe_size = None
+        else:
+            self.probe_size = cur_m["footprint"]["total_bytes"]
+        if cur == {n: int(getattr(module, n)) for n in names}:
+            return None
+        return cur
+
+    # -- checks on real data (CPU unless device='cuda') -----------------------------------
+
+    def check_on_data(self, index: int, module: ModuleType, path: str) -> dict[str, Any]:
+        """Build the model, draw inputs for seeds 1 and 2, run forward three times: the
+        inputs must differ between seeds, outputs be tensors, finite and deterministic.
+        Outputs equal for both seeds mark the problem ``degenerate`` (a warning: KernelBench
+        ships such files and they are evaluated as given).  Returns ``{"init_inputs",
+        "shapes" (as :meth:`shapes_at`, from this run), "degenerate", "modifies_inputs"}``."""
+        torch = self.torch
         model, init = self.build_model(module, path)
-        params = sum(int(p.numel()) for p in model.parameters())
-        buffers = sum(int(b.numel()) for b in model.buffers())
-
         self.emit({"event": "phase", "index": index, "phase": "inputs"})
         s1, s2 = INPUT_SEEDS
         in1 = self.make_inputs(module, path, s1)
@@ -374,13 +586,14 @@ class _Probe:
                 f"get_inputs() returns the same inputs for seeds {s1} and {s2}",
                 "draw the inputs at random (torch.randn / torch.rand) so that every trial checks new data",
             )
-
         self.emit({"event": "phase", "index": index, "phase": "forward"})
+        n_warn = len(self.warnings)
         out1 = self.forward(model, in1, path, s1)
         self.check_finite(out1, s1)
         out1b = self.forward(model, in1, path, s1)
         out2 = self.forward(model, in2, path, s2)
         self.check_finite(out2, s2)
+        modifies = any("modifies its input" in w for w in self.warnings[n_warn:])
         if len(out1b) != len(out1) or len(out2) != len(out1):
             raise ProbeError("forward returns a different number of outputs from call to call")
         for k, (a, b) in enumerate(zip(out1, out1b)):
@@ -389,73 +602,107 @@ class _Probe:
                     f"forward is not deterministic: output {k} differs between two runs on the same inputs",
                     "a reference must give the same result for the same inputs (dropout in training mode? random ops?)",
                 )
-        for k, (a, b) in enumerate(zip(out1, out2)):
-            if a.shape == b.shape and torch.equal(a, b):
-                which = "outputs do" if len(out1) == 1 else f"output {k} does"
-                raise ProbeError(
-                    f"{which} not depend on the inputs: the same values for seeds {s1} and {s2}",
-                    "a problem whose result is constant can be answered without computing; make forward use its inputs",
-                )
-
-        problem: dict[str, Any] = {
-            "init_inputs": [self.jsonable(v) for v in init],
+        degenerate = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(out1, out2))
+        if degenerate:
+            self.warnings.append(
+                f"degenerate: the outputs do not depend on the inputs (the same values for seeds {s1} "
+                f"and {s2}{self.where}); the problem is evaluated as given, but a constant answer "
+                "would pass"
+            )
+        params = list(model.parameters())
+        buffers = list(model.buffers())
+        fp = {
+            "inputs_bytes": sum(_nbytes(v) for v in in1 if isinstance(v, torch.Tensor)),
+            "outputs_bytes": sum(_nbytes(o) for o in out1),
+            "params_bytes": sum(_nbytes(p) for p in params),
+            "buffers_bytes": sum(_nbytes(b) for b in buffers),
+        }
+        fp["total_bytes"] = sum(fp.values())
+        shapes = {
             "inputs": [self.describe_value(v, f"input {k}") for k, v in enumerate(in1)],
             "outputs": [self.describe_value(o, f"output {k}") for k, o in enumerate(out1)],
             "output_is_tuple": self._last_was_tuple,
-            "param_count": params,
-            "buffer_count": buffers,
-            "constants_used": {k: int(getattr(module, k)) for k in spec.get("all_constants", []) if isinstance(getattr(module, k, None), int)},
-            "alt_shapes": None,
-            "alt_inputs": None,
-            "alt_outputs": None,
-            "alt_note": "",
-            "warnings": [],
+            "param_count": sum(int(p.numel()) for p in params),
+            "buffer_count": sum(int(b.numel()) for b in buffers),
+            "footprint": fp,
+            "flop": None,
         }
-        del model
+        return {"init_inputs": [self.jsonable(v) for v in init], "shapes": shapes,
+                "degenerate": degenerate, "modifies_inputs": modifies}
 
-        names = [n for n in spec.get("input_constants", []) if isinstance(getattr(module, n, None), int)]
-        if spec.get("alt_shapes", True):
-            self.emit({"event": "phase", "index": index, "phase": "alt"})
-            self._find_alt(module, path, names, problem)
-        problem["warnings"] = list(dict.fromkeys(self.warnings))
-        return problem
-
-    def _find_alt(self, module: ModuleType, path: str, names: Sequence[str], problem: dict[str, Any]) -> None:
+    def _output_list(self, out: Any) -> list[Any]:
         torch = self.torch
+        if isinstance(out, torch.Tensor):
+            return [out]
+        if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+            return list(out)
+        kind = type(out).__name__
+        if isinstance(out, (tuple, list)):
+            bad = [type(o).__name__ for o in out if not isinstance(o, torch.Tensor)]
+            kind = f"{kind} holding {', '.join(bad) or 'nothing'}" if out else f"empty {kind}"
+        raise ProbeError(f"forward returned a {kind}: it must return a tensor or a tuple of tensors")
+
+    def _find_alt(self, module: ModuleType, path: str, names: Sequence[str], problem: dict[str, Any],
+                  main: Mapping[str, int]) -> None:
+        """The alternative shapes: the first of :func:`alt_candidates` that runs, changes the
+        input shapes and keeps the outputs' number and dtypes.  Checked on the meta device;
+        also on data when that configuration is small (:data:`PROBE_BYTES`)."""
         if not names:
             problem["alt_note"] = "get_inputs() reads no module-level int constant"
             return
-        base = {n: int(getattr(module, n)) for n in names}
-        cands = alt_candidates(base)
+        cands = alt_candidates(main)
         if not cands:
             problem["alt_note"] = "every shape constant is already 1"
             return
         default_shapes = [tuple(s["shape"]) for s in problem["inputs"]]
+        out_dtypes = [o["dtype"] for o in problem["outputs"]]
         first_error = ""
         for cand in cands:
-            old = apply_constants(module, cand)
             try:
-                model, _ = self.build_model(module, path)
-                ins = self.make_inputs(module, path, INPUT_SEEDS[0])
-                shapes = [tuple(v.shape) if isinstance(v, torch.Tensor) else () for v in ins]
-                if shapes == default_shapes:
+                try:
+                    m = self.shapes_at(module, path, cand)
+                except ProbeError:
+                    m = None  # no meta kernel for some op: try it on data below
+                if m is not None and [tuple(s["shape"]) for s in m["inputs"]] == default_shapes:
                     first_error = first_error or "changing the constants does not change the input shapes"
                     continue
-                outs = self.forward(model, ins, path, INPUT_SEEDS[0])
-                self.check_finite(outs, INPUT_SEEDS[0])
-                if len(outs) != len(problem["outputs"]) or [self._dtype(o) for o in outs] != [
-                    o["dtype"] for o in problem["outputs"]
-                ]:
+                if m is not None and (len(m["outputs"]) != len(out_dtypes)
+                                      or [o["dtype"] for o in m["outputs"]] != out_dtypes):
                     first_error = first_error or "the outputs change number or dtype"
                     continue
+                small = m is not None and m["footprint"]["total_bytes"] <= PROBE_BYTES and (
+                    m.get("flop") is None or m["flop"] <= PROBE_FLOP)
+                if m is None and problem["probe_constants"] is not None:
+                    first_error = first_error or f"{_fmt(cand)}: does not run on the meta device"
+                    continue  # its size is unknown and the main one was too large for data
+                if m is None or small:  # run it on data too
+                    torch = self.torch
+                    old = apply_constants(module, cand)
+                    try:
+                        model, _ = self.build_model(module, path)
+                        ins = self.make_inputs(module, path, INPUT_SEEDS[0])
+                        shapes = [tuple(v.shape) if isinstance(v, torch.Tensor) else () for v in ins]
+                        if shapes == default_shapes and m is None:
+                            first_error = first_error or "changing the constants does not change the input shapes"
+                            continue
+                        outs = self.forward(model, ins, path, INPUT_SEEDS[0])
+                        self.check_finite(outs, INPUT_SEEDS[0])
+                    finally:
+                        apply_constants(module, old)
+                    if len(outs) != len(out_dtypes) or [self._dtype(o) for o in outs] != out_dtypes:
+                        first_error = first_error or "the outputs change number or dtype"
+                        continue
+                    if m is None:
+                        m = {"inputs": [self.describe_value(v, f"input {k}") for k, v in enumerate(ins)],
+                             "outputs": [self.describe_value(o, f"output {k}") for k, o in enumerate(outs)],
+                             "footprint": None}
             except ProbeError as exc:
                 first_error = first_error or f"{_fmt(cand)}: {exc}"
                 continue
-            finally:
-                apply_constants(module, old)
             problem["alt_shapes"] = cand
-            problem["alt_inputs"] = [self.describe_value(v, f"input {k}") for k, v in enumerate(ins)]
-            problem["alt_outputs"] = [self.describe_value(o, f"output {k}") for k, o in enumerate(outs)]
+            problem["alt_inputs"] = m["inputs"]
+            problem["alt_outputs"] = m["outputs"]
+            problem["alt_footprint"] = m.get("footprint")
             problem["alt_note"] = ""
             return
         problem["alt_note"] = first_error or "no smaller constants run"
@@ -463,6 +710,11 @@ class _Probe:
 
 def _fmt(values: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _nbytes(t: Any) -> int:
+    """Bytes of a tensor's elements (``numel x element size``; meta tensors too)."""
+    return int(t.numel()) * int(t.element_size())
 
 
 def _close(torch: Any, a: Any, b: Any) -> bool:
