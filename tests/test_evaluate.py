@@ -35,6 +35,7 @@ from cudaperf_cli.evaluate import (
     REFERENCE_ERROR,
     REFERENCE_ONLY,
     RUNTIME_ERROR,
+    SLOW,
     TIMEOUT,
     WRITE_ONLY,
     WRONG,
@@ -154,19 +155,24 @@ def test_read_only_arrays_are_bit_exact() -> None:
 
 
 def test_tolerances_defaults_and_overrides() -> None:
+    # (rtol, atol): the shared table of evaluate/tolerances.py (float32 as KernelBench)
     assert tolerance_for("float64") == (1e-7, 1e-9)
-    assert tolerance_for("float32") == (1e-4, 1e-5)
+    assert tolerance_for("float32") == (1e-4, 1e-4)
     assert tolerance_for("int32") == (0.0, 0.0)
-    assert tolerance_for("float32", {"float": {"rtol": 1e-2}}) == (1e-2, 1e-5)
+    assert tolerance_for("float32", {"float": {"rtol": 1e-2}}) == (1e-2, 1e-4)
     assert tolerance_for("float64", {"float64": {"atol": 0.5}}) == (1e-7, 0.5)
+    assert verify.tolerances_used(["float32", "int32", "float64", "float32"]) == {
+        "float32": {"atol": 1e-4, "rtol": 1e-4}, "float64": {"atol": 1e-9, "rtol": 1e-7}}
     ref = np.ones(4, dtype=np.float32)
     cand = ref * np.float32(1.001)
     assert not compare_arrays("a", cand, ref).ok
     assert compare_arrays("a", cand, ref, tolerances={"float32": {"rtol": 1e-2}}).ok
     # atol + rtol*|ref|: near zero the absolute part decides
     z = np.zeros(3, dtype=np.float32)
-    assert compare_arrays("z", z + np.float32(5e-6), z).ok
-    assert not compare_arrays("z", z + np.float32(5e-5), z).ok
+    assert compare_arrays("z", z + np.float32(5e-5), z).ok
+    assert not compare_arrays("z", z + np.float32(5e-4), z).ok
+    with pytest.raises(ValueError):
+        tolerance_for("float32", {"float32": {"atol": -1.0}})
 
 
 def test_poison_patterns() -> None:
@@ -403,7 +409,15 @@ def test_host_correct_saxpy_with_timing(ref_lib: Path, compile_c: Callable[..., 
     assert t.kernel_speedup == pytest.approx(t.cpu_median_ms / t.gpu.median_ms)
     assert t.e2e_speedup == pytest.approx(t.cpu_median_ms / t.e2e.median_ms)
     assert t.baseline == "gcc -O3, 1 thread"
-    assert t.flush_bytes == 1 << 16 and t.warmup_reps == 2
+    # warm-up: 1 call, 5 for the estimate, then up to warmup_ms (25 ms), capped by max_reps
+    assert t.flush_bytes == 1 << 16 and 6 <= t.warmup_reps <= 20
+    assert t.planned_reps == t.gpu.n and t.estimate_ms > 0 and not t.slow
+    assert t.cpu_total_s == pytest.approx(sum([t.cpu.mean_ms * t.cpu.n]) / 1e3)
+    assert r.prepare_s is not None and 0 < r.prepare_s < r.elapsed_s
+    assert r.lock_wait_s >= 0 and r.footprint_bytes == 2 * 20000 * 4
+    assert r.tolerances == {"float32": {"atol": 1e-4, "rtol": 1e-4}}
+    # device bytes held at once: the main arrays with their guards, y's pristine copy, the flush
+    assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * 4096) + 20000 * 4 + (1 << 16)
     assert t.bytes_in == 2 * 20000 * 4 and t.bytes_out == 20000 * 4
     assert r.device is not None and r.device["backend"] == "host"
     assert "correct" in r.message
@@ -980,3 +994,302 @@ def test_cuda_backend_fake_no_device(
     _fake_driver(monkeypatch, **kw)
     r = _in_process(_job(ref_lib, ref_lib))
     assert r.status == NO_DEVICE and reason in r.message
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded in time: the gate, the run's reference outputs, roles at the small config, slow,
+# the adaptive CPU baseline (host emulation)
+# ---------------------------------------------------------------------------------------
+
+#: References that leave a trace: each call appends its n to $CUDAPERF_TEST_COUNT; nap
+#: sleeps n ms; hang never returns.
+COUNTING_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void note(int n) {
+  const char *p = getenv("CUDAPERF_TEST_COUNT");
+  if (p) { FILE *f = fopen(p, "a"); if (f) { fprintf(f, "%d\n", n); fclose(f); } }
+}
+void cudaperf_ref_saxpy(int n, float a, void *xv, void *yv) {
+  const float *x = xv; float *y = yv;
+  note(n);
+  for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i];
+}
+void cudaperf_ref_nap(int n, void *yv) {
+  double *y = yv;
+  note(n);
+  usleep(n * 1000);
+  y[0] = n;
+}
+void cudaperf_ref_hang(int n, float a, void *x, void *y) { for (;;) { usleep(1000); } }
+"""
+
+NAP_PARAMS = [ScalarParam("n", "int", ScalarKind.SIZE), ArrayParam("y", "double", ("4",))]
+
+
+@pytest.fixture
+def counting(compile_c: Callable[..., Path], tmp_path: Path) -> tuple[Path, Path]:
+    """(the counting reference library, the file its calls are appended to)."""
+    return compile_c(COUNTING_C, "counting"), tmp_path / "calls.txt"
+
+
+def _calls(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+SMALL_MAIN = [ConfigSpec("small", {"n": 100}, trials=2), ConfigSpec("main", {"n": 5000}, trials=1, time=True)]
+
+
+def test_roles_at_the_small_config_and_reference_outputs_reused(
+    counting: tuple[Path, Path], compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    lib, calls = counting
+    env = {"CUDAPERF_TEST_COUNT": str(calls)}
+    refs = tmp_path / "refs"
+    base = _host_run(_job(lib, None, configs=SMALL_MAIN, cpu_reps=1, reference_outputs=str(refs)), **env)
+    assert base.status == REFERENCE_ONLY, base.message
+    assert base.array_roles == {"x": READ_ONLY, "y": READ_WRITE}
+    # Classification at trial 0 of 'small' only (its first run is that trial's output), the
+    # second small trial, main's trial 0 (also the one CPU run): 4 reference calls, main once.
+    assert _calls(calls) == [100, 100, 100, 5000]
+    assert base.configs[1].timing.cpu.n == 1 and base.configs[1].timing.cpu_total_s > 0
+    assert base.prepare_s is None and base.lock_wait_s == 0.0 and base.peak_gpu_bytes is None
+    index = json.loads((refs / "index.json").read_text())
+    assert [(e["config"], e["trial"], sorted(e["arrays"])) for e in index["entries"]] == [
+        ("small", 0, ["y"]), ("small", 1, ["y"]), ("main", 0, ["y"])]  # x: read-only, not kept
+    assert sorted(p.name for p in refs.glob("*.npy")) == ["c0-t0-y.npy", "c0-t1-y.npy", "c1-t0-y.npy"]
+
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    kw = dict(configs=SMALL_MAIN, reference_outputs=str(refs), array_roles=base.array_roles,
+              cpu_baseline_ms={"main": base.configs[1].timing.cpu_median_ms})
+    calls.unlink()
+    r = _host_run(_job(lib, cand, **kw), **env)
+    assert r.status == CORRECT, r.message
+    assert _calls(calls) == []  # the reference never ran: its stored outputs were compared
+    assert not any("not used" in w for w in r.warnings), r.warnings
+    assert r.configs[0].ref_ms is not None and r.configs[1].trials_run == 1
+
+    bad = compile_c(_saxpy("for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i] + (n > 1000); return 0;"), "bad")
+    r = _host_run(_job(lib, bad, **kw), **env)
+    assert r.status == WRONG and "config 'main' trial 0" in r.message and _calls(calls) == []
+
+    # Another seed: the stored outputs do not match; the worker runs the reference itself.
+    r = _host_run(_job(lib, cand, seed=5, **kw), **env)
+    assert r.status == CORRECT, r.message
+    assert _calls(calls) == [100, 100, 5000]
+    assert any("not used" in w and "other sizes or seed" in w for w in r.warnings), r.warnings
+    # A foreign index (another library) is not used at all.
+    other = compile_c(COUNTING_C + "\nint cudaperf_unused;\n", "counting2")
+    calls.unlink()
+    r = _host_run(_job(other, cand, **kw), **env)
+    assert r.status == CORRECT and _calls(calls) == [100, 100, 5000]
+    assert any("written for another ref lib" in w for w in r.warnings), r.warnings
+
+
+def test_single_config_classifies_there_and_reuses_the_first_run(
+    counting: tuple[Path, Path], compile_c: Callable[..., Path]
+) -> None:
+    lib, calls = counting
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    cfg = [ConfigSpec("main", {"n": 3000}, trials=1, time=True)]
+    r = _host_run(_job(lib, cand, configs=cfg, cpu_reps=1), CUDAPERF_TEST_COUNT=str(calls))
+    assert r.status == CORRECT, r.message
+    # classification (2 runs) gives trial 0's output and the CPU run: no third run
+    assert _calls(calls) == [3000, 3000]
+
+
+def test_slow_candidate_stops_timing_early(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("usleep(20000);\n" + SAXPY_OK, "#include <unistd.h>\n"), "nap")
+    cfg = [ConfigSpec("main", {"n": 1000}, trials=1, time=True)]
+    r = _host_run(_job(ref_lib, cand, configs=cfg, slow_ms=5.0, cpu_baseline_ms={"main": 2.0}))
+    assert r.status == SLOW, r.message
+    t = r.configs[0].timing
+    assert t.slow and t.warmup_reps == 1 and t.planned_reps == 0 and t.gpu.n == 1
+    assert t.estimate_ms >= 15 and r.summary["gpu_ms"] == t.gpu.median_ms == t.estimate_ms
+    assert t.kernel_speedup == pytest.approx(2.0 / t.estimate_ms)
+    assert t.e2e is None and t.sync_call is None
+    assert re.search(r"stopped timing after 1 call\(s\): ~\d+(\.\d+)? ms > slow limit 5 ms", r.message)
+    assert r.verified and not r.ok
+    fast = _host_run(_job(ref_lib, cand, configs=cfg, slow_ms=1000.0, cpu_baseline_ms={"main": 2.0},
+                          timing=TimingSettings(min_reps=3, max_reps=5, min_total_ms=1.0, warmup_ms=0.0,
+                                                e2e_reps=2, sync_reps=2, flush_bytes=1 << 12)))
+    assert fast.status == CORRECT and not fast.configs[0].timing.slow
+
+
+def test_e2e_and_sync_repetitions_fit_the_time_budget(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("usleep(30000);\n" + SAXPY_OK, "#include <unistd.h>\n"), "nap30")
+    ts = TimingSettings(warmup_reps=1, warmup_ms=0.0, min_reps=3, max_reps=10, min_total_ms=1.0,
+                        max_total_ms=100.0, e2e_reps=10, sync_reps=10, flush_bytes=1 << 12)
+    r = _host_run(_job(ref_lib, cand, configs=[ConfigSpec("main", {"n": 100}, trials=1, time=True)],
+                       timing=ts, cpu_baseline_ms={"main": 1.0}))
+    assert r.status == CORRECT, r.message
+    t = r.configs[0].timing
+    assert t.gpu.n == 3  # never planned past max_total_ms, except that 3 run
+    assert 1 <= t.sync_call.n <= 3 and 1 <= t.e2e.n <= 3  # ~30 ms each in a 100 ms budget
+
+
+def test_cpu_baseline_adapts_its_run_count(counting: tuple[Path, Path]) -> None:
+    lib, calls = counting
+    job = EvalJob(
+        ref_lib=str(lib), ref_symbol="cudaperf_ref_nap", cand_lib=None, cand_symbol="nap_cuda",
+        params=[param_to_json(p) for p in NAP_PARAMS],
+        configs=[ConfigSpec("main", {"n": 100}, trials=1, time=True)], cpu_reps=10, cpu_budget_s=0.35,
+    )
+    r = _host_run(job, CUDAPERF_TEST_COUNT=str(calls))
+    assert r.status == REFERENCE_ONLY, r.message
+    cpu = r.configs[0].timing.cpu
+    assert cpu.n == 3 and cpu.median_ms >= 100  # floor(350 ms / ~100 ms)
+    assert r.configs[0].timing.cpu_total_s == pytest.approx(cpu.mean_ms * 3 / 1e3)
+    assert "over 3 run(s)" in r.configs[0].message
+    assert _calls(calls) == [100] * 4  # 2 classification runs (the first is CPU run 1) + 2
+    calls.unlink()
+    job.configs = [ConfigSpec("main", {"n": 1}, trials=1, time=True)]
+    r = _host_run(job, CUDAPERF_TEST_COUNT=str(calls))
+    assert r.configs[0].timing.cpu.n == 10  # a 1 ms reference: cpu_reps bounds it
+
+
+def test_gate_lock_wait_and_preparation_are_not_in_the_timeout(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from cudaperf_cli.evaluate.gpu_lock import gpu_lock
+
+    monkeypatch.setenv("CUDAPERF_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDAPERF_GPU_LOCK", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    got = threading.Event()
+
+    def hold() -> None:
+        with gpu_lock(0):
+            got.set()
+            time.sleep(6)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    got.wait(10)
+    r = _host_run(_job(ref_lib, cand), timeout_s=4)
+    t.join()
+    assert r.status == CORRECT, r.message
+    assert r.lock_wait_s >= 2.0 and r.prepare_s is not None and r.prepare_s > 0
+    assert r.elapsed_s >= r.lock_wait_s + r.prepare_s
+
+
+def test_reference_hanging_in_preparation_is_a_reference_error(
+    counting: tuple[Path, Path], compile_c: Callable[..., Path]
+) -> None:
+    lib, _ = counting
+    job = _job(lib, compile_c(_saxpy(SAXPY_OK), "cand"))
+    job.ref_symbol = "cudaperf_ref_hang"
+    t0 = time.monotonic()
+    r = run_evaluation(job, timeout_s=60, prepare_timeout_s=2, env=HOST)
+    assert time.monotonic() - t0 < 20
+    assert r.status == REFERENCE_ERROR, r.message
+    assert "preparation timed out after" in r.message and "(limit 2 s)" in r.message
+    assert "before the candidate ran" in r.message and r.lock_wait_s == 0.0
+
+
+def test_prepare_hook_hits_the_prepare_deadline(ref_lib: Path) -> None:
+    r = run_evaluation(_hook_job(ref_lib, "prepare-sleep:60"), timeout_s=60, prepare_timeout_s=2,
+                       env={**HOST, **HOOKS})
+    assert r.status == TIMEOUT and r.phase == "hook.sleep" and r.signal == "SIGKILL"
+    assert r.message.startswith("the worker's preparation timed out after")
+    assert r.details["timeout_phase"] == "prepare"
+
+
+def test_host_memory_watchdog_kills_the_worker(ref_lib: Path) -> None:
+    t0 = time.monotonic()
+    r = run_evaluation(_hook_job(ref_lib, f"hog:{800 << 20}"), timeout_s=60, env={**HOST, **HOOKS},
+                       host_memory_limit_bytes=400 << 20)
+    assert time.monotonic() - t0 < 30
+    assert r.status == CRASH and r.details["host_memory_exceeded"], r.message
+    assert re.search(r"killed: the worker's host memory reached \d+\.\d\d GB, above its limit of "
+                     r"0\.42 GB, in phase 'hook.hog'", r.message)
+    assert r.details["host_memory_peak_bytes"] > 400 << 20
+
+
+def test_default_host_memory_limit_follows_the_plan(ref_lib: Path) -> None:
+    from cudaperf_cli.evaluate import host_memory_limit, plan_c_memory
+
+    job = _job(ref_lib, ref_lib)
+    assert host_memory_limit(job) == int(1.5 * plan_c_memory(job, l2_bytes=0).host_bytes) + (4 << 30)
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded in memory: the plan
+# ---------------------------------------------------------------------------------------
+
+MM_PARAMS = [
+    ScalarParam("n", "int", ScalarKind.SIZE),
+    ScalarParam("m", "int", ScalarKind.SIZE),
+    ScalarParam("k", "int", ScalarKind.SIZE),
+    ArrayParam("A", "double", ("n", "k")),
+    ArrayParam("B", "double", ("k", "m")),
+    ArrayParam("C", "double", ("n", "m")),
+]
+
+
+def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
+    from cudaperf_cli.evaluate import plan_c_memory
+
+    cfgs = [ConfigSpec("small", {"n": 4, "m": 3, "k": 2}, trials=2),
+            ConfigSpec("main", {"n": 100, "m": 200, "k": 50}, trials=1, time=True)]
+    ts = TimingSettings(flush_bytes=1 << 20)
+    job = _job(tmp_path / "r.so", tmp_path / "c.so", "mm", MM_PARAMS, configs=cfgs, timing=ts)
+    plan = plan_c_memory(job, l2_bytes=60 << 20)
+    # main: A 100x50, B 50x200, C 100x200 doubles
+    assert plan.footprint_bytes == (5000 + 10000 + 20000) * 8 == 280000
+    # arrays + 2 guards of 4096 each + pristine copies (roles unknown: all read-write) + flush
+    assert plan.gpu_bytes == 280000 + 3 * 2 * 4096 + 280000 + (1 << 20) == 1633152
+    assert plan.flush_bytes == 1 << 20
+    assert plan.parts == {"arrays": 280000, "guards": 24576, "pristine": 280000, "flush": 1 << 20}
+    # inputs of every trial (small: 2 x 26 doubles) + their outputs + 2 working copies +
+    # the comparison's temporaries for the largest array (20000 elements x 48 bytes)
+    inputs = 2 * 26 * 8 + 280000
+    assert plan.host_bytes == inputs + inputs + 2 * 280000 + 20000 * 48 == 2080832
+    roles = {"A": READ_ONLY, "B": READ_ONLY, "C": WRITE_ONLY}
+    job.array_roles = roles
+    known = plan_c_memory(job, l2_bytes=60 << 20)
+    assert known.gpu_bytes == 280000 + 24576 + (1 << 20)  # nothing to restore
+    assert known.host_bytes == inputs + (2 * 12 * 8 + 160000) + 2 * 280000 + 20000 * 48
+    job.cand_lib = None
+    ref_only = plan_c_memory(job, l2_bytes=60 << 20)
+    assert ref_only.gpu_bytes == 0 and ref_only.host_bytes == 3 * 280000
+    prob = CProblem(path=tmp_path / "mm.c", function="mm", params=tuple(MM_PARAMS),
+                    sizes={"n": 100, "m": 200, "k": 50})
+    p = plan_c_memory(prob, l2_bytes=60 << 20)  # default flush: max(2 x L2, 256 MiB)
+    assert p.flush_bytes == 256 << 20 and p.gpu_bytes == 280000 + 24576 + 280000 + (256 << 20)
+    assert plan_c_memory(prob, cfgs, l2_bytes=200 << 20).flush_bytes == 400 << 20
+
+
+def test_worker_keeps_to_the_plan(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    from cudaperf_cli.evaluate import plan_c_memory
+
+    body = (
+        "int mm_cuda(int n, int m, int k, double *A, double *B, double *C) {\n"
+        "  for (int i = 0; i < n; i++) for (int j = 0; j < m; j++) {\n"
+        "    double s = 0; for (int l = 0; l < k; l++) s += A[i*k+l] * B[l*m+j];\n"
+        "    C[i*m+j] = s; }\n  return 0; }\n"
+    )
+    cfgs = [ConfigSpec("small", {"n": 5, "m": 3, "k": 4}, trials=2),
+            ConfigSpec("main", {"n": 60, "m": 40, "k": 30}, trials=1, time=True)]
+    job = _job(ref_lib, compile_c(body, "mm"), "mm", MM_PARAMS, configs=cfgs)
+    r = _host_run(job)
+    assert r.status == CORRECT, r.message
+    plan = plan_c_memory(job, l2_bytes=0)
+    assert r.footprint_bytes == plan.footprint_bytes == (60 * 30 + 30 * 40 + 60 * 40) * 8
+    assert 0 < r.peak_gpu_bytes <= plan.gpu_bytes
+    job.array_roles = dict(r.array_roles)  # C write-only: no pristine copy
+    assert r.peak_gpu_bytes == plan_c_memory(job, l2_bytes=0).gpu_bytes
+
+
+def test_bitwise_equal_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "CHUNK", 16)
+    a = np.arange(100, dtype=np.float64)
+    b = a.copy()
+    assert verify.bitwise_equal(a, b)
+    b[99] = -0.0 if a[99] == 0 else a[99] + 1
+    assert not verify.bitwise_equal(a, b)
+    assert not verify.bitwise_equal(a, a.astype(np.float32).astype(np.float64)[:50])

@@ -1,5 +1,8 @@
 """evaluate + build on a real GPU (``@pytest.mark.gpu``; skipped without a CUDA device).
 
+Also: a slow kernel ends ``slow`` after its warm-up, the worker's peak device bytes equal
+``plan_c_memory``'s, a candidate job reads the baseline job's stored reference outputs.
+
 Small C references (compiled with ``cc -O3 -shared -fPIC``, defining ``cudaperf_ref_<fn>``
 directly) against hand-written CUDA candidates built with :func:`build_candidate`.  Each test
 asserts with the evaluation's message and stderr tail so one run on the GPU shows everything.
@@ -489,7 +492,8 @@ def test_infinite_loop_kernel_times_out(ref_lib: Path, cu: Callable[..., Path]) 
                   [ConfigSpec("s", {"n": 1000}, trials=1)]), timeout_s=20)
     wall = time.monotonic() - t0
     assert r.status == TIMEOUT, _info(r)
-    assert 20 <= r.elapsed_s < 40 and wall < 60
+    # the limit runs from the moment the worker held the GPU (after its preparation)
+    assert 20 <= r.elapsed_s - r.prepare_s - r.lock_wait_s < 40 and wall < 60
     assert r.phase == "candidate" and "in the candidate call" in r.message
     # the GPU is usable again right after
     ok = _run(_job(ref_lib, cu(SAXPY_CU), "saxpy", SAXPY_PARAMS,
@@ -501,3 +505,69 @@ def test_missing_extern_c_symbol(ref_lib: Path, cu: Callable[..., Path]) -> None
     src = SAXPY_CU.replace('extern "C" int saxpy_cuda', "int saxpy_cuda")  # C++ mangled
     r = _run(_job(ref_lib, cu(src), "saxpy", SAXPY_PARAMS, [ConfigSpec("s", {"n": 10}, trials=1)]))
     assert r.status == RUNTIME_ERROR and r.error["name"] == "SYMBOL_NOT_FOUND", _info(r)
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded in time and memory: slow candidates, the plan, the run's reference outputs, the gate
+# ---------------------------------------------------------------------------------------
+
+NAP_CU = r"""
+#include <cuda_runtime.h>
+__global__ void nap_saxpy(int n, float a, const float* x, float* y, int ms) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i == 0) for (int k = 0; k < ms; ++k) __nanosleep(1000000);  // about ms milliseconds
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" int saxpy_cuda(int n, float a, float* x, float* y) {
+  nap_saxpy<<<(n + 255) / 256, 256>>>(n, a, x, y, NAP_MS);
+  return (int)cudaGetLastError();
+}
+"""
+
+
+def test_slow_kernel_stops_timing_early(ref_lib: Path, cu: Callable[..., Path]) -> None:
+    r = _run(_job(ref_lib, cu(NAP_CU, "NAP_MS 40"), "saxpy", SAXPY_PARAMS,
+                  [ConfigSpec("main", {"n": 4096}, trials=1, time=True)], slow_ms=5.0))
+    assert r.status == "slow", _info(r)
+    t = r.configs[0].timing
+    assert t.slow and t.estimate_ms > 5.0 and t.warmup_reps <= 6 and t.planned_reps == 0
+    assert r.summary["gpu_ms"] == t.gpu.median_ms == pytest.approx(t.estimate_ms)
+    assert t.e2e is None and "stopped timing after" in r.message
+    fast = _run(_job(ref_lib, cu(NAP_CU, "NAP_MS 0"), "saxpy", SAXPY_PARAMS,
+                     [ConfigSpec("main", {"n": 4096}, trials=1, time=True)], slow_ms=5.0))
+    assert fast.status == CORRECT, _info(fast)
+
+
+def test_peak_gpu_bytes_is_the_plan(ref_lib: Path, cu: Callable[..., Path]) -> None:
+    from cudaperf_cli.evaluate import plan_c_memory
+
+    job = _job(ref_lib, cu(SAXPY_CU), "saxpy", SAXPY_PARAMS, [
+        ConfigSpec("odd", {"n": 1000}, trials=2),
+        ConfigSpec("main", {"n": 1 << 22}, trials=1, time=True),
+    ])
+    r = _run(job)
+    assert r.status == CORRECT, _info(r)
+    job.array_roles = dict(r.array_roles)
+    plan = plan_c_memory(job, l2_bytes=r.device["l2_bytes"])
+    assert r.footprint_bytes == plan.footprint_bytes == 2 * 4 * (1 << 22)
+    assert r.peak_gpu_bytes == plan.gpu_bytes, (r.peak_gpu_bytes, plan)
+    assert r.prepare_s is not None and r.prepare_s > 0 and r.lock_wait_s >= 0
+    assert r.tolerances == {"float32": {"atol": 1e-4, "rtol": 1e-4}}
+
+
+def test_candidate_uses_the_baselines_reference_outputs(
+    ref_lib: Path, cu: Callable[..., Path], workdir: Path
+) -> None:
+    cfgs = [ConfigSpec("odd", {"tsteps": 3, "n": 101}, trials=2),
+            ConfigSpec("main", {"tsteps": 20, "n": 1 << 20}, trials=1, time=True)]
+    refs = workdir / "jacobi-refs"
+    base = _job(ref_lib, cu(JACOBI_CU), "jacobi", JACOBI_PARAMS, cfgs, reference_outputs=str(refs))
+    base.cand_lib = None
+    b = _run(base)
+    assert b.status == "reference_only", _info(b)
+    job = _job(ref_lib, cu(JACOBI_CU), "jacobi", JACOBI_PARAMS, cfgs, reference_outputs=str(refs),
+               array_roles=b.array_roles, cpu_baseline_ms={"main": b.configs[1].timing.cpu_median_ms})
+    r = _run(job)
+    assert r.status == CORRECT, _info(r)
+    assert not any("not used" in w for w in r.warnings), r.warnings
+    assert _array(r, "A", 1).max_abs_err == 0.0

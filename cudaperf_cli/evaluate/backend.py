@@ -134,9 +134,32 @@ def runtime_error(code: int) -> tuple[str, str]:
 
 
 class Backend:
-    """Interface used by the worker; see :class:`CudaBackend` for the semantics."""
+    """Interface used by the worker; see :class:`CudaBackend` for the semantics.
+
+    Every backend accounts for its own device allocations: ``live_bytes`` (allocated and
+    not freed, bytes) and ``peak_bytes`` (the most ``live_bytes`` ever was).  Memory the
+    candidate allocates itself (``cudaMalloc`` in its code) is not seen here.
+    """
 
     kind = "abstract"
+    live_bytes: int = 0
+    peak_bytes: int = 0
+
+    def _counted(self, a: "Allocation") -> "Allocation":
+        live = self.__dict__.setdefault("_live", {})
+        live[a.ptr] = a.nbytes
+        self.live_bytes += a.nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        return a
+
+    def _uncounted(self, a: "Allocation") -> bool:
+        """Forget ``a``; False when it was not live (freed twice)."""
+        live = self.__dict__.setdefault("_live", {})
+        n = live.pop(a.ptr, None)
+        if n is None:
+            return False
+        self.live_bytes -= n
+        return True
 
     def info(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -146,9 +169,15 @@ class Backend:
         return int(self.info().get("l2_bytes") or 0)
 
     def alloc(self, nbytes: int) -> Allocation:
+        """A device allocation of ``nbytes`` bytes (counted in ``live_bytes``).
+
+        Raises:
+            CudaCallError: the allocation failed (out of memory...).
+        """
         raise NotImplementedError
 
     def free(self, a: Allocation) -> None:
+        """Free ``a`` (a second free of one allocation is ignored)."""
         raise NotImplementedError
 
     def h2d(self, dst: int, src: np.ndarray) -> None:
@@ -390,9 +419,11 @@ class CudaBackend(Backend):
             raise CudaCallError(
                 "Device.allocate", code, name, f"allocating {size} bytes failed: {exc}"
             ) from None
-        return Allocation(ptr=int(buf.handle), nbytes=int(nbytes), handle=buf)
+        return self._counted(Allocation(ptr=int(buf.handle), nbytes=size, handle=buf))
 
     def free(self, a: Allocation) -> None:
+        if not self._uncounted(a):
+            return
         try:
             a.handle.close()
         except Exception:  # noqa: BLE001 - after a sticky error, freeing may fail too
@@ -478,9 +509,10 @@ class HostBackend(Backend):
         buf = np.empty(max(int(nbytes), 1) + 256, dtype=np.uint8)
         ptr = (buf.ctypes.data + 255) // 256 * 256
         self._bufs[ptr] = buf
-        return Allocation(ptr=ptr, nbytes=int(nbytes), handle=buf)
+        return self._counted(Allocation(ptr=ptr, nbytes=max(int(nbytes), 1), handle=buf))
 
     def free(self, a: Allocation) -> None:
+        self._uncounted(a)
         self._bufs.pop(a.ptr, None)
 
     def h2d(self, dst: int, src: np.ndarray) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cudaperf_cli.evaluate.child import STATE_ENV
+from cudaperf_cli.evaluate.memory import MemoryPlan
 from cudaperf_cli.evaluate.outcome import Outcome
 from cudaperf_cli.core import (
     ArrayParam,
@@ -64,7 +66,7 @@ ROLES = (READ_ONLY, WRITE_ONLY, READ_WRITE)
 DEFAULT_BASELINE = "gcc -O3, 1 thread"
 
 #: Environment of the worker protocol (see docs/evaluation.md).
-STATE_ENV = "CUDAPERF_WORKER_STATE"  #: path of the phase file the worker keeps overwriting
+#: ``STATE_ENV`` (from evaluate/child.py): path of the phase file the worker keeps overwriting
 BACKEND_ENV = "CUDAPERF_WORKER_BACKEND"  #: "host": test-only device emulation
 HOOKS_ENV = "CUDAPERF_TEST_HOOKS"  #: "1": honour EvalJob.debug_hook (tests only)
 
@@ -168,11 +170,13 @@ class EvalJob:
         init: the :class:`~cudaperf_cli.core.InitSpec` as a dict (``name``, ``params``,
             ``scalar_outputs``) or None.
         seed: base seed; trial ``t`` of config ``c`` uses ``SeedSequence([seed, c, t])``.
-        tolerances: per-dtype overrides, e.g. ``{"float32": {"rtol": 1e-3, "atol": 1e-4}}``.
+        tolerances: per-dtype overrides of :data:`cudaperf_cli.evaluate.tolerances.DEFAULT_TOLERANCES`,
+            e.g. ``{"float32": {"rtol": 1e-3, "atol": 1e-4}}`` (C names ``float``/``double``
+            accepted); the optimize driver passes ``resolve_tolerances(atol, rtol)``.
         timing: :class:`TimingSettings`.
-        cpu_reps: reference repetitions for the CPU baseline (0: no CPU timing).
-        cpu_budget_s: stop the CPU baseline early once its runs sum to this, seconds
-            (at least one run is kept).
+        cpu_reps: at most this many reference runs for the CPU baseline (0: no CPU timing).
+        cpu_budget_s: the CPU baseline's bounded total, seconds: after the first run, as
+            many runs as fit this total (at least 1, at most ``cpu_reps``).
         cpu_baseline_ms: config name -> CPU median already measured, ms (skips CPU timing
             of that config; still used for speedups).
         array_roles: array name -> role, skipping output classification for those arrays.
@@ -182,7 +186,8 @@ class EvalJob:
         reference_outputs: a folder of the reference's outputs, written by the reference-only
             (baseline) job of the run and read by every candidate job of it, so that the
             reference runs once per trial of a run, not once per candidate; None: the worker
-            runs the reference itself.
+            runs the reference itself.  An entry that does not match the job (seed, sizes,
+            library, dtypes) is ignored with a warning and the reference runs here.
         slow_ms: a verified candidate whose estimated kernel time passes this (ms) stops
             timing early with status ``slow`` (the optimize loop passes ``--slow-factor`` x
             the lower of the run's best correct time and the CPU baseline); None: never.
@@ -339,6 +344,11 @@ class EvalJob:
         for name, role in self.array_roles.items():
             if role not in ROLES:
                 raise ValueError(f"array_roles['{name}'] = '{role}' is not one of {ROLES}")
+        from cudaperf_cli.evaluate.tolerances import resolve_tolerances
+
+        resolve_tolerances(overrides=self.tolerances)  # ValueError for a bad table
+        if self.slow_ms is not None and not float(self.slow_ms) > 0:
+            raise ValueError(f"slow_ms must be > 0 or None, got {self.slow_ms!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -443,6 +453,13 @@ class ConfigTiming:
         bytes_out: bytes copied device->host in the end-to-end measurement.
         warnings: things worth a second look (speedup above 10x, events much shorter
             than the synchronized call...).
+        slow: timing stopped after the warm-up because the estimate passed the job's
+            ``slow_ms``; ``gpu`` then holds the warm-up calls (its median is the estimate)
+            and ``e2e``/``sync_call`` are None.
+        estimate_ms: the estimate of one call the repetitions were planned from, ms.
+        planned_reps: the timed repetitions planned from it (0 when ``slow``).
+        cpu_total_s: the summed duration of the CPU baseline runs (``cpu.n`` of them),
+            seconds; None when not measured here.
     """
 
     gpu: TimingStats | None = None
@@ -458,6 +475,10 @@ class ConfigTiming:
     bytes_in: int = 0
     bytes_out: int = 0
     warnings: list[str] = field(default_factory=list)
+    slow: bool = False
+    estimate_ms: float | None = None
+    planned_reps: int = 0
+    cpu_total_s: float | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "ConfigTiming | None":
@@ -538,8 +559,13 @@ class EvalResult(Outcome):
 
     @property
     def ok(self) -> bool:
-        """True when the candidate is correct on every configuration."""
+        """True when the candidate is correct on every configuration (and fully timed)."""
         return self.status == CORRECT
+
+    @property
+    def verified(self) -> bool:
+        """True when the outputs matched on every configuration: ``correct`` or ``slow``."""
+        return self.status in (CORRECT, SLOW)
 
     def config(self, name: str) -> ConfigResult:
         for c in self.configs:
@@ -599,6 +625,145 @@ def summarize_result(configs: Sequence[ConfigResult], baseline: str = DEFAULT_BA
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# Memory plan of a C evaluation
+# ---------------------------------------------------------------------------------------
+
+#: Host bytes per compared element of the chunked comparison's temporaries
+#: (evaluate/verify.py ``compare_arrays``: float64 copies of both sides, the difference and
+#: a few boolean masks per chunk of ``verify.CHUNK`` elements).
+COMPARE_BYTES_PER_ELEMENT = 48
+
+
+def _guard_size(guard_bytes: int) -> int:
+    """Guard bytes on each side of a device array: ``guard_bytes`` rounded up to 256."""
+    g = max(int(guard_bytes), 0)
+    return (g + 255) // 256 * 256
+
+
+def plan_c_memory(
+    job_or_problem: "EvalJob | CProblem",
+    configs: Sequence[ConfigSpec | Mapping[str, Any]] | None = None,
+    *,
+    l2_bytes: int | None,
+    timing: TimingSettings | None = None,
+    guard_bytes: int | None = None,
+    array_roles: Mapping[str, str] | None = None,
+) -> MemoryPlan:
+    """The memory one C evaluation holds at once, from the arrays' shapes and dtypes.
+
+    Args:
+        job_or_problem: an :class:`EvalJob` (its params, configs, timing, guard bytes,
+            roles; ``cand_lib`` None plans the reference-only job: no device memory), or a
+            :class:`~cudaperf_cli.core.CProblem` (a candidate evaluation; ``configs``
+            default to one timed ``main`` configuration at ``problem.sizes``).
+        configs: the configurations (:class:`ConfigSpec` or their dicts), for a problem.
+        l2_bytes: the device's L2 size, bytes (sizes the flush buffer; None or 0: the
+            minimum, 256 MiB, see ``timing.flush_size``).
+        timing, guard_bytes, array_roles: for a problem (a job carries its own); unknown
+            roles count as read-write unless the array is ``const``.
+
+    Returns:
+        A :class:`~cudaperf_cli.evaluate.memory.MemoryPlan` (bytes).  With ``bytes(c)`` the
+        arrays of configuration ``c`` once, ``dev(c)`` the same plus ``2 x guard`` per array
+        (guards rounded up to 256 bytes), ``rw(c)`` its read-write arrays and ``out(c)``
+        every array that is not read-only:
+
+        * ``footprint_bytes`` = ``bytes(main)``, main being the last timed configuration
+          (else the largest);
+        * ``gpu_bytes`` = max(max over configs of ``dev(c)``, max over timed configs of
+          ``dev(c) + rw(c)`` (the pristine copies restored before every timed call) +
+          the flush buffer); the worker verifies one configuration at a time and frees its
+          arrays before timing.  0 for a reference-only job;
+        * ``host_bytes`` = the inputs of every trial of every configuration (made before
+          the device work) + the reference outputs of every trial (``out(c)``, held when
+          the worker runs the reference itself) + one working copy (a reference run, the
+          CPU baseline) + the candidate's results read back (one configuration) + the
+          chunked comparison's temporaries.  A reference-only job holds one trial at a
+          time: 3 x max ``bytes(c)``.
+
+    Raises:
+        ValueError: a configuration lacks a size or gives a negative extent.
+    """
+    import numpy as np
+
+    from cudaperf_cli.evaluate.timing import flush_size
+    from cudaperf_cli.evaluate.verify import CHUNK
+
+    if isinstance(job_or_problem, EvalJob):
+        job = job_or_problem
+        params = job.parsed_params()
+        cfgs = list(job.configs)
+        ts = job.timing
+        guard = job.guard_bytes
+        roles = dict(job.array_roles)
+        candidate = job.cand_lib is not None
+    else:
+        problem = job_or_problem
+        params = list(problem.params)
+        cfgs = [c if isinstance(c, ConfigSpec) else ConfigSpec.from_json(c) for c in configs] \
+            if configs is not None else [ConfigSpec("main", dict(problem.sizes), trials=1, time=True)]
+        ts = timing or TimingSettings()
+        guard = 4096 if guard_bytes is None else guard_bytes
+        roles = dict(array_roles or {})
+        candidate = True
+    if not cfgs:
+        raise ValueError("no configurations to plan")
+    arrays = [p for p in params if isinstance(p, ArrayParam)]
+    g = _guard_size(guard)
+
+    def role(p: ArrayParam) -> str:
+        return roles.get(p.name) or (READ_ONLY if p.const else READ_WRITE)
+
+    def sizes_of(c: ConfigSpec) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in arrays:
+            shape = p.shape(c.sizes)
+            if any(e < 0 for e in shape):
+                raise ValueError(f"array '{p.name}' has a negative extent {shape} in config '{c.name}'")
+            n = 1
+            for e in shape:
+                n *= int(e)
+            out[p.name] = n
+        return out
+
+    counts = {c.name: sizes_of(c) for c in cfgs}
+    item = {p.name: int(np.dtype(p.dtype).itemsize) for p in arrays}
+
+    def total(c: ConfigSpec) -> int:
+        return sum(counts[c.name][p.name] * item[p.name] for p in arrays)
+
+    def dev(c: ConfigSpec) -> int:
+        return total(c) + 2 * g * len(arrays)
+
+    def rw(c: ConfigSpec) -> int:
+        return sum(counts[c.name][p.name] * item[p.name] for p in arrays if role(p) == READ_WRITE)
+
+    def out_bytes(c: ConfigSpec) -> int:
+        return sum(counts[c.name][p.name] * item[p.name] for p in arrays if role(p) != READ_ONLY)
+
+    timed = [c for c in cfgs if c.time]
+    main = timed[-1] if timed else max(cfgs, key=total)
+    footprint = total(main)
+    biggest = max(total(c) for c in cfgs)
+    flush = flush_size(l2_bytes, ts) if (timed and candidate) else 0
+    if candidate:
+        verify_peak = max(dev(c) for c in cfgs)
+        timing_peak = max((dev(c) + rw(c) for c in timed), default=0) + flush
+        gpu = max(verify_peak, timing_peak)
+        most = max((counts[c.name][p.name] for c in cfgs for p in arrays), default=0)
+        scratch = min(CHUNK, most) * COMPARE_BYTES_PER_ELEMENT
+        host = (sum(c.trials * total(c) for c in cfgs) + sum(c.trials * out_bytes(c) for c in cfgs)
+                + 2 * biggest + scratch)
+    else:
+        gpu = 0
+        host = 3 * biggest
+    parts = {"arrays": footprint, "guards": 2 * g * len(arrays) if candidate else 0,
+             "pristine": rw(main) if (candidate and main.time) else 0, "flush": flush}
+    return MemoryPlan(footprint_bytes=footprint, gpu_bytes=gpu, host_bytes=host,
+                      flush_bytes=flush, parts=parts)
+
+
 __all__ = [
     "ArrayCheck",
     "CORRECT",
@@ -622,5 +787,6 @@ __all__ = [
     "WRITE_ONLY",
     "WRONG",
     "json_float",
+    "plan_c_memory",
     "summarize_result",
 ]

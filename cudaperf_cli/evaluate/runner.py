@@ -1,42 +1,52 @@
-"""Parent side: run the evaluation worker in a child process with a time limit.
+"""Parent side of the C evaluation: run the worker under the child protocol.
 
-The candidate never runs in the CLI's process.  The worker is started as
-``<this python> -m cudaperf_cli.evaluate.worker`` in a new session (its own process group),
-gets the job as JSON on stdin and answers with one JSON document on stdout.  On timeout the
-whole process group is killed (SIGKILL); a worker that dies or prints garbage becomes a
-``crash`` result carrying the signal name and the tail of its stderr.
+The candidate never runs in the CLI's process.  :func:`run_evaluation` starts
+``<this python> -m cudaperf_cli.evaluate.worker`` through
+:func:`cudaperf_cli.evaluate.child.run_child` (its own process group, the job as one JSON
+line on stdin, a state file, the GPU gate: the per-GPU lock is taken only once the worker
+has prepared everything that is not device work), and turns what it saw into an
+:class:`~cudaperf_cli.evaluate.job.EvalResult`: a worker past a deadline is killed and
+becomes ``timeout`` (or ``reference_error`` when only the reference had run), one that dies
+or prints garbage a ``crash`` with the signal name and the tail of its stderr, one past its
+host-memory bound a ``crash`` saying so.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from typing import Any, Mapping
 
-from cudaperf_cli.core import kill_process_group
-from cudaperf_cli.evaluate.gpu_lock import gpu_lock
+from cudaperf_cli.evaluate.child import (
+    DEFAULT_PREPARE_TIMEOUT_S,
+    STDERR_TAIL_CHARS,
+    ChildRun,
+    _run_process,
+    read_state,
+    run_child,
+    signal_name,
+    tail_of,
+    where,
+)
 from cudaperf_cli.evaluate.job import (
     CRASH,
     REFERENCE_ERROR,
     TIMEOUT,
     BACKEND_ENV,
-    STATE_ENV,
     ConfigResult,
     EvalJob,
     EvalResult,
+    plan_c_memory,
     summarize_result,
 )
 
 WORKER_MODULE = "cudaperf_cli.evaluate.worker"
-#: Characters of the worker's stderr kept in results.
-STDERR_TAIL_CHARS = 4000
 #: Phases in which only the reference (or init) code runs.
-_REFERENCE_PHASES = {"load_reference", "init", "classify", "reference", "timing.cpu"}
+_REFERENCE_PHASES = {"load_reference", "init", "classify", "reference", "reference_outputs",
+                     "timing.cpu"}
+#: ``host_memory_limit_bytes="auto"``: the plan's host bytes x this, plus
+#: :data:`HOST_OVERHEAD_BYTES` (the interpreter, numpy, the CUDA context and runtime).
+HOST_LIMIT_FACTOR = 1.5
+HOST_OVERHEAD_BYTES = 4 << 30
 
 _PHASE_WORDS = {
     "start": "while starting",
@@ -45,6 +55,9 @@ _PHASE_WORDS = {
     "data": "while preparing input data",
     "init": "in the init function",
     "classify": "while running the reference to classify outputs",
+    "reference_outputs": "while reading or writing the stored reference outputs",
+    "gpu_wait": "while waiting for the GPU",
+    "load_candidate": "while loading the candidate library",
     "alloc": "while allocating device memory",
     "upload": "while copying inputs to the device",
     "candidate": "in the candidate call",
@@ -63,52 +76,15 @@ _PHASE_WORDS = {
 }
 
 
-def _tail(path: str, limit: int = STDERR_TAIL_CHARS) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(size - limit * 4, 0))
-            data = fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-    if len(data) > limit:
-        data = data[-limit:]
-        nl = data.find("\n")
-        if 0 <= nl < 200:
-            data = data[nl + 1 :]
-    return data
-
-
-def _read_state(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as fh:
-            raw = fh.read()
-        return json.loads(raw) if raw.strip() else {}
-    except (OSError, ValueError):
-        return {}
+# Names kept for evaluate/torch_job.py until the PyTorch worker moves onto child.py.
+_tail = tail_of
+_read_state = read_state
+_signal_name = signal_name
 
 
 def _where(state: Mapping[str, Any], words: Mapping[str, str] = _PHASE_WORDS) -> str:
-    """Where a worker was, from its state file: the phase in words (``words``: the worker's
-    phase table) and the configuration and trial."""
-    phase = state.get("phase") or "start"
-    text = words.get(phase, f"in phase '{phase}'")
-    if state.get("config") is not None:
-        text += f" (config '{state['config']}'"
-        if state.get("trial") is not None:
-            text += f", trial {state['trial']}"
-        text += ")"
-    return text
-
-
-def _signal_name(rc: int) -> str | None:
-    if rc >= 0:
-        return None
-    try:
-        return signal.Signals(-rc).name
-    except ValueError:
-        return f"signal {-rc}"
+    """Where a worker was, from its state file (``words``: the worker's phase table)."""
+    return where(state, words)
 
 
 def _spawn_worker(
@@ -121,46 +97,29 @@ def _spawn_worker(
     err_path: str,
     module: str = WORKER_MODULE,
 ) -> tuple[int | None, bytes, float, bool]:
-    """Run ``python -m <module>`` (the C worker by default; the PyTorch worker uses it too)
-    in its own session with ``stdin_data`` on stdin; kill its process group at ``timeout_s``.
-    Returns (exit status or None, stdout, seconds, timed_out)."""
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
-    full_env[STATE_ENV] = state_path
-    full_env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(err_path, "wb") as err_fh:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err_fh,
-            start_new_session=True,
-            env=full_env,
-        )
-        timed_out = False
-        try:
-            out, _ = proc.communicate(stdin_data, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_process_group(proc)
-            try:
-                out, _ = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                out = b""
-        except BaseException:
-            kill_process_group(proc)
-            proc.wait()
-            raise
-        finally:
-            elapsed = time.monotonic() - t0
-        # Leftover children of a worker that exited: same group, kill them too.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return proc.returncode, out, elapsed, timed_out
+    """The earlier protocol, for the PyTorch worker until it adopts the gate: ``python -m
+    <module>`` with ``stdin_data`` on stdin, then EOF; no gate, one deadline
+    ``timeout_s``; the process group is killed at it and always at the end.
+
+    Returns:
+        (exit status or None, stdout bytes, seconds, timed_out).
+    """
+    import sys
+
+    run = _run_process(
+        [sys.executable, "-m", module, *args], stdin_data, keep_stdin_open=False, gpu=None,
+        timeout_s=timeout_s, prepare_timeout_s=timeout_s, env=env, state_path=state_path,
+        err_path=err_path, host_memory_limit_bytes=None,
+    )
+    return run.returncode, run.stdout_text.encode(), run.elapsed_s, run.timed_out
+
+
+def host_memory_limit(job: EvalJob) -> int:
+    """The default host-memory bound of a C evaluation, bytes: :data:`HOST_LIMIT_FACTOR` x
+    the plan's ``host_bytes`` (:func:`~cudaperf_cli.evaluate.job.plan_c_memory`) +
+    :data:`HOST_OVERHEAD_BYTES`."""
+    plan = plan_c_memory(job, l2_bytes=0)
+    return int(HOST_LIMIT_FACTOR * plan.host_bytes) + HOST_OVERHEAD_BYTES
 
 
 def run_evaluation(
@@ -168,106 +127,122 @@ def run_evaluation(
     *,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S,
+    host_memory_limit_bytes: int | str | None = "auto",
 ) -> EvalResult:
-    """Verify and time a candidate in a child process.
+    """Verify and time a candidate (or run the reference alone) in a child process.
 
     Args:
         job: the :class:`EvalJob` (validated here: ``ValueError`` for a malformed job).
-        timeout_s: wall-clock limit of the whole worker run (all configs, timing included),
-            seconds; past it the worker's process group is killed and the status is
-            ``timeout``.
+        timeout_s: wall-clock limit of the worker's device work, seconds: from the moment
+            it holds the GPU (all configurations, timing included) for a candidate; the
+            whole run for a reference-only job (which takes no GPU lock).  Past it the
+            worker's process group is killed and the status is ``timeout``.
         env: extra environment variables for the worker (e.g. ``CUDA_VISIBLE_DEVICES``).
+        prepare_timeout_s: limit of a candidate worker's preparation (start-up, the device
+            context, the reference, host data, CPU reference runs), seconds, before it asks
+            for the GPU; the wait for the GPU lock counts in neither limit.
+        host_memory_limit_bytes: bound of the worker's resident host memory (its process
+            group), bytes; ``"auto"``: :func:`host_memory_limit`; None: unbounded.
 
     Returns:
         An :class:`EvalResult`; every outcome of the candidate is a status, never an
-        exception (``correct``, ``wrong``, ``runtime_error``, ``timeout``, ``crash``,
-        ``no_device``, ``reference_error``, ``reference_only``).
+        exception (``correct``, ``slow``, ``wrong``, ``runtime_error``, ``timeout``,
+        ``crash``, ``no_device``, ``reference_error``, ``reference_only``).  Its
+        ``prepare_s``, ``lock_wait_s``, ``elapsed_s``, ``peak_gpu_bytes``,
+        ``footprint_bytes`` and ``tolerances`` are filled.
     """
     job.validate()
-    payload = json.dumps(job.to_json()).encode()
-    fd_state, state_path = tempfile.mkstemp(prefix="cudaperf-state-", suffix=".json")
-    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-stderr-", suffix=".log")
-    os.close(fd_state)
-    os.close(fd_err)
-    try:
-        # One evaluation at a time per GPU across processes (cudaperf bench -j N); the time
-        # limit starts once the lock is held.  See evaluate/gpu_lock.py.
-        with gpu_lock(job.device, needed=job.cand_lib is not None):
-            rc, out, elapsed, timed_out = _spawn_worker(
-                [], payload, timeout_s=timeout_s, env=env, state_path=state_path, err_path=err_path
-            )
-        state = _read_state(state_path)
-        tail = _tail(err_path)
-    finally:
-        for p in (state_path, err_path):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+    plan = plan_c_memory(job, l2_bytes=0)
+    if host_memory_limit_bytes == "auto":
+        limit: int | None = int(HOST_LIMIT_FACTOR * plan.host_bytes) + HOST_OVERHEAD_BYTES
+    elif host_memory_limit_bytes is None:
+        limit = None
+    else:
+        limit = int(host_memory_limit_bytes)
+    gpu = job.device if job.cand_lib is not None else None
+    run = run_child(
+        WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s,
+        prepare_timeout_s=prepare_timeout_s, gpu=gpu, env=env, host_memory_limit_bytes=limit,
+    )
+    result = _result_of(job, run, timeout_s=timeout_s)
+    result.elapsed_s = run.elapsed_s
+    result.prepare_s = run.prepare_s
+    result.lock_wait_s = run.lock_wait_s
+    result.exit_code = run.returncode
+    result.stderr_tail = run.stderr_tail
+    if result.footprint_bytes is None:
+        result.footprint_bytes = plan.footprint_bytes
+    if run.memory_peak_bytes is not None:
+        result.details.setdefault("host_memory_peak_bytes", run.memory_peak_bytes)
+        result.details.setdefault("host_memory_limit_bytes", run.memory_limit_bytes)
+    return result
 
+
+def _result_of(job: EvalJob, run: ChildRun, *, timeout_s: float) -> EvalResult:
+    state = run.state
     partial = [ConfigResult.from_json(c) for c in state.get("configs", [])]
     phase = state.get("phase")
-    if timed_out:
+    before_candidate = not state.get("candidate_started")
+    reference_phase = phase in _REFERENCE_PHASES and before_candidate
+
+    def failed(status: str, message: str, sig: str | None) -> EvalResult:
         return EvalResult(
-            status=TIMEOUT,
-            message=f"timed out after {elapsed:.1f} s (limit {timeout_s:g} s) {_where(state)}",
-            configs=partial,
-            phase=phase,
-            elapsed_s=elapsed,
-            exit_code=rc,
-            signal="SIGKILL",
-            stderr_tail=tail,
-            details={"state": state},
-            summary=summarize_result(partial, job.baseline_label),
+            status=status, message=message, configs=partial, phase=phase, signal=sig,
+            details={"state": state}, summary=summarize_result(partial, job.baseline_label),
         )
 
-    text = out.decode(errors="replace").strip()
-    result: EvalResult | None = None
-    if text:  # a result written before a crash at exit still counts
+    if run.memory_exceeded:
+        seen = (run.memory_peak_bytes or 0) / 1e9
+        lim = (run.memory_limit_bytes or 0) / 1e9
+        text = (f"killed: the worker's host memory reached {seen:.2f} GB, above its limit of "
+                f"{lim:.2f} GB, {_where(state)}")
+        r = failed(REFERENCE_ERROR if reference_phase else CRASH,
+                   text + (", before the candidate ran" if before_candidate else ""), "SIGKILL")
+        r.details["host_memory_exceeded"] = True
+        return r
+    if run.timed_out:
+        if run.timeout_phase == "prepare":
+            took = run.elapsed_s
+            what = f"the worker's preparation timed out after {took:.1f} s (limit {run.timeout_limit_s:g} s)"
+        else:
+            took = run.run_s if run.run_s is not None else run.elapsed_s
+            what = f"timed out after {took:.1f} s (limit {timeout_s:g} s)"
+        if reference_phase:
+            return failed(REFERENCE_ERROR, f"{what} {_where(state)}, before the candidate ran",
+                          "SIGKILL")
+        r = failed(TIMEOUT, f"{what} {_where(state)}", "SIGKILL")
+        r.details["timeout_phase"] = run.timeout_phase
+        return r
+
+    if run.result is not None:  # a result written before a crash at exit still counts
         try:
-            doc = json.loads(text.splitlines()[-1])
-            if isinstance(doc, dict) and "status" in doc:
-                result = EvalResult.from_json(doc)
+            result = EvalResult.from_json(run.result)
         except (ValueError, TypeError, KeyError):
             result = None
-    if result is not None:
-        result.elapsed_s = elapsed
-        result.exit_code = rc
-        result.stderr_tail = tail
-        if rc:
-            result.warnings.append(
-                f"the worker wrote its result, then exited with status {rc}"
-                + (f" ({_signal_name(rc)})" if rc < 0 else "")
-            )
-        return result
+        if result is not None:
+            rc = run.returncode
+            if rc:
+                result.warnings.append(
+                    f"the worker wrote its result, then exited with status {rc}"
+                    + (f" ({run.signal})" if run.signal else "")
+                )
+            return result
 
-    sig = _signal_name(rc if rc is not None else 0)
+    rc = run.returncode
+    sig = run.signal
     if rc is not None and rc != 0:
         how = f"killed by {sig}" if sig else f"exited with status {rc}"
-        status = CRASH
-        if phase in _REFERENCE_PHASES and not state.get("candidate_started"):
-            status = REFERENCE_ERROR
-            message = f"the worker was {how} {_where(state)}, before the candidate ran"
-        else:
-            message = f"the worker was {how} {_where(state)}"
-    else:
-        status = CRASH
-        snippet = text[:200].replace("\n", " ")
-        message = (
-            f"the worker exited without a valid result {_where(state)}"
-            + (f"; it printed: {snippet!r}" if snippet else "")
-        )
-    return EvalResult(
-        status=status,
-        message=message,
-        configs=partial,
-        phase=phase,
-        elapsed_s=elapsed,
-        exit_code=rc,
-        signal=sig,
-        stderr_tail=tail,
-        details={"state": state},
-        summary=summarize_result(partial, job.baseline_label),
+        if reference_phase:
+            return failed(REFERENCE_ERROR,
+                          f"the worker was {how} {_where(state)}, before the candidate ran", sig)
+        return failed(CRASH, f"the worker was {how} {_where(state)}", sig)
+    snippet = run.stdout_text.strip()[:200].replace("\n", " ")
+    return failed(
+        CRASH,
+        f"the worker exited without a valid result {_where(state)}"
+        + (f"; it printed: {snippet!r}" if snippet else ""),
+        sig,
     )
 
 
@@ -281,42 +256,29 @@ def probe_device(ordinal: int = 0, *, timeout_s: float = 60.0) -> dict[str, Any]
         "cuda_core_version", "cuda_bindings_version", ...}`` or
         ``{"available": False, "reason": "..."}``.  Never raises.
     """
-    fd_state, state_path = tempfile.mkstemp(prefix="cudaperf-state-", suffix=".json")
-    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-stderr-", suffix=".log")
-    os.close(fd_state)
-    os.close(fd_err)
+    import os
+
+    env = {}
+    if os.environ.get(BACKEND_ENV):
+        env[BACKEND_ENV] = os.environ[BACKEND_ENV]
     try:
-        env = {}
-        if os.environ.get(BACKEND_ENV):
-            env[BACKEND_ENV] = os.environ[BACKEND_ENV]
-        rc, out, elapsed, timed_out = _spawn_worker(
-            ["--device-info", "--device", str(int(ordinal))],
-            b"",
-            timeout_s=timeout_s,
-            env=env,
-            state_path=state_path,
-            err_path=err_path,
-        )
-        tail = _tail(err_path, 600)
+        run = run_child(WORKER_MODULE, ["--device-info", "--device", str(int(ordinal))], None,
+                        timeout_s=timeout_s, gpu=None, env=env, tail_chars=600)
     except Exception as exc:  # noqa: BLE001 - documented as never raising
         return {"available": False, "reason": f"cannot start the device probe: {exc}"}
-    finally:
-        for p in (state_path, err_path):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-    if timed_out:
-        return {"available": False, "reason": f"the device probe hung for {elapsed:.0f} s"}
+    if run.timed_out:
+        return {"available": False, "reason": f"the device probe hung for {run.elapsed_s:.0f} s"}
+    lines = run.stdout_text.strip().splitlines()
     try:
-        doc = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+        doc = json.loads(lines[-1])
         if isinstance(doc, dict):
             return doc
     except (ValueError, IndexError):
         pass
-    sig = _signal_name(rc or 0)
-    how = f"was killed by {sig}" if sig else f"exited with status {rc}"
-    last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    sig = run.signal
+    how = f"was killed by {sig}" if sig else f"exited with status {run.returncode}"
+    tail = run.stderr_tail.strip()
+    last = tail.splitlines()[-1] if tail else ""
     return {"available": False, "reason": f"the device probe {how}" + (f": {last}" if last else "")}
 
 
@@ -326,4 +288,5 @@ def device_info(ordinal: int = 0, *, timeout_s: float = 60.0) -> dict[str, Any]:
     return probe_device(ordinal, timeout_s=timeout_s)
 
 
-__all__ = ["device_info", "probe_device", "run_evaluation"]
+__all__ = ["HOST_LIMIT_FACTOR", "HOST_OVERHEAD_BYTES", "WORKER_MODULE", "device_info",
+           "host_memory_limit", "probe_device", "run_evaluation"]

@@ -8,6 +8,9 @@ Comparison rule for floating arrays (``docs/evaluation.md``)::
 so a NaN (or inf) in the candidate where the reference is finite always fails, and a poisoned
 (NaN) element the candidate never wrote fails.  Integer arrays, and arrays the reference
 never changes (read-only inputs), are compared exactly (bit for bit).
+
+The tolerances are the shared table of :mod:`cudaperf_cli.evaluate.tolerances` (float32
+atol 1e-4 / rtol 1e-4 as KernelBench, float64 1e-9 / 1e-7, float16 1e-2).
 """
 
 from __future__ import annotations
@@ -23,19 +26,11 @@ from cudaperf_cli.evaluate.job import (
     ArrayCheck,
     json_float,
 )
-
-#: dtype -> (rtol, atol) for floating arrays.  Integers are always exact.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-9),
-    "float32": (1e-4, 1e-5),
-    "float16": (1e-2, 1e-3),
-}
+from cudaperf_cli.evaluate.tolerances import DEFAULT_TOLERANCES, resolve_tolerances, tolerance
 
 #: Poison written into write-only arrays before each candidate run.
 POISON_FLOAT_WORD = 0xFFFFFFFF  #: every 32-bit word all ones: a NaN in float32 and float64
 POISON_INT_BYTE = 0xA5  #: every byte of an integer array
-
-_ALIASES = {"double": "float64", "float": "float32", "half": "float16"}
 
 #: Elements compared per chunk (bounds temporary memory on large arrays).
 CHUNK = 1 << 22
@@ -51,17 +46,31 @@ def tolerance_for(
     """(rtol, atol) for an element dtype; (0, 0) for integers.
 
     ``overrides`` maps a dtype name (``float32``, or the C name ``float``) to
-    ``{"rtol": .., "atol": ..}``; a missing key keeps the default.
+    ``{"rtol": .., "atol": ..}`` over :data:`DEFAULT_TOLERANCES` (the shared table of
+    ``evaluate/tolerances.py``); a missing key keeps the default.
+
+    Raises:
+        ValueError: a negative tolerance in ``overrides``.
     """
     dt = np.dtype(dtype)
     if dt.kind != "f":
         return 0.0, 0.0
-    rtol, atol = DEFAULT_TOLERANCES.get(dt.name, DEFAULT_TOLERANCES["float32"])
-    for key, val in (overrides or {}).items():
-        if _ALIASES.get(key, key) == dt.name:
-            rtol = float(val.get("rtol", rtol))
-            atol = float(val.get("atol", atol))
+    atol, rtol = tolerance(dt.name, resolve_tolerances(overrides=overrides))
     return rtol, atol
+
+
+def tolerances_used(
+    dtypes: Any, overrides: Mapping[str, Mapping[str, float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """``{dtype name: {"atol", "rtol"}}`` for the floating dtypes among ``dtypes`` (what a
+    result's ``tolerances`` field records); integers are exact and not listed."""
+    out: dict[str, dict[str, float]] = {}
+    for d in dtypes:
+        dt = np.dtype(d)
+        if dt.kind == "f" and dt.name not in out:
+            rtol, atol = tolerance_for(dt, overrides)
+            out[dt.name] = {"atol": atol, "rtol": rtol}
+    return out
 
 
 def poison(arr: np.ndarray) -> None:
@@ -71,10 +80,16 @@ def poison(arr: np.ndarray) -> None:
 
 
 def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Same shape and the same bytes (NaN payloads included)."""
+    """Same shape and dtype and the same bytes (NaN payloads included), compared in chunks
+    of :data:`CHUNK` bytes so that no temporary of the arrays' size is made."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+    ra = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    rb = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+    for start in range(0, ra.size, CHUNK):
+        if not np.array_equal(ra[start : start + CHUNK], rb[start : start + CHUNK]):
+            return False
+    return True
 
 
 def _value(x: Any) -> Any:
@@ -213,6 +228,7 @@ def classify_roles(
     *,
     const: frozenset[str] | set[str] = frozenset(),
     known: Mapping[str, str] | None = None,
+    base: dict[str, np.ndarray] | None = None,
 ) -> dict[str, str]:
     """Find each array's role by running the reference on copies of ``inputs``.
 
@@ -226,18 +242,25 @@ def classify_roles(
         inputs: array name -> data (not modified).
         const: arrays declared ``const`` (read-only without a test).
         known: roles already known (kept, not tested).
+        base: a dict that receives the arrays after the first (unpoisoned) reference run:
+            the reference's output on ``inputs``.
 
     Returns:
         array name -> role, for every array in ``inputs``.
+
+    The reference runs ``1 + (arrays neither known, const nor left unchanged)`` times.
     """
     known = dict(known or {})
     roles: dict[str, str] = {}
-    base = {k: v.copy() for k, v in inputs.items()}
-    run_reference(base)
+    first = {k: v.copy() for k, v in inputs.items()}
+    run_reference(first)
+    if base is not None:
+        base.clear()
+        base.update(first)
     for name, data in inputs.items():
         if name in known:
             roles[name] = known[name]
-        elif name in const or bitwise_equal(base[name], data):
+        elif name in const or bitwise_equal(first[name], data):
             roles[name] = READ_ONLY
     for name in inputs:
         if name in roles:
@@ -245,7 +268,7 @@ def classify_roles(
         trial = {k: v.copy() for k, v in inputs.items()}
         poison(trial[name])
         run_reference(trial)
-        same = all(bitwise_equal(trial[k], base[k]) for k in inputs)
+        same = all(bitwise_equal(trial[k], first[k]) for k in inputs)
         roles[name] = WRITE_ONLY if same else READ_WRITE
     return {name: roles[name] for name in inputs}
 
@@ -261,4 +284,5 @@ __all__ = [
     "is_floating",
     "poison",
     "tolerance_for",
+    "tolerances_used",
 ]

@@ -1,20 +1,22 @@
-"""The evaluation worker: ``python -m cudaperf_cli.evaluate.worker``.
+"""The C evaluation worker: ``python -m cudaperf_cli.evaluate.worker``.
 
-Protocol (see ``docs/evaluation.md``):
+It speaks the child protocol of :mod:`cudaperf_cli.evaluate.child` (``docs/evaluation.md``
+§3): the :class:`~cudaperf_cli.evaluate.job.EvalJob` as one JSON line on stdin, the
+:class:`~cudaperf_cli.evaluate.job.EvalResult` as one JSON line on the result channel (a
+private duplicate of fd 1; fd 1 itself goes to stderr), the phase in
+``$CUDAPERF_WORKER_STATE``.  ``--device-info [--device N]`` prints a device description
+instead.
 
-* stdin: one :class:`~cudaperf_cli.evaluate.job.EvalJob` JSON document;
-* stdout: one :class:`~cudaperf_cli.evaluate.job.EvalResult` JSON document, nothing else
-  (file descriptor 1 is redirected to stderr at start-up, so ``printf`` from the reference,
-  the candidate's host code or its kernels cannot corrupt the result);
-* stderr: anything (the parent keeps the tail);
-* ``$CUDAPERF_WORKER_STATE``: a file the worker keeps overwriting with its current phase
-  (and the configurations finished so far), so the parent can say where a worker that
-  crashed or timed out was;
-* ``--device-info [--device N]``: print a device description instead (no job on stdin).
+Order (``docs/evaluation.md`` §4): everything that is not device work happens before the
+worker asks for the GPU (:func:`~cudaperf_cli.evaluate.child.wait_for_gpu`): the CUDA
+context, the reference library, the array roles (at the smallest configuration), the host
+data of every trial of every configuration, the reference's outputs (read from the run's
+``reference_outputs`` folder, or computed here) and the CPU baseline.  After ``go``: the
+candidate library is loaded (its static constructors are candidate code), every trial is
+verified on the device, and the timed configurations are timed on their trial-0 data.
 
 The worker catches its own errors and reports them as JSON; only a signal (segfault in
-the reference or the candidate's host code) or the parent's kill on timeout ends it
-without a result.
+the reference or the candidate's host code) or the parent's kill ends it without a result.
 """
 
 from __future__ import annotations
@@ -22,18 +24,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
-from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam, to_jsonable
+from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam
 from cudaperf_cli.evaluate.backend import (
     Allocation,
     Backend,
@@ -42,6 +46,15 @@ from cudaperf_cli.evaluate.backend import (
     driver_error,
     make_backend,
     runtime_error,
+)
+from cudaperf_cli.evaluate.child import (
+    Channel,
+    State,
+    flush_c_stdio,
+    line_buffer_c_stdout,
+    read_job,
+    result_channel,
+    wait_for_gpu,
 )
 from cudaperf_cli.evaluate.job import (
     BACKEND_ENV,
@@ -53,6 +66,7 @@ from cudaperf_cli.evaluate.job import (
     REFERENCE_ERROR,
     REFERENCE_ONLY,
     RUNTIME_ERROR,
+    SLOW,
     WRITE_ONLY,
     WRONG,
     ArrayCheck,
@@ -63,29 +77,43 @@ from cudaperf_cli.evaluate.job import (
     EvalResult,
     HOOKS_ENV,
     STATE_ENV,
+    TimingStats,
+    plan_c_memory,
     summarize_result,
 )
 from cudaperf_cli.evaluate.timing import (
     SUSPICIOUS_SPEEDUP,
     flush_size,
-    need_more_reps,
     speedup,
     summarize,
+    time_repetitions,
 )
+from cudaperf_cli.evaluate.tolerances import resolve_tolerances
 from cudaperf_cli.evaluate.verify import (
     POISON_FLOAT_WORD,
     POISON_INT_BYTE,
+    bitwise_equal,
     classify_roles,
     compare_arrays,
     is_floating,
+    tolerances_used,
 )
 
 
 #: Byte written around every device array; a changed byte means an out-of-bounds write.
 GUARD_BYTE = 0x5C
-#: Timed repetitions enqueued between two synchronizations.
+#: Timed repetitions enqueued between two synchronizations (kept for older imports; the
+#: loop is evaluate/timing.py's ``time_repetitions``).
 BATCH = 10
 
+# Names kept for evaluate/torch_worker.py until it moves onto child.py.
+_line_buffer_c_stdout = line_buffer_c_stdout
+_flush_c_stdio = flush_c_stdio
+
+
+def _emit(out_fd: int, obj: Any) -> None:
+    """Write ``obj`` as one JSON line on ``out_fd`` (the result channel)."""
+    Channel(out_fd)(obj)
 
 
 def ctype_of(dtype: str) -> Any:
@@ -108,54 +136,6 @@ class CandidateFailure(Exception):
     def __init__(self, message: str, error: dict[str, Any]):
         super().__init__(message)
         self.error = error
-
-
-# ---------------------------------------------------------------------------------------
-# State file
-# ---------------------------------------------------------------------------------------
-
-
-class State:
-    """The phase file read by the parent after a crash or a timeout."""
-
-    def __init__(self, path: str | None):
-        self.fd: int | None = None
-        if path:
-            try:
-                self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-            except OSError:
-                self.fd = None
-        self.data: dict[str, Any] = {
-            "phase": "start",
-            "config": None,
-            "trial": None,
-            "candidate_started": False,
-            "configs": [],
-            "pid": os.getpid(),
-        }
-
-    def set(self, phase: str, config: str | None = None, trial: int | None = None) -> None:
-        self.data.update(phase=phase, config=config, trial=trial)
-        self._flush()
-
-    def mark_candidate(self) -> None:
-        if not self.data["candidate_started"]:
-            self.data["candidate_started"] = True
-            self._flush()
-
-    def add_config(self, cr: ConfigResult) -> None:
-        self.data["configs"].append(to_jsonable(cr))
-        self._flush()
-
-    def _flush(self) -> None:
-        if self.fd is None:
-            return
-        raw = json.dumps(self.data).encode()
-        try:
-            os.pwrite(self.fd, raw, 0)
-            os.ftruncate(self.fd, len(raw))
-        except OSError:
-            pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,48 +167,253 @@ class DeviceArray:
     guard: int
 
 
-class Worker:
-    """Runs one :class:`EvalJob`; :meth:`run` returns the :class:`EvalResult`."""
+@dataclass
+class TrialPrep:
+    """One trial, prepared before the device work.
 
-    def __init__(self, job: EvalJob, state: State, backend_kind: str = "cuda"):
+    Attributes:
+        host: its input data.
+        ref: the reference's outputs computed here (arrays it writes, and any array it
+            changed although classified read-only), or None when ``stored`` holds them.
+        stored: the matching entry of the ``reference_outputs`` folder, or None.
+        ref_ms: the host time of the reference run that produced the outputs, ms.
+    """
+
+    host: HostData
+    ref: dict[str, np.ndarray] | None = None
+    stored: dict[str, Any] | None = None
+    ref_ms: float | None = None
+
+
+@dataclass
+class ConfigPrep:
+    """A configuration, prepared: its trials and its CPU baseline (timed configs)."""
+
+    trials: list[TrialPrep] = field(default_factory=list)
+    cpu: TimingStats | None = None
+    cpu_total_s: float | None = None
+    ref_ms: float | None = None
+    trials_run: int = 0
+    seed: list[int] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# The run's reference outputs (a folder shared by the baseline job and the candidate jobs)
+# ---------------------------------------------------------------------------------------
+
+REF_INDEX = "index.json"
+REF_FORMAT = 1
+
+
+class ReferenceStore:
+    """The ``reference_outputs`` folder of a run.
+
+    Layout: one ``c<config index>-t<trial>-<array>.npy`` per stored array (the arrays the
+    reference writes) and ``index.json``::
+
+        {"format": 1, "identity": {"ref_lib": {"path", "size", "mtime_ns"}, "ref_symbol",
+                                   "init_symbol", "init", "params"},
+         "entries": [{"config", "config_index", "trial", "seed": [seed, config, trial],
+                      "sizes", "scalars", "ref_ms",
+                      "arrays": {name: {"file", "dtype", "shape"}}}]}
+
+    The baseline job writes it (files first, each through a temporary name, then the index);
+    a candidate job uses an entry only when the identity, seed, sizes, scalars, dtypes and
+    shapes all match its own trial, and otherwise runs the reference itself.
+    """
+
+    def __init__(self, folder: str, job: EvalJob):
+        self.folder = Path(folder)
+        self.job = job
+        self.entries: dict[tuple[int, int], dict[str, Any]] = {}
+        self.problem: str | None = None  # why the index cannot be used (candidate side)
+
+    def identity(self) -> dict[str, Any]:
+        job = self.job
+        lib = os.path.abspath(job.ref_lib)
+        try:
+            st = os.stat(lib)
+            size, mtime = int(st.st_size), int(st.st_mtime_ns)
+        except OSError:
+            size, mtime = None, None
+        return {"ref_lib": {"path": lib, "size": size, "mtime_ns": mtime},
+                "ref_symbol": job.ref_symbol, "init_symbol": job.init_symbol,
+                "init": job.init, "params": job.params}
+
+    # -- writing (the baseline job) -----------------------------------------------------
+
+    def write(self, ci: int, cfg: ConfigSpec, trial: int, host: HostData,
+              outputs: dict[str, np.ndarray], ref_ms: float) -> None:
+        """Store ``outputs`` (array name -> the reference's result) of one trial."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, Any] = {}
+        for name, arr in outputs.items():
+            fname = f"c{ci}-t{trial}-{name}.npy"
+            tmp = self.folder / (fname + f".tmp-{os.getpid()}")
+            with open(tmp, "wb") as fh:
+                np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+            os.replace(tmp, self.folder / fname)
+            arrays[name] = {"file": fname, "dtype": arr.dtype.name, "shape": list(arr.shape)}
+        self.entries[(ci, trial)] = {
+            "config": cfg.name, "config_index": ci, "trial": trial, "seed": list(host.seed),
+            "sizes": dict(cfg.sizes), "scalars": _json_scalars(host.scalars),
+            "ref_ms": ref_ms, "arrays": arrays,
+        }
+
+    def finish(self) -> None:
+        """Write the index (atomically) and remove array files it does not name."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        doc = {"format": REF_FORMAT, "identity": self.identity(),
+               "entries": [self.entries[k] for k in sorted(self.entries)]}
+        tmp = self.folder / (REF_INDEX + f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.folder / REF_INDEX)
+        keep = {a["file"] for e in self.entries.values() for a in e["arrays"].values()}
+        for p in self.folder.glob("c*-t*-*.npy"):
+            if p.name not in keep:
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+    # -- reading (candidate jobs) -------------------------------------------------------
+
+    def open(self) -> bool:
+        """Read the index; False (with ``problem`` set) when it is missing or foreign."""
+        try:
+            doc = json.loads((self.folder / REF_INDEX).read_text())
+        except (OSError, ValueError) as exc:
+            self.problem = f"no readable {REF_INDEX} ({type(exc).__name__})"
+            return False
+        if not isinstance(doc, dict) or doc.get("format") != REF_FORMAT:
+            self.problem = f"{REF_INDEX} has an unknown format"
+            return False
+        ident = self.identity()
+        theirs = doc.get("identity") or {}
+        for key in ident:
+            if json.dumps(theirs.get(key), sort_keys=True) != json.dumps(ident[key], sort_keys=True):
+                self.problem = f"written for another {key.replace('_', ' ')}"
+                return False
+        for e in doc.get("entries") or []:
+            try:
+                self.entries[(int(e["config_index"]), int(e["trial"]))] = e
+            except (KeyError, TypeError, ValueError):
+                continue
+        return True
+
+    def match(self, ci: int, cfg: ConfigSpec, trial: int, host: HostData,
+              needed: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+        """The entry for this trial, or (None, why not)."""
+        e = self.entries.get((ci, trial))
+        if e is None:
+            return None, f"no entry for config '{cfg.name}' trial {trial}"
+        if list(e.get("seed") or []) != list(host.seed) or e.get("sizes") != dict(cfg.sizes):
+            return None, f"config '{cfg.name}' trial {trial} was stored for other sizes or seed"
+        if e.get("scalars") != _json_scalars(host.scalars):
+            return None, f"config '{cfg.name}' trial {trial} was stored with other scalar values"
+        arrays = e.get("arrays") or {}
+        for name in needed:
+            a = arrays.get(name)
+            ref = host.arrays[name]
+            if a is None:
+                return None, f"config '{cfg.name}' trial {trial} lacks array '{name}'"
+            if a.get("dtype") != ref.dtype.name or list(a.get("shape") or []) != list(ref.shape):
+                return None, f"array '{name}' of config '{cfg.name}' trial {trial} has another dtype or shape"
+            if not (self.folder / str(a.get("file"))).is_file():
+                return None, f"{a.get('file')} is missing"
+        return e, None
+
+    def load(self, entry: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The stored arrays of an entry.
+
+        Raises:
+            OSError, ValueError: a file cannot be read or does not hold what the index says.
+        """
+        out: dict[str, np.ndarray] = {}
+        for name, a in (entry.get("arrays") or {}).items():
+            arr = np.load(self.folder / str(a["file"]), allow_pickle=False)
+            if arr.dtype.name != a["dtype"] or list(arr.shape) != list(a["shape"]):
+                raise ValueError(f"{a['file']} does not hold a {a['dtype']} {a['shape']} array")
+            out[name] = arr
+        return out
+
+
+def _json_scalars(scalars: dict[str, Any]) -> dict[str, Any]:
+    return {k: (int(v) if isinstance(v, (int, np.integer)) else float(v)) for k, v in scalars.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------------------
+
+
+class Worker:
+    """Runs one :class:`EvalJob`; :meth:`run` returns the :class:`EvalResult`.
+
+    Args:
+        job: the job.
+        state: the phase file.
+        backend_kind: ``"cuda"`` or ``"host"`` (test-only emulation).
+        gate: called once everything but the device work is prepared (the protocol's
+            :func:`~cudaperf_cli.evaluate.child.wait_for_gpu`); returns the seconds waited.
+            Default: no gate.
+    """
+
+    def __init__(self, job: EvalJob, state: State, backend_kind: str = "cuda",
+                 gate: Callable[[], float] | None = None):
         self.job = job
         self.state = state
         self.backend_kind = backend_kind
+        self.gate = gate or (lambda: 0.0)
         self.params = job.parsed_params()
         self.arrays = [p for p in self.params if isinstance(p, ArrayParam)]
         self.init = job.init_spec()
         self.backend: Backend | None = None
         self.cand_fn: Any = None
-        self.roles_first: dict[str, str] = {}
+        self.roles: dict[str, str] = {}
         self.error: dict[str, Any] | None = None
         self.warnings: list[str] = []
         self.device: dict[str, Any] | None = None
         self.t0 = time.monotonic()
+        self.prepare_s: float | None = None
+        self.tol_table = resolve_tolerances(overrides=job.tolerances)
+        self.store: ReferenceStore | None = None
+        self.store_usable = False
+        #: (config index, trial-0 host data, the reference's outputs on it, ms) of the
+        #: classification run, reused as that trial's data and output.
+        self.classified: tuple[int, HostData, dict[str, np.ndarray], float] | None = None
+        self.preps: list[ConfigPrep] = []
 
     # -- entry -------------------------------------------------------------------------
 
     def run(self) -> EvalResult:
         job = self.job
-        device: dict[str, Any] | None = None
         if job.cand_lib is not None:
             self.state.set("device")
             try:
                 self.backend = make_backend(self.backend_kind, job.device)
             except NoDevice as exc:
                 return self._result(NO_DEVICE, f"no CUDA device: {exc}", [])
-            device = self.backend.info()
-        self.device = device
+            self.device = self.backend.info()
         self.state.set("load_reference")
         try:
             self._load_reference()
         except ReferenceFailure as exc:
             return self._result(REFERENCE_ERROR, str(exc), [])
 
+        self._prepare()
+        if job.cand_lib is None:
+            return self._reference_only_result()
+        self.prepare_s = time.monotonic() - self.t0
+        self.gate()
+        return self._device_work()
+
+    def _device_work(self) -> EvalResult:
+        job = self.job
         results: list[ConfigResult] = []
-        status = CORRECT if job.cand_lib is not None else REFERENCE_ONLY
-        message = ""
+        status, message = CORRECT, ""
         for ci, cfg in enumerate(job.configs):
-            cr = self._verify_config(ci, cfg)
+            cr = self._verify_config(ci, cfg, self.preps[ci])
             results.append(cr)
             self.state.add_config(cr)
             if cr.status == RUNTIME_ERROR:
@@ -241,29 +426,32 @@ class Worker:
                 ConfigResult(cfg.name, dict(cfg.sizes), "skipped", "not run after a runtime error")
             )
 
-        if status in (CORRECT, REFERENCE_ONLY):
+        slow_note = ""
+        if status == CORRECT:
             for ci, cfg in enumerate(job.configs):
                 if not cfg.time:
                     continue
                 cr = results[ci]
-                self._time_config(ci, cfg, cr)
+                self._time_config(ci, cfg, cr, self.preps[ci])
                 if cr.status in (WRONG, RUNTIME_ERROR):
                     status, message = cr.status, cr.message
                     break
+                if cr.timing is not None and cr.timing.slow:
+                    status, slow_note = SLOW, cr.message
 
-        if status == CORRECT:
+        if status in (CORRECT, SLOW):
             n = sum(c.trials_run for c in results)
             message = f"correct on {len(results)} configuration(s), {n} trial(s)"
             timed = [c for c in results if c.timing is not None and c.timing.gpu is not None]
-            if timed:
+            if status == SLOW:
+                message += f"; {slow_note}"
+            elif timed:
                 t = timed[-1].timing
                 assert t is not None and t.gpu is not None
                 message += (
                     f"; '{timed[-1].name}': kernel {t.gpu.median_ms:.4g} ms"
                     + (f", {t.kernel_speedup:.3g}x vs {t.baseline}" if t.kernel_speedup else "")
                 )
-        elif status == REFERENCE_ONLY:
-            message = f"reference ran on {len(results)} configuration(s) (no candidate)"
         return self._result(status, message, results)
 
     def _result(self, status: str, message: str, configs: list[ConfigResult]) -> EvalResult:
@@ -271,18 +459,31 @@ class Worker:
         for c in configs:
             if c.timing:
                 self.warnings.extend(f"{c.name}: {w}" for w in c.timing.warnings)
+        try:
+            plan = plan_c_memory(self.job, l2_bytes=(self.device or {}).get("l2_bytes"))
+            footprint: int | None = plan.footprint_bytes
+        except ValueError:
+            footprint = None
         return EvalResult(
             status=status,
             message=message,
             configs=configs,
-            array_roles=dict(self.roles_first),
+            array_roles=dict(self.roles),
             device=self.device,
             error=self.error,
             phase="done",
             elapsed_s=time.monotonic() - self.t0,
+            prepare_s=self.prepare_s,
+            peak_gpu_bytes=self.backend.peak_bytes if self.backend is not None else None,
+            footprint_bytes=footprint,
+            tolerances=tolerances_used([p.dtype for p in self.arrays], self.job.tolerances),
             warnings=self.warnings,
             summary=summarize_result(configs, self.job.baseline_label),
         )
+
+    def _warn(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
 
     # -- libraries ---------------------------------------------------------------------
 
@@ -352,6 +553,7 @@ class Worker:
 
     def _host_data(self, ci: int, cfg: ConfigSpec, trial: int) -> HostData:
         seed = [int(self.job.seed), ci, trial]
+        self.state.set("data", cfg.name, trial)
         rng = np.random.default_rng(np.random.SeedSequence(seed))
         arrays: dict[str, np.ndarray] = {}
         for p in self.arrays:
@@ -418,6 +620,221 @@ class Worker:
         t0 = time.perf_counter()
         self.ref_fn(*args)
         return (time.perf_counter() - t0) * 1e3
+
+    # -- preparation (host only, before the GPU gate) ----------------------------------
+
+    def _classification_config(self) -> int:
+        """The configuration whose trial 0 classifies the arrays: the smallest (fewest
+        bytes of arrays; the first of equals)."""
+        def nbytes(cfg: ConfigSpec) -> int:
+            total = 0
+            for p in self.arrays:
+                n = 1
+                for e in p.shape(cfg.sizes):
+                    n *= int(e)
+                total += n * np.dtype(p.dtype).itemsize
+            return total
+
+        sizes = [nbytes(c) for c in self.job.configs]
+        return sizes.index(min(sizes))
+
+    def _find_roles(self) -> None:
+        """Array roles: the job's, ``const`` arrays read-only, the rest by output
+        classification at trial 0 of the smallest configuration (the roles found there hold
+        for the others: the arrays are the same parameters)."""
+        known = {k: v for k, v in self.job.array_roles.items() if k in {p.name for p in self.arrays}}
+        const = {p.name for p in self.arrays if p.const}
+        if all(p.name in known or p.name in const for p in self.arrays):
+            self.roles = {p.name: known.get(p.name, READ_ONLY) for p in self.arrays}
+            return
+        ci = self._classification_config()
+        cfg = self.job.configs[ci]
+        host = self._host_data(ci, cfg, 0)
+        self.state.set("classify", cfg.name, 0)
+        times: list[float] = []
+
+        def run(arrs: dict[str, np.ndarray]) -> None:
+            times.append(self._call_reference(arrs, host.scalars))
+
+        base: dict[str, np.ndarray] = {}
+        self.roles = classify_roles(run, host.arrays, const=const, known=known, base=base)
+        self.classified = (ci, host, {n: base[n] for n in self._stored_names(base, host)}, times[0])
+
+    def _stored_names(self, out: dict[str, np.ndarray], host: HostData) -> list[str]:
+        """Arrays of a reference run to keep as its outputs: those not read-only, and a
+        read-only one the reference changed all the same (then a warning)."""
+        keep = []
+        for p in self.arrays:
+            n = p.name
+            if self.roles.get(n) != READ_ONLY:
+                keep.append(n)
+            elif not bitwise_equal(out[n], host.arrays[n]):
+                keep.append(n)
+                self._warn(f"the reference changed '{n}', classified read-only, at sizes "
+                           f"{host.scalars}: its output is compared as computed")
+        return keep
+
+    def _reference_here(self, ci: int, cfg: ConfigSpec, trial: int,
+                        host: HostData) -> tuple[dict[str, np.ndarray], float]:
+        """Run the reference on a copy of ``host``: (the outputs to keep, ms)."""
+        if self.classified is not None and self.classified[0] == ci and trial == 0:
+            _, _, out, ms = self.classified
+            self.classified = None
+            return out, ms
+        self.state.set("reference", cfg.name, trial)
+        out = host.copy_arrays()
+        ms = self._call_reference(out, host.scalars)
+        keep = self._stored_names(out, host)
+        return {n: out[n] for n in keep}, ms
+
+    def _open_store(self) -> None:
+        folder = self.job.reference_outputs
+        if not folder:
+            return
+        self.store = ReferenceStore(folder, self.job)
+        if self.job.cand_lib is None:
+            self.store_usable = True  # the baseline writes it
+            return
+        self.state.set("reference_outputs")
+        self.store_usable = self.store.open()
+        if not self.store_usable:
+            self._warn(f"reference outputs in {folder} not used ({self.store.problem}): the "
+                       "reference ran in this evaluation")
+
+    def _prepare(self) -> None:
+        """Everything before the device work (see the module docstring)."""
+        job = self.job
+        self._open_store()
+        self._find_roles()
+        baseline = job.cand_lib is None
+        for ci, cfg in enumerate(job.configs):
+            cp = ConfigPrep()
+            first_cpu: float | None = None
+            for trial in range(cfg.trials):
+                if self.classified is not None and self.classified[0] == ci and trial == 0:
+                    host = self.classified[1]  # the classification's data: made once
+                else:
+                    host = self._host_data(ci, cfg, trial)
+                cp.seed = host.seed
+                tp = TrialPrep(host)
+                needed = [p.name for p in self.arrays if self.roles[p.name] != READ_ONLY]
+                if not baseline and self.store_usable and self.store is not None:
+                    entry, why = self.store.match(ci, cfg, trial, host, needed)
+                    if entry is not None:
+                        tp.stored, tp.ref_ms = entry, entry.get("ref_ms")
+                    else:
+                        self._warn(f"reference outputs in {job.reference_outputs} not used for "
+                                   f"config '{cfg.name}' trial {trial} ({why}): the reference "
+                                   "ran in this evaluation")
+                if tp.stored is None:
+                    out, ms = self._reference_here(ci, cfg, trial, host)
+                    tp.ref_ms = ms
+                    if trial == 0:
+                        first_cpu = ms
+                    if baseline:
+                        if self.store is not None:
+                            self.state.set("reference_outputs", cfg.name, trial)
+                            self.store.write(ci, cfg, trial, host, out, ms)
+                        del out
+                    else:
+                        tp.ref = out
+                cp.ref_ms = tp.ref_ms
+                cp.trials_run = trial + 1
+                if baseline and not (cfg.time and trial == 0):
+                    continue  # the baseline keeps only what its CPU timing needs
+                cp.trials.append(tp)
+            if self.classified is not None and self.classified[0] == ci:
+                self.classified = None  # its output was not needed (stored outputs matched)
+            if cfg.time and cfg.name not in job.cpu_baseline_ms and cp.trials:
+                cp.cpu, cp.cpu_total_s = self._cpu_baseline(cfg, cp.trials[0].host, first_cpu)
+            if baseline:
+                cp.trials = []
+            self.preps.append(cp)
+        if baseline and self.store is not None:
+            self.state.set("reference_outputs")
+            self.store.finish()
+
+    def _cpu_baseline(self, cfg: ConfigSpec, host: HostData,
+                      first_ms: float | None) -> tuple[TimingStats | None, float | None]:
+        """Time the reference on copies of ``host`` (host clock around the call only).
+
+        The first run is ``first_ms`` when the trial-0 reference output was just computed
+        here on these data, else one run now; then as many runs as fit ``cpu_budget_s`` in
+        all (at least 1, at most ``cpu_reps``).  Returns (stats, total seconds), or
+        (None, None) when ``cpu_reps`` is 0.
+        """
+        job = self.job
+        reps = max(int(job.cpu_reps), 0)
+        if reps == 0:
+            return None, None
+        self.state.set("timing.cpu", cfg.name, 0)
+        samples: list[float] = [] if first_ms is None else [float(first_ms)]
+        work: dict[str, np.ndarray] | None = None
+
+        def one() -> float:
+            nonlocal work
+            if work is None:
+                work = host.copy_arrays()
+            else:
+                for k, v in host.arrays.items():
+                    np.copyto(work[k], v)
+            return self._call_reference(work, host.scalars)
+
+        if not samples:
+            samples.append(one())
+        budget_ms = max(float(job.cpu_budget_s), 0.0) * 1e3
+        n = min(reps, max(1, math.floor(budget_ms / max(samples[0], 1e-6))))
+        while len(samples) < n:
+            samples.append(one())
+        return summarize(samples), sum(samples) / 1e3
+
+    def _reference_only_result(self) -> EvalResult:
+        job = self.job
+        results: list[ConfigResult] = []
+        for ci, cfg in enumerate(job.configs):
+            cp = self.preps[ci]
+            cr = ConfigResult(cfg.name, dict(cfg.sizes), REFERENCE_ONLY, trials_run=cp.trials_run,
+                              seed=list(cp.seed), array_roles=dict(self.roles), ref_ms=cp.ref_ms)
+            if cfg.time:
+                given = job.cpu_baseline_ms.get(cfg.name)
+                cpu_ms = cp.cpu.median_ms if cp.cpu is not None else (
+                    float(given) if given is not None else None)
+                cr.timing = ConfigTiming(gpu=None, cpu=cp.cpu, cpu_median_ms=cpu_ms,
+                                         baseline=job.baseline_label, cpu_total_s=cp.cpu_total_s)
+                if cp.cpu is not None:
+                    cr.message = (f"config '{cfg.name}': reference median {cp.cpu.median_ms:.4g} ms "
+                                  f"over {cp.cpu.n} run(s), {cp.cpu_total_s:.3g} s in all")
+            results.append(cr)
+            self.state.add_config(cr)
+        message = f"reference ran on {len(results)} configuration(s) (no candidate)"
+        if self.store is not None:
+            message += f"; outputs stored in {job.reference_outputs}"
+        return self._result(REFERENCE_ONLY, message, results)
+
+    def _outputs_of(self, ci: int, cfg: ConfigSpec, trial: int, tp: TrialPrep) -> dict[str, np.ndarray]:
+        """The reference's outputs of a trial (loaded from the folder only now, when
+        comparing); a folder entry that cannot be read makes the reference run here."""
+        if tp.ref is not None:
+            return tp.ref
+        assert tp.stored is not None and self.store is not None
+        self.state.set("reference_outputs", cfg.name, trial)
+        try:
+            return self.store.load(tp.stored)
+        except (OSError, ValueError) as exc:
+            self._warn(f"reference outputs of config '{cfg.name}' trial {trial} unreadable "
+                       f"({exc}): the reference ran in this evaluation")
+            out, ms = self._reference_here(ci, cfg, trial, tp.host)
+            tp.ref, tp.ref_ms, tp.stored = out, ms, None
+            return out
+
+    def _compare(self, host: HostData, cand: dict[str, np.ndarray],
+                 ref: dict[str, np.ndarray], names: list[str] | None = None) -> list[ArrayCheck]:
+        out = []
+        for n in (names if names is not None else list(host.arrays)):
+            expected = ref[n] if n in ref else host.arrays[n]
+            out.append(compare_arrays(n, cand[n], expected, role=self.roles[n],
+                                      tolerances=self.tol_table))
+        return out
 
     # -- device arrays -----------------------------------------------------------------
 
@@ -525,45 +942,24 @@ class Worker:
             what = "after the candidate call" if phase in ("candidate", "timing") else f"({phase})"
             raise CandidateFailure(f"device synchronize {what} failed: {name}: {string}", err)
 
-    # -- verification ------------------------------------------------------------------
-
-    def _roles(self, host: HostData, cfg: ConfigSpec) -> dict[str, str]:
-        known = {k: v for k, v in self.job.array_roles.items() if k in host.arrays}
-        const = {p.name for p in self.arrays if p.const}
-        self.state.set("classify", cfg.name, 0)
-        return classify_roles(
-            lambda arrs: self._call_reference(arrs, host.scalars),
-            host.arrays,
-            const=const,
-            known=known,
-        )
+    # -- verification (device, after the gate) -----------------------------------------
 
     def _where(self, cfg: ConfigSpec, trial: int | None, phase: str) -> dict[str, Any]:
         return {"config": cfg.name, "trial": trial, "phase": phase}
 
-    def _verify_config(self, ci: int, cfg: ConfigSpec) -> ConfigResult:
-        cr = ConfigResult(cfg.name, dict(cfg.sizes), CORRECT)
+    def _verify_config(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep) -> ConfigResult:
+        roles = self.roles
+        cr = ConfigResult(cfg.name, dict(cfg.sizes), CORRECT, array_roles=dict(roles))
         dev: dict[str, DeviceArray] = {}
-        roles: dict[str, str] = {}
+        cand: dict[str, np.ndarray] = {}
         try:
-            for trial in range(cfg.trials):
-                self.state.set("data", cfg.name, trial)
-                host = self._host_data(ci, cfg, trial)
+            for trial, tp in enumerate(cp.trials):
+                host = tp.host
                 cr.seed = host.seed
-                if trial == 0:
-                    roles = self._roles(host, cfg)
-                    cr.array_roles = roles
-                    if not self.roles_first:
-                        self.roles_first = dict(roles)
-                if self.job.cand_lib is None:
-                    self.state.set("reference", cfg.name, trial)
-                    ref = host.copy_arrays()
-                    cr.ref_ms = self._call_reference(ref, host.scalars)
-                    cr.trials_run = trial + 1
-                    continue
                 if not dev:
                     self.state.set("alloc", cfg.name, trial)
                     dev = self._alloc(host)
+                    cand = {n: np.empty_like(a) for n, a in host.arrays.items()}
                 where = self._where(cfg, trial, "candidate")
                 self.state.set("upload", cfg.name, trial)
                 self._upload(dev, host, roles)
@@ -572,20 +968,14 @@ class Worker:
                 self._call_candidate(self._cand_args(dev, host.scalars), where)
                 self._sync(where)
                 self.state.set("download", cfg.name, trial)
-                cand = {n: np.empty_like(a) for n, a in host.arrays.items()}
                 for n, d in dev.items():
                     self.backend.d2h(cand[n], d.ptr)  # type: ignore[union-attr]
                 guards = self._check_guards(dev)
-                self.state.set("reference", cfg.name, trial)
-                ref = host.copy_arrays()
-                cr.ref_ms = self._call_reference(ref, host.scalars)
+                ref = self._outputs_of(ci, cfg, trial, tp)
+                cr.ref_ms = tp.ref_ms
                 self.state.set("compare", cfg.name, trial)
-                checks = [
-                    compare_arrays(
-                        n, cand[n], ref[n], role=roles[n], tolerances=self.job.tolerances
-                    )
-                    for n in host.arrays
-                ]
+                checks = self._compare(host, cand, ref)
+                del ref
                 cr.arrays = checks
                 cr.guard_violations = guards
                 cr.trials_run = trial + 1
@@ -605,8 +995,6 @@ class Worker:
         finally:
             if cr.status != RUNTIME_ERROR:
                 self._free(dev)
-        if cr.status == CORRECT and self.job.cand_lib is None:
-            cr.status = REFERENCE_ONLY
         if cr.status == CORRECT:
             cr.message = f"config '{cfg.name}': {cr.trials_run} trial(s) correct"
         return cr
@@ -650,32 +1038,30 @@ class Worker:
 
     # -- timing ------------------------------------------------------------------------
 
-    def _time_config(self, ci: int, cfg: ConfigSpec, cr: ConfigResult) -> None:
+    def _time_config(self, ci: int, cfg: ConfigSpec, cr: ConfigResult, cp: ConfigPrep) -> None:
+        """Time ``cfg`` on its trial-0 data (the verification's), then check the results of
+        the timed and the end-to-end runs against that trial's reference outputs."""
         job = self.job
-        trial = cfg.trials  # a fresh data set, not one of the verification trials
-        self.state.set("timing.data", cfg.name, trial)
-        host = self._host_data(ci, cfg, trial)
-        roles = cr.array_roles
-        if job.cand_lib is None:
-            cpu_ms, _, cpu_stats = self._cpu_baseline(cfg, host)
-            cr.timing = ConfigTiming(
-                gpu=None, cpu=cpu_stats, cpu_median_ms=cpu_ms, baseline=job.baseline_label
-            )
-            if cpu_stats is not None:
-                cr.message = (
-                    f"config '{cfg.name}': reference median {cpu_stats.median_ms:.4g} ms "
-                    f"over {cpu_stats.n} run(s)"
-                )
-            return
+        tp = cp.trials[0]
+        host = tp.host
+        roles = self.roles
         b = self.backend
         assert b is not None
         dev: dict[str, DeviceArray] = {}
         pristine: dict[str, Allocation] = {}
         flush: Allocation | None = None
         ts = job.timing
-        where = self._where(cfg, None, "timing")
+        where = self._where(cfg, 0, "timing")
+        cand = {n: np.empty_like(a) for n, a in host.arrays.items()}
+        writes = [n for n in host.arrays if roles[n] in (READ_WRITE, WRITE_ONLY)]
+        reads = [n for n in host.arrays if roles[n] in (READ_ONLY, READ_WRITE)]
+        sync_stats: TimingStats | None = None
+        e2e_stats: TimingStats | None = None
+        post_bad: list[str] = []
+        bytes_in = bytes_out = 0
+        fbytes = 0
         try:
-            self.state.set("timing.alloc", cfg.name)
+            self.state.set("timing.alloc", cfg.name, 0)
             dev = self._alloc(host)
             for name, d in dev.items():
                 if roles[name] == READ_WRITE:
@@ -685,7 +1071,7 @@ class Worker:
             if fbytes:
                 flush = b.alloc(fbytes)
             self._upload(dev, host, roles)
-            self._sync(self._where(cfg, None, "timing.upload"))
+            self._sync(self._where(cfg, 0, "timing.upload"))
             args = self._cand_args(dev, host.scalars)
             dtypes = {n: a.dtype for n, a in host.arrays.items()}
 
@@ -698,73 +1084,89 @@ class Worker:
                 if flush is not None:
                     b.memset32(flush.ptr, 0, fbytes // 4)
 
-            # warm-up
-            self.state.set("timing.warmup", cfg.name)
-            for _ in range(max(ts.warmup_reps, 0)):
-                prepare()
-                self._call_candidate(args, where)
-            self._sync(where)
+            timers: list[Any] = []
 
-            # kernel time (events)
-            self.state.set("timing.gpu", cfg.name)
-            samples: list[float] = []
-            timers = [b.timer() for _ in range(BATCH)]
-            total = 0.0
-            while not samples or need_more_reps(len(samples), total, ts):
-                k = min(BATCH, max(ts.max_reps - len(samples), 1))
+            def run(k: int) -> list[float]:
+                while len(timers) < k:
+                    timers.append(b.timer())
                 for i in range(k):
                     prepare()
                     timers[i].start()
                     self._call_candidate(args, where)
                     timers[i].stop()
                 self._sync(where)
-                for i in range(k):
-                    ms = timers[i].ms()
-                    samples.append(ms)
-                    total += ms
-            gpu_stats = summarize(samples)
-            snap_timed = {n: np.empty_like(a) for n, a in host.arrays.items()}
+                return [timers[i].ms() for i in range(k)]
+
+            # kernel time (events), repetitions planned from an estimate
+            self.state.set("timing.gpu", cfg.name, 0)
+            rt = time_repetitions(run, ts, slow_ms=job.slow_ms)
+            if rt.slow:
+                used = rt.warmup[1:] if len(rt.warmup) > 1 else rt.warmup
+                gpu_stats = summarize(used)
+            else:
+                gpu_stats = summarize(rt.samples)
             for n, d in dev.items():
-                b.d2h(snap_timed[n], d.ptr)
+                b.d2h(cand[n], d.ptr)
             guards = self._check_guards(dev)
+            self.state.set("timing.check", cfg.name, 0)
+            ref = self._outputs_of(ci, cfg, 0, tp)
+            for c in self._compare(host, cand, ref):
+                if not c.ok:
+                    post_bad.append("after the timed repetitions, " + c.describe())
+                    cr.arrays = [c]
+                    break
+            del ref
 
-            # call + synchronize (host clock)
-            self.state.set("timing.sync", cfg.name)
-            sync_samples: list[float] = []
-            for _ in range(max(ts.sync_reps, 1)):
-                prepare()
-                self._sync(where)
-                t0 = time.perf_counter()
-                self._call_candidate(args, where)
-                self._sync(where)
-                sync_samples.append((time.perf_counter() - t0) * 1e3)
-            sync_stats = summarize(sync_samples)
+            if not rt.slow and not post_bad:
+                # call + synchronize (host clock); as many as fit max_total_ms (>= 1)
+                self.state.set("timing.sync", cfg.name, 0)
+                sync_samples: list[float] = []
+                want = max(int(ts.sync_reps), 1)
+                while len(sync_samples) < want:
+                    prepare()
+                    self._sync(where)
+                    t0 = time.perf_counter()
+                    self._call_candidate(args, where)
+                    self._sync(where)
+                    sync_samples.append((time.perf_counter() - t0) * 1e3)
+                    want = min(want, _fit(ts.max_total_ms, sync_samples[0], ts.sync_reps))
+                sync_stats = summarize(sync_samples)
 
-            # end to end: copies in + call + sync + copies out (pageable host memory)
-            self.state.set("timing.e2e", cfg.name)
-            reads = [n for n in dev if roles[n] in (READ_ONLY, READ_WRITE)]
-            writes = [n for n in dev if roles[n] in (READ_WRITE, WRITE_ONLY)]
-            inputs = {n: np.ascontiguousarray(host.arrays[n]) for n in reads}
-            e2e_out = {n: np.empty_like(host.arrays[n]) for n in writes}
-            e2e_samples: list[float] = []
-            for r in range(max(ts.e2e_reps, 1) + 1):
-                for n in writes:
-                    if roles[n] == WRITE_ONLY:
-                        self._poison_dev(dev[n], dtypes[n])
-                self._sync(where)
-                t0 = time.perf_counter()
-                for n in reads:
-                    b.h2d(dev[n].ptr, inputs[n])
-                self._call_candidate(args, where)
-                self._sync(where)
-                for n in writes:
-                    b.d2h(e2e_out[n], dev[n].ptr)
-                dt = (time.perf_counter() - t0) * 1e3
-                if r > 0:  # the first one is a warm-up
+                # end to end: copies in + call + sync + copies out (pageable host memory)
+                self.state.set("timing.e2e", cfg.name, 0)
+                inputs = {n: np.ascontiguousarray(host.arrays[n]) for n in reads}
+                e2e_samples: list[float] = []
+                warm: float | None = None
+                want = max(int(ts.e2e_reps), 1)
+                while len(e2e_samples) < want:
+                    for n in writes:
+                        if roles[n] == WRITE_ONLY:
+                            self._poison_dev(dev[n], dtypes[n])
+                    self._sync(where)
+                    t0 = time.perf_counter()
+                    for n in reads:
+                        b.h2d(dev[n].ptr, inputs[n])
+                    self._call_candidate(args, where)
+                    self._sync(where)
+                    for n in writes:
+                        b.d2h(cand[n], dev[n].ptr)
+                    dt = (time.perf_counter() - t0) * 1e3
+                    if warm is None:  # the first one is a warm-up
+                        warm = dt
+                        want = _fit(ts.max_total_ms, dt, ts.e2e_reps)
+                        continue
                     e2e_samples.append(dt)
-            e2e_stats = summarize(e2e_samples)
-            bytes_in = sum(inputs[n].nbytes for n in reads)
-            bytes_out = sum(e2e_out[n].nbytes for n in writes)
+                e2e_stats = summarize(e2e_samples)
+                bytes_in = sum(inputs[n].nbytes for n in reads)
+                bytes_out = sum(cand[n].nbytes for n in writes)
+                self.state.set("timing.check", cfg.name, 0)
+                ref = self._outputs_of(ci, cfg, 0, tp)
+                for c in self._compare(host, cand, ref, writes):
+                    if not c.ok:
+                        post_bad.append("after the end-to-end runs, " + c.describe())
+                        cr.arrays = [c]
+                        break
+                del ref
         except CandidateFailure as exc:
             self.error = exc.error
             cr.status = RUNTIME_ERROR
@@ -781,29 +1183,6 @@ class Worker:
                 if flush is not None:
                     b.free(flush)
 
-        # CPU baseline (and the reference output of the timing data)
-        cpu_ms, ref_out, cpu_stats = self._cpu_baseline(cfg, host)
-
-        # post-timing check: the timed runs and the end-to-end runs still give the answer
-        self.state.set("timing.check", cfg.name)
-        post_bad: list[str] = []
-        for n in host.arrays:
-            c = compare_arrays(
-                n, snap_timed[n], ref_out[n], role=roles[n], tolerances=job.tolerances
-            )
-            if not c.ok:
-                post_bad.append("after the timed repetitions, " + c.describe())
-                cr.arrays = [c]
-                break
-        if not post_bad:
-            for n in writes:
-                c = compare_arrays(
-                    n, e2e_out[n], ref_out[n], role=roles[n], tolerances=job.tolerances
-                )
-                if not c.ok:
-                    post_bad.append("after the end-to-end runs, " + c.describe())
-                    cr.arrays = [c]
-                    break
         if guards:
             cr.guard_violations = guards
             post_bad.append(
@@ -811,15 +1190,17 @@ class Worker:
                 + ", ".join(f"'{g['array']}' ({g['side']})" for g in guards)
             )
 
+        given = job.cpu_baseline_ms.get(cfg.name)
+        cpu_ms = float(given) if given is not None else (cp.cpu.median_ms if cp.cpu else None)
         warnings: list[str] = []
         ks = speedup(cpu_ms, gpu_stats.median_ms)
-        es = speedup(cpu_ms, e2e_stats.median_ms)
+        es = speedup(cpu_ms, e2e_stats.median_ms) if e2e_stats is not None else None
         if ks is not None and ks > SUSPICIOUS_SPEEDUP:
             warnings.append(
                 f"kernel speedup {ks:.1f}x over {job.baseline_label} is above "
                 f"{SUSPICIOUS_SPEEDUP:g}x: worth a second look"
             )
-        if gpu_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05:
+        if sync_stats is not None and gpu_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05:
             warnings.append(
                 f"event time {gpu_stats.median_ms:.4g} ms is much shorter than call + "
                 f"synchronize {sync_stats.median_ms:.4g} ms: is work running outside the "
@@ -829,44 +1210,33 @@ class Worker:
             gpu=gpu_stats,
             e2e=e2e_stats,
             sync_call=sync_stats,
-            cpu=cpu_stats,
+            cpu=cp.cpu if given is None else None,
             cpu_median_ms=cpu_ms,
             kernel_speedup=ks,
             e2e_speedup=es,
             baseline=job.baseline_label,
             flush_bytes=fbytes,
-            warmup_reps=max(ts.warmup_reps, 0),
+            warmup_reps=len(rt.warmup),
             bytes_in=bytes_in,
             bytes_out=bytes_out,
             warnings=warnings,
+            slow=rt.slow,
+            estimate_ms=rt.estimate_ms,
+            planned_reps=rt.planned,
+            cpu_total_s=cp.cpu_total_s if given is None else None,
         )
         if post_bad:
             cr.status = WRONG
             cr.message = f"config '{cfg.name}': " + "; ".join(post_bad)
+        elif rt.slow:
+            cr.message = (f"config '{cfg.name}': stopped timing after {len(rt.warmup)} call(s): "
+                          f"~{rt.estimate_ms:.4g} ms > slow limit {job.slow_ms:.4g} ms")
 
-    def _cpu_baseline(
-        self, cfg: ConfigSpec, host: HostData
-    ) -> tuple[float | None, dict[str, np.ndarray], Any]:
-        """Time the reference on fresh host copies.  Returns (median ms used for speedups,
-        the reference output on ``host``, TimingStats or None)."""
-        job = self.job
-        self.state.set("timing.cpu", cfg.name)
-        given = job.cpu_baseline_ms.get(cfg.name)
-        reps = 0 if given is not None else max(int(job.cpu_reps), 0)
-        samples: list[float] = []
-        out: dict[str, np.ndarray] = {}
-        total = 0.0
-        for _ in range(max(reps, 1)):
-            out = host.copy_arrays()
-            ms = self._call_reference(out, host.scalars)
-            samples.append(ms)
-            total += ms
-            if total >= job.cpu_budget_s * 1e3:
-                break
-        if reps == 0:
-            return (float(given) if given is not None else None), out, None
-        stats = summarize(samples)
-        return stats.median_ms, out, stats
+
+def _fit(budget_ms: float, one_ms: float, most: int) -> int:
+    """Repetitions of a ``one_ms`` measurement that fit ``budget_ms``: at least 1, at most
+    ``most``."""
+    return max(1, min(max(int(most), 1), math.floor(float(budget_ms) / max(one_ms, 1e-6))))
 
 
 # ---------------------------------------------------------------------------------------
@@ -891,7 +1261,13 @@ def probe(ordinal: int = 0, backend_kind: str = "cuda") -> dict[str, Any]:
 
 
 def _run_hook(hook: str, out_fd: int, state: State) -> bool:
-    """Test-only behaviours.  Returns True when the hook already wrote the output."""
+    """Test-only behaviours.  Returns True when the hook already wrote the output.
+
+    ``sleep:S``, ``spawn-sleep:S`` (a grandchild too), ``segv``, ``abort``, ``exit:N``,
+    ``garbage`` (not JSON on the result channel), ``stderr:N`` (N characters),
+    ``hog:BYTES`` (touch that much host memory, then sleep).  The C worker runs them once it
+    holds the GPU; with a ``prepare-`` prefix, before it prepares anything.
+    """
     kind, _, arg = hook.partition(":")
     state.set(f"hook.{kind}")
     if kind == "sleep":
@@ -915,39 +1291,16 @@ def _run_hook(hook: str, out_fd: int, state: State) -> bool:
     elif kind == "stderr":
         sys.stderr.write("x" * int(arg or 100000) + "\nlast line of the test hook\n")
         sys.stderr.flush()
+    elif kind == "hog":
+        hog = np.ones(int(arg or 1 << 30), dtype=np.uint8)  # every page written
+        print(f"cudaperf-test: holding {hog.nbytes} bytes", file=sys.stderr, flush=True)
+        time.sleep(3600)
     return False
 
 
 # ---------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------
-
-
-def _line_buffer_c_stdout() -> None:
-    """Make C ``stdout`` line-buffered, so output printed just before a crash survives."""
-    try:
-        libc = ctypes.CDLL(None)
-        fp = ctypes.c_void_p.in_dll(libc, "stdout")
-        libc.setvbuf(fp, None, 1, 0)  # _IOLBF
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _flush_c_stdio() -> None:
-    """fflush(NULL): push out what C code (the reference, the candidate's host code, device
-    printf via the driver) left in stdio buffers, before ``os._exit`` would drop it."""
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _emit(out_fd: int, obj: Any) -> None:
-    raw = (json.dumps(to_jsonable(obj)) + "\n").encode()
-    view = memoryview(raw)
-    while view:
-        n = os.write(out_fd, view)
-        view = view[n:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -957,30 +1310,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", type=int, default=0)
     args = parser.parse_args(argv)
 
-    # Keep the real stdout for the result; send everything else written to fd 1 to stderr.
-    sys.stdout.flush()
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    _line_buffer_c_stdout()
+    emit = result_channel()
     backend_kind = os.environ.get(BACKEND_ENV, "cuda")
     if backend_kind not in ("cuda", "host"):
         backend_kind = "cuda"
     state = State(os.environ.get(STATE_ENV))
 
     if args.device_info:
-        _emit(out_fd, probe(args.device, backend_kind))
+        emit(probe(args.device, backend_kind))
         return 0
 
     try:
-        job = EvalJob.from_json(json.loads(sys.stdin.read()))
+        job = EvalJob.from_json(read_job())
     except Exception as exc:  # noqa: BLE001
-        _emit(out_fd, EvalResult(status=CRASH, message=f"worker got an unreadable job: {exc}"))
+        emit(EvalResult(status=CRASH, message=f"worker got an unreadable job: {exc}"))
         return 0
-    if job.debug_hook and os.environ.get(HOOKS_ENV) == "1":
-        if _run_hook(job.debug_hook, out_fd, state):
+    hook = job.debug_hook if job.debug_hook and os.environ.get(HOOKS_ENV) == "1" else None
+    early = hook is not None and (hook.startswith("prepare-") or job.cand_lib is None)
+    if hook is not None and early:
+        if _run_hook(hook.removeprefix("prepare-"), emit.fd, state):
             return 0
+
+    def gate() -> float:
+        waited = wait_for_gpu(emit, state)
+        if hook is not None and not early and _run_hook(hook, emit.fd, state):
+            flush_c_stdio()
+            os._exit(0)
+        return waited
+
     try:
-        result = Worker(job, state, backend_kind).run()
+        result = Worker(job, state, backend_kind, gate=gate).run()
     except Exception as exc:  # noqa: BLE001 - report, never die silently
         result = EvalResult(
             status=CRASH,
@@ -988,8 +1347,8 @@ def main(argv: list[str] | None = None) -> int:
             phase=state.data.get("phase"),
             details={"traceback": traceback.format_exc()},
         )
-    _flush_c_stdio()
-    _emit(out_fd, result)
+    flush_c_stdio()
+    emit(result)
     return 0
 
 
@@ -998,7 +1357,7 @@ if __name__ == "__main__":
     # Skip interpreter teardown: after a sticky CUDA error (illegal address...) destructors
     # of device objects may fail or hang; the result is already written.
     try:
-        _flush_c_stdio()
+        flush_c_stdio()
         sys.stderr.flush()
         sys.stdout.flush()
     finally:
