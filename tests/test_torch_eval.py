@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cudaperf_cli.evaluate.job import HOOKS_ENV, TimingSettings, TimingStats
+from cudaperf_cli.evaluate.job import BACKEND_ENV, HOOKS_ENV, TimingSettings, TimingStats
 from cudaperf_cli.evaluate.torch_job import (
     ALIASING,
     COMPILE_ERROR,
@@ -500,9 +500,12 @@ def test_hanging_worker_is_killed_at_the_time_limit(tmp_path: Path, build_root: 
     job = TorchEvalJob(problem=str(PROBLEM), candidate=files, build_root=str(build_root),
                        arch="sm_90", debug_hook="spawn-sleep:120", static_guards=False)
     t0 = time.monotonic()
-    r = run_torch_evaluation(job, timeout_s=3, env={HOOKS_ENV: "1"})
+    # The host test backend lets the worker "open a device" here and pass the GPU gate; the
+    # hook then hangs in the device phase, where the time limit runs.
+    r = run_torch_evaluation(job, timeout_s=3, env={HOOKS_ENV: "1", BACKEND_ENV: "host"})
     assert time.monotonic() - t0 < 30
     assert r.status == "timeout" and r.signal == "SIGKILL" and r.phase == "hook.spawn-sleep"
+    assert r.prepare_s is not None and r.prepare_s > 0 and r.lock_wait_s >= 0
     assert re.match(r"timed out after \d+\.\d s \(limit 3 s\) in phase 'hook.spawn-sleep'", r.message)
     m = re.search(r"spawned pid (\d+)", r.stderr_tail)
     assert m, r.stderr_tail
@@ -608,7 +611,9 @@ def test_host_correct_candidate_is_verified_and_timed(
     assert r.configs[1].inputs == [{"shape": [3, 17], "dtype": "float32"}]
     assert r.configs[1].constants == {"batch_size": 3, "dim": 17}
     assert all(c.trials_run == 3 and len(set(c.seeds)) == 3 for c in r.configs)
-    lp = r.configs[0].lower_precision
+    # the float64 comparison runs on the smallest configuration (the alternative one)
+    assert r.configs[0].lower_precision is None
+    lp = r.configs[1].lower_precision
     assert lp is not None and lp["candidate_rel_err"] <= lp["threshold"]
     t = r.timing
     assert t is not None and t.eager is not None and t.compile is None
@@ -771,3 +776,205 @@ def test_profile_records_of_a_real_cpu_profile() -> None:
     assert rep["torch_ops"]["relu"] == 1 and "add_" not in rep["torch_ops"]
     assert "relu" in rep["disallowed_ops"] and "empty_like" not in rep["disallowed_ops"]
     assert profile_verdict(rep)[0] == NO_CUSTOM_KERNEL  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------
+# The evaluation core of issue 21: baseline once per run, slow, memory, training mode
+# ---------------------------------------------------------------------------------------
+
+
+def _problem_file(tmp_path: Path, body: str, name: str = "prob.py") -> Path:
+    p = tmp_path / name
+    p.write_text("import torch\nimport torch.nn as nn\n\n" + body)
+    return p
+
+
+def test_host_baseline_job_times_eager_and_flags_nothing(
+    tmp_path: Path, small_problem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = TorchEvalJob(problem=str(small_problem), candidate=[], mode="baseline",
+                       timing=FAST_TIMING, compile_baseline=False)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "reference_only", r.message
+    assert r.timing is not None and r.timing.candidate is None and r.timing.eager.n >= 3
+    assert r.degenerate is False
+    # scaled_relu at batch 4, dim 64: input and output float32[4, 64], no parameters
+    assert r.footprint_bytes == 2 * 4 * 64 * 4
+    assert r.prepare_s is not None and r.prepare_s > 0
+    assert r.message.startswith("baseline: PyTorch eager ")
+
+
+def test_host_baseline_job_flags_a_degenerate_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prob = _problem_file(tmp_path, (
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x - 10.0)\n\n"
+        "n = 8\n\ndef get_inputs():\n    return [torch.rand(n, n)]\n\n"
+        "def get_init_inputs():\n    return []\n"))
+    job = TorchEvalJob(problem=str(prob), candidate=[], mode="baseline", timing=FAST_TIMING,
+                       compile_baseline=False)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "reference_only" and r.degenerate is True
+    assert any(w.startswith("degenerate: Model's outputs are the same") for w in r.warnings)
+
+
+def test_baseline_job_takes_no_candidate() -> None:
+    with pytest.raises(ValueError, match="no candidate"):
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(PROBLEM)], mode="baseline").validate()
+    with pytest.raises(ValueError, match="mode"):
+        TorchEvalJob(problem=str(PROBLEM), candidate=[], mode="nope").validate()
+
+
+def test_host_candidate_with_the_runs_baseline_times_only_itself(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _host_job(tmp_path, small_problem, build_root, CORRECT_FWD, time=True,
+                    baseline_ms={"eager": 50.0, "compile": 25.0})
+    r = _run_host(job, monkeypatch)
+    assert r.status == "correct", r.message
+    t = r.timing
+    assert t.eager is None and t.compile is None and t.candidate is not None
+    assert t.speedup_eager == pytest.approx(50.0 / t.candidate.median_ms)
+    assert t.speedup_compile == pytest.approx(25.0 / t.candidate.median_ms)
+    assert r.summary["gpu_ms"] == r.summary["candidate_ms"] == t.candidate.median_ms
+    assert "eager and torch.compile times from the run's baseline measurement" in r.warnings
+
+
+def test_host_candidate_far_slower_than_the_limit_is_slow(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_fwd = ("    def forward(self, x):\n        import time\n        time.sleep(0.05)\n"
+                "        return torch.relu(x) * self.scale\n")
+    job = _host_job(tmp_path, small_problem, build_root, slow_fwd, time=True,
+                    baseline_ms={"eager": 0.1, "compile": None}, slow_ms=1.0)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "slow", r.message
+    t = r.timing
+    assert t.candidate is None and t.candidate_estimate_ms >= 40 and t.slow_ms == 1.0
+    assert t.warmup_reps == 1  # stopped after the first call
+    assert r.summary["gpu_ms"] == t.candidate_estimate_ms
+    assert "timing stopped early" in r.message and "slow limit 1 ms" in r.message
+
+
+def test_host_in_place_problem_gives_the_candidate_copies(
+    tmp_path: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prob = _problem_file(tmp_path, (
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n        x.mul_(2.0)\n        return x.sum(dim=1)\n\n"
+        "n = 6\n\ndef get_inputs():\n    return [torch.rand(n, n + 1)]\n\n"
+        "def get_init_inputs():\n    return []\n"))
+    fwd = "    def forward(self, x):\n        x.mul_(2.0)\n        return x.sum(dim=1)\n"
+    for flagged in (True, False):  # told by the loader, or found out in the first trial
+        (tmp_path / str(flagged)).mkdir()
+        job = _host_job(tmp_path / str(flagged), prob, build_root, fwd, init="", modifies_inputs=flagged)
+        r = _run_host(job, monkeypatch)
+        assert r.status == "correct", (flagged, r.message)
+        assert flagged or any("modifies an input in place" in w for w in r.warnings)
+    bad = "    def forward(self, x):\n        return (2.0 * x).sum(dim=1)\n"  # forgets the write
+    (tmp_path / "bad").mkdir()
+    job = _host_job(tmp_path / "bad", prob, build_root, bad, init="", modifies_inputs=True)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "wrong" and "input 0 differs from the reference's" in r.message
+
+
+def test_host_candidate_writing_an_input_is_wrong_without_copies(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fwd = "    def forward(self, x):\n        y = torch.relu(x) * self.scale\n        x.zero_()\n        return y\n"
+    r = _run_host(_host_job(tmp_path, small_problem, build_root, fwd), monkeypatch)
+    assert r.status == "wrong"
+    assert "the candidate modified input 0 ([4, 64] float32), which the reference leaves unchanged" in r.message
+
+
+BN_PROBLEM = (
+    "class Model(nn.Module):\n"
+    "    def __init__(self, c):\n        super().__init__()\n        self.bn = nn.BatchNorm1d(c)\n\n"
+    "    def forward(self, x):\n        return self.bn(x)\n\n"
+    "batch = 16\nc = 5\n\ndef get_inputs():\n    return [torch.randn(batch, c)]\n\n"
+    "def get_init_inputs():\n    return [c]\n")
+
+
+@pytest.mark.parametrize("updates", [True, False])
+def test_host_batchnorm_in_training_mode_starts_every_trial_from_the_same_buffers(
+    tmp_path: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch, updates: bool
+) -> None:
+    """Model stays in training mode (batch statistics; running buffers updated on every
+    forward), as KernelBench runs it.  Both models get the initial buffers back before each
+    trial; a ModelNew whose running statistics do not follow Model's is correct (the
+    outputs match, which is what KernelBench compares) with a warning."""
+    prob = _problem_file(tmp_path, BN_PROBLEM)
+    init = "    def __init__(self, c):\n        super().__init__()\n        self.bn = nn.BatchNorm1d(c)\n\n"
+    if updates:
+        fwd = ("    def forward(self, x):\n"
+               "        return nn.functional.batch_norm(x, self.bn.running_mean, self.bn.running_var,\n"
+               "            self.bn.weight, self.bn.bias, True, 0.1, self.bn.eps)\n")
+    else:
+        fwd = ("    def forward(self, x):\n"
+               "        m = x.mean(0)\n        v = x.var(0, unbiased=False)\n"
+               "        return (x - m) / torch.sqrt(v + self.bn.eps) * self.bn.weight + self.bn.bias\n")
+    job = _host_job(tmp_path, prob, build_root, fwd, init=init)
+    r = _run_host(job, monkeypatch)
+    assert r.status == "correct", r.message
+    warned = [w for w in r.warnings if "updates its buffer" in w]
+    assert bool(warned) is (not updates), r.warnings
+
+
+def test_compare_tensor_in_chunks_matches_the_whole() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import compare_tensor, flat_chunks
+
+    a = torch.randn(300, 701)
+    b = a.clone()
+    b[7, 9] += 1.0
+    b[299, 700] = float("nan")
+    for got, exp in ((b, a), (b.t(), a.t())):  # contiguous, then cut along dim 0
+        chk = compare_tensor("out", got, exp, 1e-4, 1e-4)
+        assert not chk.ok and chk.n_mismatch == 2 and chk.n_nan == 1
+        assert chk.worst_mismatch["got"] == "nan"
+    pieces = list(flat_chunks(a.t(), chunk=1000))
+    assert sum(p[0].numel() for _, p in pieces) == a.numel() and len(pieces) > 1
+    assert compare_tensor("o", a, a.clone(), 0.0, 0.0).ok
+    inf = torch.tensor([float("inf"), 1.0])
+    assert compare_tensor("o", inf, inf.clone(), 1e-4, 1e-4).ok
+
+
+def test_fingerprint_sees_every_write() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import fingerprint
+
+    x = torch.randn(1000, 33)
+    f0 = fingerprint(x)
+    assert torch.equal(f0, fingerprint(x.clone()))
+    y = x.clone()
+    y[999, 32] = y[999, 32] + 1e-3
+    assert not torch.equal(f0, fingerprint(y))
+    assert not torch.equal(fingerprint(torch.zeros(3, dtype=torch.uint8)),
+                           fingerprint(torch.tensor([0, 0, 1], dtype=torch.uint8)))
+
+
+def test_torch_memory_plan_is_three_footprints_plus_the_flush_buffer() -> None:
+    from types import SimpleNamespace
+
+    from cudaperf_cli.evaluate.torch_job import plan_torch_memory
+
+    gb = 10**9
+    p = SimpleNamespace(footprint={"inputs_bytes": 6 * gb, "outputs_bytes": 6 * gb, "params_bytes": 0,
+                                   "buffers_bytes": 0, "total_bytes": 12 * gb}, modifies_inputs=False)
+    plan = plan_torch_memory(p, l2_bytes=60 * 2**20)
+    assert plan.footprint_bytes == 12 * gb and plan.flush_bytes == 256 * 2**20
+    assert plan.gpu_bytes == 36 * gb + 256 * 2**20
+    assert plan.parts["inputs"] == 6 * gb and plan.parts["outputs (candidate, reference)"] == 12 * gb
+    from cudaperf_cli.evaluate.memory import does_not_fit
+
+    line = does_not_fit(plan, gpu_free=30 * gb, host_total=None, what="19_ReLU")
+    assert line == ("19_ReLU does not fit: one evaluation needs 36.3 GB of GPU memory (footprint "
+                    "12.0 GB) and the GPU has 30.0 GB free")
+    assert does_not_fit(plan, gpu_free=140 * gb, host_total=None, what="x") is None
+
+
+def test_host_memory_limit_of_the_torch_worker() -> None:
+    from cudaperf_cli.evaluate.torch_job import HOST_BASE_BYTES, host_memory_limit
+
+    assert host_memory_limit(0, host_total=64 << 30) == HOST_BASE_BYTES
+    assert host_memory_limit(4 << 30, host_total=64 << 30) == HOST_BASE_BYTES + (4 << 30)
+    assert host_memory_limit(100 << 30, host_total=24 << 30) == int(0.75 * (24 << 30))

@@ -22,10 +22,7 @@ the time limit.  Nothing here imports torch.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +30,6 @@ from typing import Any, Mapping, Sequence
 
 from cudaperf_cli.evaluate.outcome import Outcome
 from cudaperf_cli.core import to_jsonable
-from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 from cudaperf_cli.evaluate.job import (
     CORRECT,
     CRASH,
@@ -47,9 +43,9 @@ from cudaperf_cli.evaluate.job import (
     TimingStats,
     _pick,
 )
-from cudaperf_cli.evaluate.runner import (
-    STDERR_TAIL_CHARS, _read_state, _signal_name, _spawn_worker, _tail, _where,
-)
+from cudaperf_cli.evaluate.child import ChildRun, run_child, where as _where
+from cudaperf_cli.evaluate.memory import MemoryPlan
+from cudaperf_cli.evaluate.timing import flush_size
 
 # ---------------------------------------------------------------------------------------
 # Statuses, formats, guards
@@ -77,6 +73,8 @@ TORCH_STATUSES = (
 FAST = "fast"
 LOAD_INLINE = "load_inline"
 FORMATS = (FAST, LOAD_INLINE)
+#: ``TorchEvalJob.mode``: evaluate a candidate, or measure the run's baseline (no candidate).
+MODES = ("candidate", "baseline")
 
 # Dynamic guard ids (docs/pytorch-evaluation.md, "Guards").
 NO_CUSTOM_KERNEL = "no_custom_kernel"
@@ -195,6 +193,12 @@ class TorchEvalJob:
             against these.  None: the candidate job times eager (and compile) itself.
         slow_ms: a verified candidate whose estimated time passes this (ms) stops timing early
             with status ``slow``; None: never.
+        modifies_inputs: the problem's forward modifies an input in place (the loader's
+            ``TorchProblem.modifies_inputs``): the candidate then gets copies of the inputs
+            and its in-place results are compared with the reference's.  Otherwise the
+            candidate and the reference share one set of input tensors (no copies: an input
+            of KernelBench level 1 reaches 17 GB), and an input the candidate writes is
+            caught by a fingerprint of its bytes.
         debug_hook: test-only behaviour (the C worker's hooks: ``sleep:S``, ``segv``...),
             honoured only with ``CUDAPERF_TEST_HOOKS=1``.
     """
@@ -223,6 +227,7 @@ class TorchEvalJob:
     mode: str = "candidate"
     baseline_ms: dict[str, float | None] | None = None
     slow_ms: float | None = None
+    modifies_inputs: bool = False
     debug_hook: str | None = None
 
     def __post_init__(self) -> None:
@@ -286,6 +291,8 @@ class TorchEvalJob:
         Raises:
             ValueError: with a message naming the problem (a bug upstream).
         """
+        if self.mode not in MODES:
+            raise ValueError(f"mode '{self.mode}' is not one of {MODES}")
         if self.format not in FORMATS:
             raise ValueError(f"format '{self.format}' is not one of {FORMATS}")
         if self.trials < 3:
@@ -297,9 +304,13 @@ class TorchEvalJob:
                 raise ValueError(f"file not found: {p}")
         if not self.problem.endswith(".py"):
             raise ValueError(f"the problem must be a .py file, got {self.problem}")
-        self.module_path  # noqa: B018 - raises ValueError
-        if self.format == FAST and not self.cuda_files:
-            raise ValueError("the fast format needs a .cu file besides the .py")
+        if self.mode == "baseline":
+            if self.candidate:
+                raise ValueError("a baseline job has no candidate files")
+        else:
+            self.module_path  # noqa: B018 - raises ValueError
+            if self.format == FAST and not self.cuda_files:
+                raise ValueError("the fast format needs a .cu file besides the .py")
         unknown = [g for g in self.disabled_guards if g not in DYNAMIC_GUARDS]
         if unknown:
             raise ValueError(f"unknown guard ids {unknown}; known: {', '.join(DYNAMIC_GUARDS)}")
@@ -428,7 +439,10 @@ class TorchTiming:
     Attributes:
         config: the configuration timed (``"default"``).
         candidate: ``ModelNew.forward``: CUDA events on the current stream, L2 flushed
-            before each repetition.
+            before each repetition (None in a baseline job; for a ``slow`` candidate the
+            warm-up calls that gave the estimate).
+        candidate_estimate_ms: the estimate of one candidate call from the warm-up (ms).
+        slow_ms: the slow limit the estimate was held against (ms), or None.
         eager: ``Model.forward`` (PyTorch eager), same method and inputs.
         compile: ``torch.compile(Model)`` (mode default), same; None if not measured.
         compile_error: why ``torch.compile`` could not be timed (eager is kept), or None.
@@ -443,7 +457,7 @@ class TorchTiming:
     """
 
     config: str
-    candidate: TimingStats
+    candidate: TimingStats | None = None
     eager: TimingStats | None = None
     compile: TimingStats | None = None
     compile_error: str | None = None
@@ -456,6 +470,8 @@ class TorchTiming:
     suspicious: bool = False
     flush_bytes: int = 0
     warmup_reps: int = 0
+    candidate_estimate_ms: float | None = None
+    slow_ms: float | None = None
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
@@ -496,6 +512,8 @@ class TorchEvalResult(Outcome):
         warnings: notable things (speedup above 10x, a guard that could not run...).
         details: free-form extra data.
         summary: headline numbers, see :func:`summarize_torch_result`.
+        degenerate: (baseline jobs) the reference's outputs were the same for two input
+            draws at the default configuration: they do not depend on the inputs.
     """
 
     configs: list[TorchConfigResult] = field(default_factory=list)
@@ -504,6 +522,7 @@ class TorchEvalResult(Outcome):
     timing: TorchTiming | None = None
     build: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
+    degenerate: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -536,7 +555,8 @@ def summarize_torch_result(
     """Headline numbers (None where not measured): ``max_abs_err``/``max_rel_err`` over
     every output check reported; ``candidate_ms``, ``candidate_ms_iqr``, ``eager_ms``,
     ``compile_ms`` (medians, ms); ``speedup_eager``, ``speedup_compile``; ``baseline_eager``,
-    ``baseline_compile`` (the names); ``suspicious``."""
+    ``baseline_compile`` (the names); ``suspicious``; ``gpu_ms`` (= ``candidate_ms``, the key
+    the C summary uses too).  A ``slow`` candidate's ``candidate_ms`` is its estimate."""
     checks = [o for c in configs for o in c.outputs]
     out: dict[str, Any] = {
         "max_abs_err": max((o.max_abs_err for o in checks), default=None),
@@ -552,13 +572,18 @@ def summarize_torch_result(
         "suspicious": False,
     }
     if timing is not None:
-        out["candidate_ms"] = timing.candidate.median_ms
-        out["candidate_ms_iqr"] = timing.candidate.iqr_ms
+        if timing.candidate is not None:
+            out["candidate_ms"] = timing.candidate.median_ms
+            out["candidate_ms_iqr"] = timing.candidate.iqr_ms
+        if timing.candidate_estimate_ms is not None and timing.slow_ms is not None and (
+                timing.candidate_estimate_ms > timing.slow_ms):
+            out["candidate_ms"] = timing.candidate_estimate_ms
         out["eager_ms"] = timing.eager.median_ms if timing.eager else None
         out["compile_ms"] = timing.compile.median_ms if timing.compile else None
         out["speedup_eager"] = timing.speedup_eager
         out["speedup_compile"] = timing.speedup_compile
         out["suspicious"] = timing.suspicious
+    out["gpu_ms"] = out["candidate_ms"]  # the name both kinds' summaries share
     return out
 
 
@@ -571,6 +596,7 @@ _REFERENCE_PHASES = {"load_problem", "reference", "inputs", "reference.fp64"}
 
 _PHASE_WORDS = {
     "start": "while starting",
+    "gpu_wait": "while waiting for the GPU",
     "device": "while opening the CUDA device",
     "load_problem": "while loading the problem",
     "import_candidate": "while importing the candidate",
@@ -593,42 +619,70 @@ _PHASE_WORDS = {
 
 
 def _run_child(
-    args: list[str], job: TorchEvalJob, timeout_s: float, env: Mapping[str, str]
-) -> tuple[int | None, str, float, bool, dict[str, Any], str]:
-    """(rc, stdout text, seconds, timed_out, state, stderr tail) of one child run."""
-    fd_state, state_path = tempfile.mkstemp(prefix="cudaperf-state-", suffix=".json")
-    fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-stderr-", suffix=".log")
-    os.close(fd_state)
-    os.close(fd_err)
-    try:
-        rc, out, elapsed, timed_out = _spawn_worker(
-            args,
-            json.dumps(job.to_json()).encode(),
-            timeout_s=timeout_s,
-            env=env,
-            state_path=state_path,
-            err_path=err_path,
-            module=TORCH_WORKER_MODULE,
-        )
-        state = _read_state(state_path)
-        tail = _tail(err_path, STDERR_TAIL_CHARS)
-    finally:
-        for p in (state_path, err_path):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-    return rc, out.decode(errors="replace").strip(), elapsed, timed_out, state, tail
+    args: list[str], job: TorchEvalJob, timeout_s: float, env: Mapping[str, str], *,
+    gpu: int | None = None, host_memory_limit_bytes: int | None = None,
+) -> ChildRun:
+    """One worker child under the evaluation protocol (:func:`cudaperf_cli.evaluate.child.
+    run_child`): the GPU gate and lock when ``gpu`` is given, the host-memory bound."""
+    return run_child(TORCH_WORKER_MODULE, args, job.to_json(), timeout_s=timeout_s, gpu=gpu,
+                     env=env, host_memory_limit_bytes=host_memory_limit_bytes,
+                     prepare_timeout_s=PREPARE_TIMEOUT_S)
 
 
-def _last_json(text: str) -> dict[str, Any] | None:
-    if not text:
+def host_memory_limit(job_footprint: int | None, host_total: int | None = None) -> int | None:
+    """The host-memory bound of a PyTorch evaluation child, bytes: the worker itself
+    (Python, torch, the CUDA context: about 3 GB) plus the footprint once more (inputs drawn
+    on the host by a ``get_inputs`` that names ``device='cpu'``), at least
+    :data:`HOST_BASE_BYTES`, at most 3/4 of the machine.  None when the machine's memory is
+    unknown."""
+    from cudaperf_cli.evaluate.memory import host_memory_bytes
+
+    total = host_total if host_total is not None else host_memory_bytes()
+    if total is None:
         return None
-    try:
-        doc = json.loads(text.splitlines()[-1])
-    except (ValueError, IndexError):
-        return None
-    return doc if isinstance(doc, dict) and "status" in doc else None
+    want = HOST_BASE_BYTES + int(job_footprint or 0)
+    return int(min(max(want, HOST_BASE_BYTES), 0.75 * total))
+
+
+#: Host bytes a PyTorch worker may always use (Python, torch, CUDA context, compile caches).
+HOST_BASE_BYTES = 8 << 30
+#: Seconds a worker may take to start, import torch, open the device and load the problem.
+PREPARE_TIMEOUT_S = 300.0
+
+
+def plan_torch_memory(problem: Any, *, l2_bytes: int | None = None,
+                      timing: TimingSettings | None = None) -> MemoryPlan:
+    """The memory plan of one PyTorch evaluation, from the loader's footprint (meta device).
+
+    With I, O, P the main configuration's input, output and parameter + buffer bytes
+    (``TorchProblem.footprint``), one evaluation holds at once at most, on the device:
+    the inputs (I, shared by the candidate and the reference; a second copy for problems
+    whose forward writes its inputs), the candidate's and the reference's outputs (2 O),
+    both models' parameters and buffers (2 P), comparison temporaries (at most about O, in
+    chunks), and the L2-flush buffer: ``gpu_bytes = 3 x footprint + flush`` is the bound
+    planned (the models' own intermediate tensors come on top of I + 2 O + 2 P and fit in
+    the rest of it in every KernelBench level-1/2 file measured).  The host holds the worker
+    (:data:`HOST_BASE_BYTES`) and no data.
+
+    Args:
+        problem: a :class:`~cudaperf_cli.problems.pytorch.TorchProblem` (or anything with a
+            ``footprint`` dict and ``modifies_inputs``).
+        l2_bytes: the device's L2 size, bytes (the flush buffer is max(2 x L2, 256 MiB)).
+        timing: the timing settings (``flush_l2``, ``flush_bytes``).
+    """
+    fp = dict(getattr(problem, "footprint", None) or {})
+    i = int(fp.get("inputs_bytes", 0))
+    o = int(fp.get("outputs_bytes", 0))
+    pb = int(fp.get("params_bytes", 0)) + int(fp.get("buffers_bytes", 0))
+    total = int(fp.get("total_bytes", i + o + pb))
+    flush = flush_size(l2_bytes, timing or TimingSettings())
+    copies = 2 if getattr(problem, "modifies_inputs", False) else 1
+    parts = {"inputs": copies * i, "outputs (candidate, reference)": 2 * o,
+             "parameters and buffers (both models)": 2 * pb, "flush buffer": flush}
+    planned = sum(parts.values())
+    gpu = max(planned, 3 * total + flush)
+    return MemoryPlan(footprint_bytes=total, gpu_bytes=gpu, host_bytes=HOST_BASE_BYTES,
+                      flush_bytes=flush, parts=parts)
 
 
 def syntax_error(path: str | Path) -> dict[str, Any] | None:
@@ -757,7 +811,8 @@ def _build_inline(job: TorchEvalJob, arch: str, env: Mapping[str, str]) -> tuple
     ext.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"format": job.format, "arch": arch, "extensions_dir": str(ext),
                             "seconds": 0.0, "cached": False, "errors": ""}
-    rc, text, elapsed, timed_out, _, tail = _run_child(["--build"], job, job.build_timeout_s, env)
+    run = _run_child(["--build"], job, job.build_timeout_s, env)
+    rc, elapsed, timed_out, tail = run.returncode, run.elapsed_s, run.timed_out, run.stderr_tail
     info["seconds"] = elapsed
     if timed_out:
         # Not cached (as the C path): a killed build can leave torch's lock file behind,
@@ -766,9 +821,9 @@ def _build_inline(job: TorchEvalJob, arch: str, env: Mapping[str, str]) -> tuple
         msg = f"the load_inline build did not finish within {job.build_timeout_s:g} s and was killed"
         info["errors"] = tail[-1500:]
         return COMPILE_TIMEOUT, msg, info
-    doc = _last_json(text)
+    doc = run.result
     if doc is None:
-        sig = _signal_name(rc or 0)
+        sig = run.signal
         how = f"was killed by {sig}" if sig else f"exited with status {rc}"
         info["errors"] = tail[-2000:]
         return CRASH, f"the build child {how} without a result", info
@@ -789,6 +844,7 @@ def run_torch_evaluation(
     timeout_s: float,
     *,
     env: Mapping[str, str] | None = None,
+    footprint: int | None = None,
 ) -> TorchEvalResult:
     """Build, verify and time a PyTorch candidate; the candidate runs only in children.
 
@@ -804,6 +860,13 @@ def run_torch_evaluation(
             torch.compile included), seconds; past it its process group is killed and the
             status is ``timeout``.
         env: extra environment variables for the children (``CUDA_VISIBLE_DEVICES``...).
+        footprint: the problem's footprint, bytes (``TorchProblem.footprint_bytes``): sets
+            the worker's host-memory bound (:func:`host_memory_limit`).
+
+    A ``mode="baseline"`` job has no candidate: no syntax check, guards or build; the worker
+    measures the reference alone (status ``reference_only``).  Only the worker's device
+    work holds the per-GPU lock (the GPU gate of ``evaluate/child.py``): its preparation
+    and the candidate's build do not, and ``timeout_s`` starts once the lock is held.
 
     Returns:
         A :class:`TorchEvalResult`; every outcome of the candidate is a status.
@@ -820,6 +883,18 @@ def run_torch_evaluation(
         if not r.summary:
             r.summary = summarize_torch_result(r.configs, r.timing)
         return r
+
+    footprint_bytes = footprint
+    if job.mode == "baseline":
+        from cudaperf_cli.torch_runtime import resolve_arch
+
+        arch = resolve_arch(job.arch)
+        child_env = _child_env(job, arch)
+        if env:
+            child_env.update(env)
+        build: dict[str, Any] = {}
+        warnings: list[str] = []
+        return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done)
 
     err = syntax_error(job.module_path)
     if err is not None:
@@ -870,26 +945,44 @@ def run_torch_evaluation(
             warnings=warnings,
         ))
 
-    # One evaluation at a time per GPU across processes (evaluate/gpu_lock.py); the time
-    # limit starts once the lock is held.
-    with gpu_lock(job.device):
-        rc, text, elapsed, timed_out, state, tail = _run_child([], job, timeout_s, child_env)
+    return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done)
+
+
+def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[str, str],
+                       build: dict[str, Any], warnings: list[str], footprint_bytes: int | None,
+                       done: Any) -> TorchEvalResult:
+    """The evaluation worker, its outcome as a :class:`TorchEvalResult` (``done`` stamps
+    the elapsed time and the summary)."""
+    # The GPU gate: the worker prepares (imports torch, opens the device, loads the problem)
+    # without the per-GPU lock, then asks for it; the time limit starts once it holds it.
+    run = _run_child([], job, timeout_s, child_env, gpu=job.device,
+                     host_memory_limit_bytes=host_memory_limit(footprint_bytes))
+    rc, state, tail = run.returncode, run.state, run.stderr_tail
     partial = [TorchConfigResult.from_json(c) for c in state.get("configs", [])]
     phase = state.get("phase")
-    if timed_out:
+    common = dict(build=build, phase=phase, exit_code=rc, stderr_tail=tail, warnings=warnings,
+                  prepare_s=run.prepare_s, lock_wait_s=run.lock_wait_s)
+    if run.memory_exceeded:
+        return done(TorchEvalResult(
+            status=CRASH,
+            message=(f"killed: the worker's host memory passed {run.memory_limit_bytes / 1e9:.1f} GB "
+                     f"({(run.memory_peak_bytes or 0) / 1e9:.1f} GB seen) {_where(state, _PHASE_WORDS)}"),
+            configs=partial, signal="SIGKILL",
+            details={"state": state, "eval_s": run.elapsed_s, "host_memory_limit_bytes": run.memory_limit_bytes},
+            **common,
+        ))
+    if run.timed_out:
+        limit = run.timeout_limit_s if run.timeout_limit_s is not None else timeout_s
+        what = "while preparing (before the GPU)" if run.timeout_phase == "prepare" else _where(state, _PHASE_WORDS)
+        ran = run.run_s if run.timeout_phase == "run" and run.run_s is not None else run.elapsed_s
         return done(TorchEvalResult(
             status=TIMEOUT,
-            message=f"timed out after {elapsed:.1f} s (limit {timeout_s:g} s) {_where(state, _PHASE_WORDS)}",
-            configs=partial,
-            build=build,
-            phase=phase,
-            exit_code=rc,
-            signal="SIGKILL",
-            stderr_tail=tail,
-            warnings=warnings,
-            details={"state": state, "eval_s": elapsed},
+            message=f"timed out after {ran:.1f} s (limit {limit:g} s) {what}",
+            configs=partial, signal="SIGKILL",
+            details={"state": state, "eval_s": run.elapsed_s, "timeout_phase": run.timeout_phase},
+            **common,
         ))
-    doc = _last_json(text)
+    doc = run.result
     if doc is not None:
         try:
             result = TorchEvalResult.from_json(doc)
@@ -900,14 +993,16 @@ def run_torch_evaluation(
             result.exit_code = rc
             result.stderr_tail = tail
             result.warnings = warnings + result.warnings
-            result.details.setdefault("eval_s", elapsed)
+            result.prepare_s = run.prepare_s
+            result.lock_wait_s = run.lock_wait_s
+            result.details.setdefault("eval_s", run.elapsed_s)
             if rc:
                 result.warnings.append(
                     f"the worker wrote its result, then exited with status {rc}"
-                    + (f" ({_signal_name(rc)})" if rc < 0 else "")
+                    + (f" ({run.signal})" if run.signal else "")
                 )
             return done(result)
-    sig = _signal_name(rc if rc is not None else 0)
+    sig = run.signal
     if rc:
         how = f"killed by {sig}" if sig else f"exited with status {rc}"
         status = CRASH
@@ -917,21 +1012,17 @@ def run_torch_evaluation(
             message += ", before the candidate ran"
     else:
         status = CRASH
-        snippet = text[:200].replace("\n", " ")
+        snippet = run.stdout_text[:200].replace("\n", " ")
         message = f"the worker exited without a valid result {_where(state, _PHASE_WORDS)}" + (
             f"; it printed: {snippet!r}" if snippet else ""
         )
+    common["signal"] = sig
     return done(TorchEvalResult(
         status=status,
         message=message,
         configs=partial,
-        build=build,
-        phase=phase,
-        exit_code=rc,
-        signal=sig,
-        stderr_tail=tail,
-        warnings=warnings,
-        details={"state": state, "eval_s": elapsed},
+        details={"state": state, "eval_s": run.elapsed_s},
+        **common,
     ))
 
 

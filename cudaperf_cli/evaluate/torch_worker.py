@@ -25,6 +25,7 @@ import copy
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -33,7 +34,7 @@ import traceback
 import types
 import warnings as _warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -44,7 +45,9 @@ from cudaperf_cli.evaluate.job import (
     HOOKS_ENV,
     NO_DEVICE,
     REFERENCE_ERROR,
+    REFERENCE_ONLY,
     RUNTIME_ERROR,
+    SLOW,
     STATE_ENV,
     WRONG,
     TimingStats,
@@ -52,10 +55,11 @@ from cudaperf_cli.evaluate.job import (
 )
 from cudaperf_cli.evaluate.timing import (
     SUSPICIOUS_SPEEDUP,
+    RepTiming,
     flush_size,
-    need_more_reps,
     speedup,
     summarize,
+    time_repetitions,
 )
 from cudaperf_cli.evaluate.torch_job import (
     ALIASING,
@@ -79,13 +83,8 @@ from cudaperf_cli.evaluate.torch_job import (
     torch_tolerance,
     trial_seed,
 )
-from cudaperf_cli.evaluate.worker import (
-    State,
-    _emit,
-    _flush_c_stdio,
-    _line_buffer_c_stdout,
-    _run_hook,
-)
+from cudaperf_cli.evaluate.child import State, flush_c_stdio, read_job, result_channel
+from cudaperf_cli.evaluate.worker import _run_hook
 
 #: record_function names around the profiled forward and the current-stream markers.
 FORWARD_ANNOTATION = "cudaperf::candidate_forward"
@@ -360,11 +359,83 @@ def _scalar(v: Any) -> Any:
     return json_float(float(v))
 
 
+#: Elements per chunk of a comparison or fingerprint: at most 2**24 (16 Mi), at least 2**16,
+#: else 1/16 of the tensor, so the float64 temporaries of a comparison (about 6 x 8 bytes an
+#: element) stay under the tensor's own size for float32 and under 256 MB overall.
+CHUNK_MAX, CHUNK_MIN, CHUNK_DIV = 1 << 24, 1 << 16, 16
+
+
+def chunk_elems(n: int) -> int:
+    """Elements per chunk for a tensor of ``n`` elements (see :data:`CHUNK_MAX`)."""
+    return int(min(CHUNK_MAX, max(CHUNK_MIN, n // CHUNK_DIV)))
+
+
+def flat_chunks(*tensors: Any, chunk: int | None = None) -> Any:
+    """Yield ``(start, [chunk of each tensor])``: 1-D pieces covering the tensors' elements in
+    C order, at the same boundaries for every tensor (all of one shape).  Contiguous tensors
+    give views; others are cut along their first dimension and each piece copied, so no
+    full-size copy is ever made."""
+    t0 = tensors[0]
+    n = int(t0.numel())
+    step = chunk or chunk_elems(n)
+    if n == 0:
+        return
+    if t0.dim() == 0:
+        yield 0, [t.reshape(1) for t in tensors]
+        return
+    if all(t.is_contiguous() for t in tensors):
+        flats = [t.view(-1) if t.dim() else t.reshape(1) for t in tensors]
+        for i in range(0, n, step):
+            yield i, [f[i:i + step] for f in flats]
+        return
+    row = max(n // int(t0.shape[0]), 1)
+    rows = max(step // row, 1)
+    for r in range(0, int(t0.shape[0]), rows):
+        yield r * row, [t[r:r + rows].reshape(-1) for t in tensors]
+
+
+def fingerprint(t: Any) -> Any:
+    """A device tensor ``int64[2]`` summarising ``t``'s bytes: the sum of its 32-bit words
+    (bytes when its size is not a multiple of 4) and the sum of their squares, both modulo
+    2**64; computed in chunks on the current stream (no host synchronisation).  Equal bytes
+    give equal fingerprints; a write that changes any element changes them but for a
+    coincidence of about 2**-64.  Used instead of copies to see whether a tensor changed
+    (an input written by the candidate, an output still being written on another stream)."""
+    torch = _torch()
+    acc = torch.zeros(2, dtype=torch.int64, device=t.device)
+    if t.numel() == 0:
+        return acc
+    x = t.detach()
+    word = torch.int32 if (x.numel() * x.element_size()) % 4 == 0 and x.element_size() in (4, 8) else torch.uint8
+    for _, (c,) in flat_chunks(x):
+        w = c.contiguous().view(word).to(torch.int64)
+        acc[0] += w.sum()
+        acc[1] += (w * w).sum()
+    return acc
+
+
+def fingerprints(values: Sequence[Any]) -> list[Any]:
+    """:func:`fingerprint` of every tensor of ``values`` (None for other values)."""
+    torch = _torch()
+    return [fingerprint(v) if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def same_fingerprints(a: Sequence[Any], b: Sequence[Any]) -> list[int]:
+    """Indices where two :func:`fingerprints` lists differ (synchronises once)."""
+    torch = _torch()
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x is not None and y is not None and not bool(torch.equal(x, y)):
+            out.append(i)
+    return out
+
+
 def compare_tensor(path: str, got: Any, expected: Any, atol: float, rtol: float) -> OutputCheck:
     """Element-wise check ``|got - expected| <= atol + rtol * |expected|`` (exact when
     ``atol == rtol == 0``), shape and dtype first.  A NaN in ``got`` never passes (nor does
     a NaN expected); equal infinities pass.  Computed in float64 (complex128) on the
-    tensors' device."""
+    tensors' device, in chunks (:func:`flat_chunks`): temporary memory stays below the
+    tensor's size for float32 outputs."""
     torch = _torch()
     chk = OutputCheck(
         path=path,
@@ -391,49 +462,66 @@ def compare_tensor(path: str, got: Any, expected: Any, atol: float, rtol: float)
         got = got.to(expected.device)
     inexact = expected.is_floating_point() or expected.is_complex()
     wide = torch.complex128 if expected.is_complex() else torch.float64
-    c = got.detach().reshape(-1).to(wide)
-    r = expected.detach().reshape(-1).to(wide)
-    diff = (c - r).abs()
-    rabs = r.abs()
-    tol = atol + rtol * rabs
-    nan_c = torch.isnan(c)
-    fin = torch.isfinite(c) & torch.isfinite(r)
-    if inexact:
+    n_bad = n_nan = 0
+    max_abs = max_rel = 0.0
+    worst_score, worst_flat = -float("inf"), -1
+    for start, (gc, ec) in flat_chunks(got.detach(), expected.detach()):
+        if not inexact:  # integers and bool: exact, compared in their own type
+            bad = gc != ec
+            n_bad += int(bad.sum())
+            if n_bad and worst_flat < 0:
+                worst_flat, worst_score = start + int(bad.to(torch.uint8).argmax()), float("inf")
+            continue
+        c, r = gc.to(wide), ec.to(wide)
+        diff = (c - r).abs()
+        rabs = r.abs()
+        tol = atol + rtol * rabs
+        nan_c = torch.isnan(c)
+        fin = torch.isfinite(c) & torch.isfinite(r)
         ok_el = fin & (diff <= tol)
         ok_el |= ~fin & ~nan_c & ~torch.isnan(r) & (c == r)  # the same infinity
         bad = ~ok_el
-    else:  # integers and bool: exact, compared in their own type
-        bad = got.detach().reshape(-1) != expected.detach().reshape(-1)
-    chk.n_mismatch = int(bad.sum())
-    chk.n_nan = int(nan_c.sum())
-    zero = torch.zeros((), dtype=torch.float64, device=diff.device)
-    chk.max_abs_err = float(torch.where(fin, diff, zero).max())
-    rel = torch.where(fin & (rabs != 0), diff / torch.where(rabs != 0, rabs, zero + 1), zero)
-    chk.max_rel_err = float(rel.max())
-    if chk.n_mismatch == 0:
+        n_bad += int(bad.sum())
+        n_nan += int(nan_c.sum())
+        zero = torch.zeros((), dtype=torch.float64, device=diff.device)
+        max_abs = max(max_abs, float(torch.where(fin, diff, zero).max()))
+        rel = torch.where(fin & (rabs != 0), diff / torch.where(rabs != 0, rabs, zero + 1), zero)
+        max_rel = max(max_rel, float(rel.max()))
+        if bool(bad.any()):
+            inf = torch.full((), float("inf"), dtype=torch.float64, device=diff.device)
+            score = torch.where(bad, torch.where(fin, diff - tol, inf), -inf)
+            k = int(score.argmax())
+            sc = float(score[k])
+            if sc > worst_score:
+                worst_score, worst_flat = sc, start + k
+        del c, r, diff, rabs, tol, nan_c, fin, ok_el, bad
+    chk.n_mismatch = n_bad
+    chk.n_nan = n_nan
+    chk.max_abs_err = max_abs
+    chk.max_rel_err = max_rel
+    if n_bad == 0:
         chk.ok = True
         return chk
-    inf = torch.full((), float("inf"), dtype=torch.float64, device=diff.device)
-    score = torch.where(bad, torch.where(fin, diff - tol, inf), -inf)
-    flat = int(score.argmax())
-    g = got.detach().reshape(-1)[flat].item()
-    e = expected.detach().reshape(-1)[flat].item()
-    a = float(diff[flat]) if bool(fin[flat]) else float("nan")
-    rl = a / abs(e) if bool(fin[flat]) and e != 0 else None
+    flat = worst_flat
     idx = _unravel(flat, expected.shape)
+    g = got.detach()[tuple(idx)].item() if got.dim() else got.item()
+    e = expected.detach()[tuple(idx)].item() if expected.dim() else expected.item()
+    finite = inexact and math.isfinite(abs(g)) and math.isfinite(abs(e))
+    a = abs(g - e) if finite else float("nan")
+    rl = a / abs(e) if finite and e != 0 else None
     chk.worst_mismatch = {
         "index": idx,
         "got": _scalar(g),
         "expected": _scalar(e),
-        "abs_err": json_float(a),
-        "rel_err": json_float(rl),
+        "abs_err": json_float(a) if inexact else None,
+        "rel_err": json_float(rl) if inexact else None,
     }
     rule = "exact" if atol == 0 and rtol == 0 else f"atol {atol:g}, rtol {rtol:g}"
     nan_note = f", {chk.n_nan} NaN" if chk.n_nan else ""
     chk.message = (
         f"{path}: {chk.n_mismatch} of {n} elements differ ({rule}{nan_note}); worst at "
         f"[{', '.join(map(str, idx))}]: got {_scalar(g)}, expected {_scalar(e)}"
-        + (f" (abs err {a:.3g}" + (f", rel err {rl:.3g})" if rl is not None else ")") if bool(fin[flat]) else "")
+        + (f" (abs err {a:.3g}" + (f", rel err {rl:.3g})" if rl is not None else ")") if finite else "")
     )
     return chk
 
@@ -503,6 +591,44 @@ def snapshot_outputs(obj: Any) -> Any:
     return obj
 
 
+def outputs_fingerprints(obj: Any) -> list[Any]:
+    """:func:`fingerprint` of every tensor leaf of a forward's return value, in
+    :func:`flatten_outputs` order (computed on the current stream, not synchronised)."""
+    torch = _torch()
+    return [fingerprint(t) for _, t in flatten_outputs(obj) if isinstance(t, torch.Tensor)]
+
+
+def outputs_fingerprints_same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Two :func:`outputs_fingerprints` lists are equal (same count, every fingerprint)."""
+    return len(a) == len(b) and not same_fingerprints(a, b)
+
+
+def outputs_fingerprints_equal(fps: Sequence[Any], obj: Any) -> bool:
+    """``obj``'s tensors still have the bytes ``fps`` (:func:`outputs_fingerprints`) saw."""
+    return outputs_fingerprints_same(fps, outputs_fingerprints(obj))
+
+
+def _buffer_snapshot(model: Any) -> dict[str, Any]:
+    """Copies of a module's buffers (running statistics ...), name -> tensor."""
+    return {k: b.detach().clone() for k, b in model.named_buffers()}
+
+
+def compare_inplace_inputs(cand_inputs: Sequence[Any], ref_inputs: Sequence[Any],
+                           tolerances: Mapping[str, Mapping[str, float]] | None) -> str | None:
+    """For a problem whose forward writes its inputs: every tensor input of the candidate,
+    after its forward, must match the reference's after its own (within tolerance; inputs
+    neither writes are then equal).  Why not, or None."""
+    torch = _torch()
+    for i, (c, r) in enumerate(zip(cand_inputs, ref_inputs)):
+        if not isinstance(r, torch.Tensor) or not isinstance(c, torch.Tensor):
+            continue
+        atol, rtol = torch_tolerance(str(r.dtype), tolerances)
+        chk = compare_tensor(f"input {i}", c, r, atol, rtol)
+        if not chk.ok:
+            return f"after forward, input {i} differs from the reference's: {chk.message}"
+    return None
+
+
 def outputs_bits_equal(a: Any, b: Any) -> bool:
     torch = _torch()
     fa, fb = flatten_outputs(a), flatten_outputs(b)
@@ -535,13 +661,16 @@ def find_aliasing(out: Any, cand_inputs: Sequence[Any], ref_out: Any, ref_inputs
     rins = [t for t in ref_inputs if isinstance(t, torch.Tensor)]
     ref_aliases_input = any(_overlap(r, x) for _, r in routs for x in rins)
     for p, o in outs:
-        if not ref_aliases_input:
-            for j, x in enumerate(cand_inputs):
-                if isinstance(x, torch.Tensor) and _overlap(o, x):
-                    return (
-                        f"{p} shares memory with input {j}: return a new tensor (the reference "
-                        "does not return its input's memory)"
-                    )
+        if ref_aliases_input:
+            # A view problem: the reference returns its input's memory, and so may the
+            # candidate; when both read the same input tensors their outputs overlap too.
+            continue
+        for j, x in enumerate(cand_inputs):
+            if isinstance(x, torch.Tensor) and _overlap(o, x):
+                return (
+                    f"{p} shares memory with input {j}: return a new tensor (the reference "
+                    "does not return its input's memory)"
+                )
         for rp, r in routs:
             if _overlap(o, r):
                 return f"{p} shares memory with the reference's output {rp}"
@@ -962,12 +1091,18 @@ class _HostEvent:
 
 @dataclass
 class _Context:
-    """What the guards and the timing of the default configuration reuse."""
+    """What the guards and the timing of the default configuration reuse.
+
+    ``initial_buffers``: the reference's buffers before any forward (restored into both
+    models before each trial); ``inplace``: the candidate gets copies of the inputs (the
+    forward writes an input); ``buffers_warned``: a buffer mismatch was reported."""
 
     mod: types.ModuleType
     ref: Any
     cand: Any
-    ref_modifies_inputs: bool = False
+    initial_buffers: dict[str, Any] = field(default_factory=dict)
+    inplace: bool = False
+    buffers_warned: bool = False
 
 
 @dataclass
@@ -975,17 +1110,30 @@ class _Trial:
     ok: bool
     message: str
     checks: list[OutputCheck]
-    ref_out: Any = None
     lower_precision: dict[str, Any] | None = None
-    ref_modifies_inputs: bool = False
+    out_fingerprint: Any = None
 
 
 class TorchWorker:
     """Runs one :class:`TorchEvalJob`; :meth:`run` returns the :class:`TorchEvalResult`."""
 
-    def __init__(self, job: TorchEvalJob, state: State):
+    def __init__(self, job: TorchEvalJob, state: State, emit: Callable[[Any], None] | None = None,
+                 after_gate: Callable[[], None] | None = None):
         self.job = job
         self.state = state
+        self.after_gate = after_gate or (lambda: None)
+        #: writes a line on the result channel (the GPU gate's ``ready``)
+        self.emit = emit or (lambda doc: None)
+        self.prepare_s: float | None = None
+        self.lock_wait_s = 0.0
+        self.footprint_bytes: int | None = None
+        self._footprint_pending = False
+        self.degenerate: bool | None = None
+        self.precision_config = 0
+        self.precision_note = ""
+        from cudaperf_cli.evaluate.tolerances import resolve_tolerances
+
+        self.tolerances = resolve_tolerances(overrides=job.tolerances)
         self.configs: list[TorchConfigResult] = []
         self.warnings: list[str] = []
         self.profile: dict[str, Any] | None = None
@@ -1021,6 +1169,12 @@ class TorchWorker:
         self.state.set("done")
         if self.timing is not None:
             self.warnings.extend(self.timing.warnings)
+        peak = None
+        if self.torch is not None and self.dev is not None and not self.host:
+            try:
+                peak = int(self.torch.cuda.max_memory_allocated(self.dev))
+            except Exception:  # noqa: BLE001 - after a sticky CUDA error
+                peak = None
         return TorchEvalResult(
             status=status,
             message=message,
@@ -1033,7 +1187,13 @@ class TorchWorker:
             error=error,
             phase="done",
             elapsed_s=time.monotonic() - self.t0,
-            warnings=self.warnings,
+            prepare_s=self.prepare_s,
+            lock_wait_s=self.lock_wait_s,
+            peak_gpu_bytes=peak,
+            footprint_bytes=self.footprint_bytes,
+            tolerances=self.tolerances,
+            degenerate=self.degenerate,
+            warnings=list(dict.fromkeys(self.warnings)),
             summary=summarize_torch_result(self.configs, self.timing),
         )
 
@@ -1063,6 +1223,16 @@ class TorchWorker:
         self._orig_sync = torch.cuda.synchronize
         self._orig_perf = time.perf_counter
 
+        # Everything above is preparation (imports, the CUDA context, the problem's module);
+        # the GPU lock is taken now, before any device memory or kernel of the evaluation.
+        self.prepare_s = time.monotonic() - self.t0
+        self.lock_wait_s = self.wait_for_gpu()
+        self.after_gate()
+        if not self.host:
+            torch.cuda.reset_peak_memory_stats(self.dev)
+        if job.mode == "baseline":
+            return self._baseline(default_mod)
+
         self.state.set("import_candidate")
         self.state.mark_candidate()
         name = Path(job.module_path).name
@@ -1086,6 +1256,9 @@ class TorchWorker:
 
         configs: list[tuple[str, dict[str, int]]] = [("default", {})]
         configs += [(f"alt{i + 1}", dict(s)) for i, s in enumerate(job.shapes)]
+        # The float64 comparison (lower_precision) runs on the smallest configuration: the
+        # last alternative one (about half the sizes) when there is one.
+        self.precision_config = len(configs) - 1
         ctx: _Context | None = None
         for ci, (cname, consts) in enumerate(configs):
             if ci > 0 and self.configs[0].status != CORRECT:
@@ -1105,6 +1278,15 @@ class TorchWorker:
                                    error=_exc_error(exc, "problem", cname), config=cname) from None
                 cr, c = self._verify_config(ci, cname, consts, pmod, model_new)
             except Stop as s:
+                if ci > 0 and s.status == REFERENCE_ERROR:
+                    # The reference itself fails at the alternative shapes (found on the meta
+                    # device by the loader): not the candidate's fault; that check is lost.
+                    self.warnings.append(
+                        f"config '{cname}' ({_consts(consts)}) not verified: the reference failed "
+                        f"there ({s.message})")
+                    if self.configs and self.configs[-1].name == cname:
+                        self.configs[-1].status = "skipped"
+                    continue
                 if ci > 0 and s.status == RUNTIME_ERROR and self._guard_on(SHAPE_SPECIALISED):
                     raise guard_stop(
                         SHAPE_SPECIALISED,
@@ -1116,6 +1298,8 @@ class TorchWorker:
                 raise
             if ci == 0:
                 ctx = c
+            else:
+                del c
         default = self.configs[0]
         if default.status != CORRECT:
             worst = None
@@ -1124,7 +1308,7 @@ class TorchWorker:
                     worst = {"path": o.path, **o.worst_mismatch}
                     break
             return self._result(WRONG, default.message, worst=worst)
-        bad_alt = [c for c in self.configs[1:] if c.status != CORRECT]
+        bad_alt = [c for c in self.configs[1:] if c.status not in (CORRECT, "skipped")]
         if bad_alt:
             c = bad_alt[0]
             if self._guard_on(SHAPE_SPECIALISED):
@@ -1138,25 +1322,39 @@ class TorchWorker:
             worst = next(({"path": o.path, **o.worst_mismatch} for o in c.outputs
                           if not o.ok and o.worst_mismatch), None)
             return self._result(WRONG, c.message, worst=worst)
+        if (self._guard_on(LOWER_PRECISION) and not job.allow_lower_precision
+                and not any(c.lower_precision for c in self.configs) and not self.precision_note):
+            self.warnings.append("lower_precision (float64 comparison) not checked: no configuration ran it")
         assert ctx is not None
 
         self._profile_guards(ctx)
         if self._guard_on(RESULT_CACHE):
             self._result_cache_check(ctx)
+        status = CORRECT
         if job.time:
-            self._time(ctx)
+            status = self._time(ctx)
         n = sum(c.trials_run for c in self.configs)
         message = f"correct on {len(self.configs)} shape configuration(s), {n} trial(s)"
         t = self.timing
-        if t is not None:
+        if t is not None and status == SLOW:
+            message += (f"; timing stopped early: ModelNew ~{t.candidate_estimate_ms:.4g} ms a call "
+                        f"(estimate from {t.warmup_reps} call(s)) > slow limit {t.slow_ms:.4g} ms")
+        elif t is not None and t.candidate is not None:
             message += f"; ModelNew {t.candidate.median_ms:.4g} ms"
+        if t is not None:
             if t.speedup_eager is not None:
                 message += f", {t.speedup_eager:.3g}x vs {t.baselines['eager']}"
             if t.speedup_compile is not None:
                 message += f", {t.speedup_compile:.3g}x vs {t.baselines['compile']}"
             elif t.compile_error:
                 message += "; torch.compile baseline failed"
-        return self._result(CORRECT, message)
+        return self._result(status, message)
+
+    def wait_for_gpu(self) -> float:
+        """Ask the parent for the GPU (the per-GPU lock) and wait for it; seconds waited."""
+        from cudaperf_cli.evaluate.child import wait_for_gpu
+
+        return float(wait_for_gpu(self.emit, self.state))
 
     # -- device ------------------------------------------------------------------------
 
@@ -1294,15 +1492,15 @@ class TorchWorker:
 
     def _call_candidate(self, cand: Any, args: Sequence[Any], config: str, trial: int | None,
                         phase: str = "candidate") -> tuple[Any, Any]:
-        """Run ``cand(*args)``; returns (output, snapshot taken on the current stream before
-        any device-wide synchronize).  Exceptions and asynchronous CUDA errors become
-        ``runtime_error``."""
+        """Run ``cand(*args)``; returns (output, :func:`outputs_fingerprints` of it taken on the
+        current stream before any device-wide synchronize).  Exceptions and asynchronous CUDA
+        errors become ``runtime_error``."""
         torch = self.torch
         self.state.set(phase, config, trial)
         try:
             with torch.no_grad():
                 out = cand(*args)
-                snap = snapshot_outputs(out)
+                snap = outputs_fingerprints(out)
         except Exception as exc:  # noqa: BLE001
             raise Stop(RUNTIME_ERROR, f"ModelNew.forward raised {_one_line(exc)}" + _at(config, trial),
                        error=_exc_error(exc, "forward", config, trial), config=config, trial=trial) from None
@@ -1332,22 +1530,29 @@ class TorchWorker:
     def _verify_config(
         self, ci: int, name: str, consts: dict[str, int], mod: types.ModuleType, model_new: Any
     ) -> tuple[TorchConfigResult, _Context]:
+        """Trials of one shape configuration.  Both models are built once; before every trial
+        both get the reference's initial buffers back (BatchNorm in training mode updates its
+        running statistics on every forward), so each trial starts from the same state."""
         job = self.job
         cr = TorchConfigResult(name, dict(consts), CORRECT)
         try:
             ref, cand = self._build_models(mod, model_new, name)
-            ctx = _Context(mod, ref, cand)
-            prev_refs: list[Any] = []
+            ctx = _Context(mod, ref, cand, initial_buffers=_buffer_snapshot(ref))
+            prev_outs: list[Any] = []  # fingerprints of the candidate's earlier outputs
             for t in range(job.trials):
                 seed = trial_seed(job.seed, ci, t)
                 cr.seeds.append(seed)
+                self._restore_buffers(ctx)
                 inputs = self._inputs(mod, seed, name, t)
                 if t == 0:
                     cr.inputs = describe_inputs(inputs)
-                tr = self._trial(ref, cand, inputs, name, t, prev_refs, check_precision=(t == 0))
+                    if ci == 0:
+                        self._measure_footprint(ref, inputs)
+                tr = self._trial(ctx, inputs, name, t, prev_outs,
+                                 check_precision=(t == 0 and ci == self.precision_config))
+                del inputs
                 cr.trials_run = t + 1
                 cr.outputs = tr.checks
-                ctx.ref_modifies_inputs |= tr.ref_modifies_inputs
                 if tr.lower_precision is not None:
                     cr.lower_precision = tr.lower_precision
                 if not tr.ok:
@@ -1355,7 +1560,7 @@ class TorchWorker:
                     cr.failed_trial = t
                     cr.message = f"config '{name}' trial {t}: {tr.message}"
                     break
-                prev_refs.append(tr.ref_out)
+                prev_outs.append(tr.out_fingerprint)
             else:
                 cr.message = f"config '{name}': correct on {job.trials} trials"
         except Stop as s:
@@ -1371,50 +1576,154 @@ class TorchWorker:
         self.state.add_config(cr)
         return cr, ctx
 
-    def _trial(self, ref: Any, cand: Any, inputs: list[Any], name: str, t: int,
-               prev_refs: Sequence[Any], check_precision: bool) -> _Trial:
-        job = self.job
-        cin, rin = self._clone(inputs), self._clone(inputs)
+    def _restore_buffers(self, ctx: "_Context") -> None:
+        """Both models' buffers back to the reference's initial ones (no-op without buffers)."""
+        if not ctx.initial_buffers:
+            return
+        with self.torch.no_grad():
+            for model in (ctx.ref, ctx.cand):
+                named = dict(model.named_buffers())
+                for k, v in ctx.initial_buffers.items():
+                    b = named.get(k)
+                    if b is not None and b.shape == v.shape:
+                        b.copy_(v)
+
+    def _measure_footprint(self, ref: Any, inputs: Sequence[Any]) -> None:
+        """Bytes of the default configuration's inputs, parameters and buffers (the outputs
+        are added after the first forward)."""
+        torch = self.torch
+        n = sum(a.numel() * a.element_size() for a in inputs if isinstance(a, torch.Tensor))
+        n += sum(p.numel() * p.element_size() for p in ref.parameters())
+        n += sum(b.numel() * b.element_size() for b in ref.buffers())
+        self.footprint_bytes = int(n)
+        self._footprint_pending = True
+
+    def _trial(self, ctx: "_Context", inputs: list[Any], name: str, t: int,
+               prev_outs: Sequence[Any], check_precision: bool) -> _Trial:
+        """One trial: the candidate first, then the reference, then the checks.
+
+        Memory: without in-place problems the candidate and the reference read the same
+        input tensors (no copies; a write by the candidate is caught by a fingerprint of
+        each input, and the reference then runs only for the aliasing check); outputs are compared in
+        chunks; the side-stream check compares fingerprints, not copies.  In-place problems
+        (``job.modifies_inputs``) give the candidate a copy of the inputs.
+        """
+        job, torch = self.job, self.torch
+        ref, cand = ctx.ref, ctx.cand
+        inplace = job.modifies_inputs or ctx.inplace
+        if inplace:
+            cin = self._clone(inputs)
+            before = None
+        else:
+            cin = inputs
+            before = fingerprints(inputs)
         out, snap = self._call_candidate(cand, cin, name, t)
         self._check_patching("during ModelNew.forward", name, t)
-        if self._guard_on(SIDE_STREAM) and not outputs_bits_equal(snap, out):
+        if self._guard_on(SIDE_STREAM) and not outputs_fingerprints_equal(snap, out):
             raise guard_stop(
                 SIDE_STREAM,
-                "the output changed after forward returned: a copy made on the current stream "
-                "right after forward differs from the output after a device-wide synchronize, "
+                "the output changed after forward returned: its fingerprint taken on the current "
+                "stream right after forward differs from the one after a device-wide synchronize, "
                 "so work was left running on another stream",
                 name,
                 t,
             )
+        del snap
+        changed = same_fingerprints(before, fingerprints(inputs)) if before is not None else []
+        rin = inputs
         rout = self._call_reference(ref, rin, name, t)
+        if self._footprint_pending and self.footprint_bytes is not None:
+            self.footprint_bytes += sum(o.numel() * o.element_size()
+                                        for _, o in flatten_outputs(rout) if isinstance(o, torch.Tensor))
+            self._footprint_pending = False
         self.state.set("compare", name, t)
         if self._guard_on(ALIASING):
             why = find_aliasing(out, cin, rout, rin)
             if why:
                 raise guard_stop(ALIASING, why, name, t)
+        seed = trial_seed(job.seed, self.configs_index(name), t)
+        ref_writes = False
+        if changed:  # the reference ran on the written inputs only for the aliasing check
+            del out, rout, inputs, cin
+            fresh = self._inputs(ctx.mod, seed, name, t)  # does the reference write them too?
+            fp0 = fingerprints(fresh)
+            self._call_reference(ref, fresh, name, t)
+            ref_writes = bool(same_fingerprints(fp0, fingerprints(fresh)))
+            if not ref_writes:
+                i = changed[0]
+                p = fresh[i]
+                msg = (f"the candidate modified input {i} ({list(p.shape)} "
+                       f"{str(p.dtype).replace('torch.', '')}), which the reference leaves unchanged")
+                return _Trial(False, msg, [OutputCheck(f"input {i}", False, message=msg)])
+        if ref_writes or (before is not None and same_fingerprints(before, fingerprints(inputs))):
+            # The reference writes its input at these shapes although the loader saw no
+            # in-place write: redo this trial with a copy for the candidate.
+            ctx.inplace = True
+            self.warnings.append(f"forward modifies an input in place at config '{name}': "
+                                 "the candidate gets copies of the inputs from now on")
+            out = rout = None
+            fresh = self._inputs(ctx.mod, seed, name, t)
+            self._restore_buffers(ctx)
+            return self._trial(ctx, fresh, name, t, prev_outs, check_precision)
         checks = compare_outputs(out, rout, job.tolerances)
         bad = [c for c in checks if not c.ok]
-        in_problem, ref_mod = check_inputs(cin, rin, inputs, job.tolerances)
+        in_problem = None
+        if inplace:
+            in_problem = compare_inplace_inputs(cin, rin, job.tolerances)
+        out_fp = [fingerprint(o) for _, o in flatten_outputs(out) if isinstance(o, torch.Tensor)]
         if bad or in_problem:
             stale = next(
-                (i for i, p in enumerate(prev_refs)
-                 if outputs_match(out, p, job.tolerances) and not outputs_match(rout, p, job.tolerances)),
+                (i for i, p in enumerate(prev_outs) if p is not None and len(p) == len(out_fp)
+                 and not same_fingerprints(p, out_fp)),
                 None,
             ) if bad and self._guard_on(RESULT_CACHE) else None
             if stale is not None:
                 raise guard_stop(
                     RESULT_CACHE,
-                    f"for new inputs forward returned the result of trial {stale} (cached by "
+                    f"for new inputs forward returned exactly the output of trial {stale} (cached by "
                     "input address or call count?)",
                     name,
                     t,
                 )
-            return _Trial(False, bad[0].message if bad else str(in_problem), checks,
-                          ref_modifies_inputs=ref_mod)
+            return _Trial(False, bad[0].message if bad else str(in_problem), checks)
+        self._check_buffers(ctx, name)
         lp = None
         if check_precision and self._guard_on(LOWER_PRECISION) and not job.allow_lower_precision:
+            if inplace:  # the reference wrote its inputs: the float64 run gets them afresh
+                del cin
+                inputs = self._inputs(ctx.mod, trial_seed(job.seed, self.configs_index(name), t), name, t)
             lp = self._lower_precision(ref, inputs, out, rout, name, t)
-        return _Trial(True, "", checks, ref_out=rout, lower_precision=lp, ref_modifies_inputs=ref_mod)
+        return _Trial(True, "", checks, lower_precision=lp, out_fingerprint=out_fp)
+
+    def configs_index(self, name: str) -> int:
+        """The index of configuration ``name`` (``default`` 0, ``altK`` K)."""
+        return 0 if name == "default" else int(name[3:])
+
+    def _check_buffers(self, ctx: "_Context", name: str) -> None:
+        """Buffers the reference's forward updated (BatchNorm's running statistics in training
+        mode) should be updated the same way by ModelNew: a difference is a warning (the
+        outputs, which KernelBench compares, matched)."""
+        if not ctx.initial_buffers or ctx.buffers_warned:
+            return
+        ref_b = dict(ctx.ref.named_buffers())
+        cand_b = dict(ctx.cand.named_buffers())
+        for k, v0 in ctx.initial_buffers.items():
+            r = ref_b.get(k)
+            # floating buffers only: BatchNorm's integer num_batches_tracked is bookkeeping
+            # (read only with momentum=None), not a result
+            if r is None or not r.is_floating_point() or bits_equal(r, v0):
+                continue
+            c = cand_b.get(k)
+            if c is None:
+                continue
+            atol, rtol = torch_tolerance(str(r.dtype), self.job.tolerances)
+            chk = compare_tensor(f"buffer {k}", c, r, atol, rtol)
+            if not chk.ok:
+                ctx.buffers_warned = True
+                self.warnings.append(
+                    f"config '{name}': Model's forward updates its buffer '{k}' (running statistics "
+                    f"in training mode) and ModelNew's does not match: {chk.message}")
+                return
 
     def _lower_precision(self, ref: Any, inputs: list[Any], out: Any, rout: Any,
                          name: str, t: int) -> dict[str, Any] | None:
@@ -1477,9 +1786,10 @@ class TorchWorker:
             self.warnings.append("profiler guards not run: host test backend (no CUDA)")
             return
         torch, job = self.torch, self.job
+        self._restore_buffers(ctx)
         inputs = self._inputs(ctx.mod, trial_seed(job.seed, 0, job.trials), "default", None)
-        self._call_candidate(ctx.cand, self._clone(inputs), "default", None, "guards.profile")
-        args = self._clone(inputs)
+        self._call_candidate(ctx.cand, self._args_for_candidate(ctx, inputs), "default", None, "guards.profile")
+        args = self._args_for_candidate(ctx, inputs)
         marker = torch.zeros(1, device=self.dev)
         self._sync()
         self.state.set("guards.profile", "default")
@@ -1534,33 +1844,47 @@ class TorchWorker:
 
     # -- repeated calls ----------------------------------------------------------------
 
+    def _args_for_candidate(self, ctx: "_Context", inputs: list[Any]) -> list[Any]:
+        """The candidate's arguments: the inputs themselves, or copies for in-place problems."""
+        return self._clone(inputs) if (self.job.modifies_inputs or ctx.inplace) else inputs
+
     def _result_cache_check(self, ctx: _Context) -> None:
-        """Same input tensors with new values written in place, then new tensors."""
+        """Same input tensors with new values written in place, then new tensors.  One set
+        of inputs is alive at a time (plus the new values while they are written in)."""
         torch, job = self.torch, self.job
         base = job.trials + 1
         tol = job.tolerances
+        self._restore_buffers(ctx)
         a = self._inputs(ctx.mod, trial_seed(job.seed, 0, base), "default", None)
-        b = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 1), "default", None)
-        c = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 2), "default", None)
-        x = self._clone(a)
-        _, o1 = self._call_candidate(ctx.cand, x, "default", None, "guards.result_cache")
-        r1 = self._call_reference(ctx.ref, self._clone(a), "default", None)
+        x = self._args_for_candidate(ctx, a)
+        o1, _ = self._call_candidate(ctx.cand, x, "default", None, "guards.result_cache")
+        if x is not a:
+            a = self._inputs(ctx.mod, trial_seed(job.seed, 0, base), "default", None)
+        r1 = self._call_reference(ctx.ref, a, "default", None)
         if not outputs_match(o1, r1, tol):
             raise guard_stop(RESULT_CACHE, "wrong on new inputs after earlier calls", "default")
+        o1_fp = outputs_fingerprints(o1)
+        del o1, r1, a
+        b = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 1), "default", None)
         same_shapes = all(
             not isinstance(xi, torch.Tensor) or (isinstance(bi, torch.Tensor) and xi.shape == bi.shape
                                                  and xi.dtype == bi.dtype)
             for xi, bi in zip(x, b)
         )
         if same_shapes:
-            for xi, bi in zip(x, b):
-                if isinstance(xi, torch.Tensor):
-                    xi.copy_(bi)
+            with torch.no_grad():
+                for xi, bi in zip(x, b):
+                    if isinstance(xi, torch.Tensor):
+                        xi.copy_(bi)  # new values, same tensors (same addresses)
             args = [bi if not isinstance(xi, torch.Tensor) else xi for xi, bi in zip(x, b)]
-            _, o2 = self._call_candidate(ctx.cand, args, "default", None, "guards.result_cache")
-            r2 = self._call_reference(ctx.ref, self._clone(b), "default", None)
+            del x
+            self._restore_buffers(ctx)
+            o2, _ = self._call_candidate(ctx.cand, args, "default", None, "guards.result_cache")
+            if args is not b and (job.modifies_inputs or ctx.inplace):
+                b = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 1), "default", None)
+            r2 = self._call_reference(ctx.ref, b, "default", None)
             if not outputs_match(o2, r2, tol):
-                again = outputs_match(o2, r1, tol)
+                again = outputs_fingerprints_equal(o1_fp, o2)
                 raise guard_stop(
                     RESULT_CACHE,
                     "after new values were written into the same input tensors (same addresses), "
@@ -1569,99 +1893,112 @@ class TorchWorker:
                     + ": results must not be cached by input address or object",
                     "default",
                 )
+            del o2, r2, args
         else:
+            del x
             self.warnings.append("result_cache: in-place rewrite skipped (get_inputs() shapes vary)")
-        y = self._clone(c)
-        _, o3 = self._call_candidate(ctx.cand, y, "default", None, "guards.result_cache")
-        r3 = self._call_reference(ctx.ref, self._clone(c), "default", None)
+        del b
+        self._restore_buffers(ctx)
+        c = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 2), "default", None)
+        y = self._args_for_candidate(ctx, c)
+        o3, _ = self._call_candidate(ctx.cand, y, "default", None, "guards.result_cache")
+        del y
+        r3 = self._call_reference(ctx.ref, c, "default", None)
         if not outputs_match(o3, r3, tol):
             raise guard_stop(RESULT_CACHE, "wrong for newly allocated inputs after earlier calls", "default")
+        del o3, r3, c
         self._check_patching("during repeated calls", "default")
 
     # -- timing ------------------------------------------------------------------------
 
-    def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str) -> tuple[TimingStats, Any]:
+    def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str,
+                 slow_ms: float | None = None) -> tuple[RepTiming, Any]:
         """CUDA events on the current stream around each call, the flush buffer written
-        before each; warm-up first.  Returns (stats in ms, the last output)."""
-        torch, ts = self.torch, self.job.timing
+        before each, repetitions planned by :func:`~cudaperf_cli.evaluate.timing.
+        time_repetitions` (the C worker's loop).  Returns (the repetitions, the last output)."""
+        torch = self.torch
         self.state.set(phase, "default")
         Event, record, elapsed = self._orig_event, self._orig_record, self._orig_elapsed
-        out = None
-        with torch.no_grad():
-            for _ in range(max(ts.warmup_reps, 1)):
-                out = fn(*args)
-            self._sync()
-            starts = [Event(enable_timing=True) for _ in range(BATCH)]
-            ends = [Event(enable_timing=True) for _ in range(BATCH)]
-            samples: list[float] = []
-            total = 0.0
-            while not samples or need_more_reps(len(samples), total, ts):
-                k = min(BATCH, max(ts.max_reps - len(samples), 1))
-                for i in range(k):
-                    if flush is not None:
-                        flush.zero_()
-                    record(starts[i])
-                    out = fn(*args)
-                    record(ends[i])
-                self._sync()
-                for i in range(k):
-                    ms = float(elapsed(starts[i], ends[i]))
-                    samples.append(ms)
-                    total += ms
-        return summarize(samples), out
+        last: list[Any] = [None]
+        starts = [Event(enable_timing=True) for _ in range(100)]
+        ends = [Event(enable_timing=True) for _ in range(100)]
 
-    def _time(self, ctx: _Context) -> None:
+        def run(k: int) -> list[float]:
+            out_ms: list[float] = []
+            with torch.no_grad():
+                while k > 0:
+                    m = min(k, len(starts))
+                    for i in range(m):
+                        if flush is not None:
+                            flush.zero_()
+                        record(starts[i])
+                        last[0] = fn(*args)
+                        record(ends[i])
+                    self._sync()
+                    out_ms += [float(elapsed(starts[i], ends[i])) for i in range(m)]
+                    k -= m
+            return out_ms
+
+        reps = time_repetitions(run, self.job.timing, slow_ms=slow_ms)
+        return reps, last[0]
+
+    def _time(self, ctx: _Context) -> str:
+        """Time the candidate (and, without ``job.baseline_ms``, eager and torch.compile) at
+        the default configuration; returns the status, ``correct`` or ``slow``."""
         torch, job = self.torch, self.job
         ts = job.timing
+        self._restore_buffers(ctx)
         inputs = self._inputs(ctx.mod, trial_seed(job.seed, 0, job.trials + 4), "default", None)
         fbytes = flush_size((self.device_info or {}).get("l2_bytes"), ts)
         flush = torch.empty(fbytes // 4, dtype=torch.int32, device=self.dev) if fbytes else None
         warnings: list[str] = []
+        baseline = dict(job.baseline_ms or {})
 
-        cargs = self._clone(inputs)
+        cargs = self._args_for_candidate(ctx, inputs)
         try:
-            cand_stats, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate")
-            cand_out = snapshot_outputs(cand_out)
-            self.state.set("timing.candidate", "default")
-            sync_samples = []
-            with torch.no_grad():
-                for _ in range(max(ts.sync_reps, 1)):
-                    self._sync()
-                    t0 = self._orig_perf()
-                    ctx.cand(*cargs)
-                    self._sync()
-                    sync_samples.append((self._orig_perf() - t0) * 1e3)
-            sync_stats = summarize(sync_samples)
+            reps, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms)
+            sync_stats = None
+            if not reps.slow:
+                self.state.set("timing.candidate", "default")
+                n_sync = max(1, min(ts.sync_reps, int(ts.max_total_ms // max(reps.estimate_ms, 1e-3))))
+                sync_samples = []
+                with torch.no_grad():
+                    for _ in range(n_sync):
+                        self._sync()
+                        t0 = self._orig_perf()
+                        cand_out = ctx.cand(*cargs)
+                        self._sync()
+                        sync_samples.append((self._orig_perf() - t0) * 1e3)
+                sync_stats = summarize(sync_samples)
         except Stop:
             raise
         except Exception as exc:  # noqa: BLE001
             raise Stop(RUNTIME_ERROR, f"ModelNew.forward failed while timing: {_one_line(exc)}",
                        error=_exc_error(exc, "timing", "default"), config="default") from None
         self._check_patching("during the timed calls", "default")
+        if cargs is not inputs:
+            del cargs
+        cand_stats = summarize(reps.samples) if reps.samples else None
 
-        eargs = self._clone(inputs)
-        try:
-            eager_stats, eager_out = self._time_fn(ctx.ref, eargs, flush, "timing.eager")
-        except Exception as exc:  # noqa: BLE001
-            raise Stop(REFERENCE_ERROR, f"Model.forward failed while timing: {_one_line(exc)}",
-                       error=_exc_error(exc, "reference_timing", "default"), config="default") from None
-
-        compile_stats = None
+        eager_stats = compile_stats = None
         compile_error = None
-        if job.compile_baseline:
+        eager_out = None
+        if not baseline:
+            eargs = self._clone(inputs) if (job.modifies_inputs or ctx.inplace) else inputs
             try:
-                compiled = torch.compile(ctx.ref)
-                compile_stats, _ = self._time_fn(compiled, self._clone(inputs), flush, "timing.compile")
+                er, eager_out = self._time_fn(ctx.ref, eargs, flush, "timing.eager")
+                eager_stats = summarize(er.samples)
             except Exception as exc:  # noqa: BLE001
-                compile_error = _one_line(exc, 400)
-                warnings.append(f"torch.compile baseline failed, eager kept: {compile_error}")
-                try:
-                    self._sync()
-                except Exception:  # noqa: BLE001
-                    pass
+                raise Stop(REFERENCE_ERROR, f"Model.forward failed while timing: {_one_line(exc)}",
+                           error=_exc_error(exc, "reference_timing", "default"), config="default") from None
+            del eargs
+            if job.compile_baseline:
+                compile_stats, compile_error = self._time_compiled(ctx.ref, inputs, flush, warnings)
 
         self.state.set("timing.check", "default")
-        if self._guard_on(RESULT_CACHE) and not ctx.ref_modifies_inputs:
+        if self._guard_on(RESULT_CACHE) and not (job.modifies_inputs or ctx.inplace):
+            if eager_out is None:  # the reference on the same inputs, once
+                eager_out = self._call_reference(ctx.ref, inputs, "default", None)
             if not outputs_match(cand_out, eager_out, job.tolerances):
                 raise guard_stop(
                     RESULT_CACHE,
@@ -1669,35 +2006,134 @@ class TorchWorker:
                     "same inputs (work skipped on repeated calls?)",
                     "default",
                 )
+        del cand_out, eager_out, flush
 
-        se = speedup(eager_stats.median_ms, cand_stats.median_ms)
-        sc = speedup(compile_stats.median_ms, cand_stats.median_ms) if compile_stats else None
+        cand_ms = cand_stats.median_ms if cand_stats is not None else reps.estimate_ms
+        eager_ms = eager_stats.median_ms if eager_stats is not None else baseline.get("eager")
+        compile_ms = compile_stats.median_ms if compile_stats is not None else baseline.get("compile")
+        se = speedup(eager_ms, cand_ms)
+        sc = speedup(compile_ms, cand_ms)
         suspicious = any(s is not None and s > SUSPICIOUS_SPEEDUP for s in (se, sc))
         if suspicious:
             warnings.append(
                 f"speedup above {SUSPICIOUS_SPEEDUP:g}x (eager {se and round(se, 2)}x, "
                 f"compile {sc and round(sc, 2)}x): worth a second look"
             )
-        if cand_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05:
+        if cand_stats is not None and sync_stats is not None and (
+                cand_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05):
             warnings.append(
                 f"event time {cand_stats.median_ms:.4g} ms is much shorter than forward + "
                 f"synchronize {sync_stats.median_ms:.4g} ms: work outside the current stream, "
                 "or on the host?"
             )
+        if baseline:
+            warnings_note = "eager and torch.compile times from the run's baseline measurement"
+            if warnings_note not in self.warnings:
+                self.warnings.append(warnings_note)
         self.timing = TorchTiming(
             config="default",
             candidate=cand_stats,
             eager=eager_stats,
             compile=compile_stats,
-            compile_error=compile_error,
+            compile_error=compile_error if not baseline else baseline.get("compile_error"),
             sync_call=sync_stats,
             speedup_eager=se,
             speedup_compile=sc,
             suspicious=suspicious,
             flush_bytes=fbytes,
-            warmup_reps=max(ts.warmup_reps, 1),
+            warmup_reps=len(reps.warmup),
+            candidate_estimate_ms=reps.estimate_ms,
+            slow_ms=job.slow_ms,
             warnings=warnings,
         )
+        return SLOW if reps.slow else CORRECT
+
+    def _time_compiled(self, ref: Any, inputs: Sequence[Any], flush: Any,
+                       warnings: list[str]) -> tuple[TimingStats | None, str | None]:
+        """``torch.compile(Model)`` (mode default) timed like eager; (stats, error)."""
+        torch = self.torch
+        try:
+            compiled = torch.compile(ref)
+            args = self._clone(inputs) if self.job.modifies_inputs else inputs
+            r, _ = self._time_fn(compiled, args, flush, "timing.compile")
+            return summarize(r.samples), None
+        except Exception as exc:  # noqa: BLE001
+            err = _one_line(exc, 400)
+            warnings.append(f"torch.compile baseline failed, eager kept: {err}")
+            try:
+                self._sync()
+            except Exception:  # noqa: BLE001
+                pass
+            return None, err
+
+    # -- the baseline job (no candidate) ------------------------------------------------------
+
+    def _baseline(self, mod: types.ModuleType) -> TorchEvalResult:
+        """``mode="baseline"``: the reference alone at the default configuration.
+
+        Runs forward on two input draws (outputs bitwise equal: ``degenerate``), measures
+        the footprint (inputs, outputs, parameters, buffers; bytes), then times PyTorch eager
+        and ``torch.compile`` on the timing inputs every candidate of the run is timed on
+        (the seed of :meth:`_time`).  Status ``reference_only``.
+        """
+        torch, job = self.torch, self.job
+        self.state.set("construct", "default")
+        try:
+            torch.manual_seed(job.seed)
+            init = [self._to_dev(a) for a in mod.get_init_inputs()]
+            torch.manual_seed(job.seed)
+            ref = mod.Model(*copy.deepcopy(init)).to(self.dev)
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"cannot construct Model: {_one_line(exc)}",
+                       error=_exc_error(exc, "reference_init", "default"), config="default") from None
+        initial = _buffer_snapshot(ref)
+        outs_fp = []
+        for t in (0, 1):
+            if initial:
+                with torch.no_grad():
+                    for k, b in ref.named_buffers():
+                        if k in initial:
+                            b.copy_(initial[k])
+            x = self._inputs(mod, trial_seed(job.seed, 0, t), "default", t)
+            if t == 0:
+                self._measure_footprint(ref, x)
+            out = self._call_reference(ref, x, "default", t)
+            if t == 0 and self.footprint_bytes is not None:
+                self.footprint_bytes += sum(o.numel() * o.element_size()
+                                            for _, o in flatten_outputs(out) if isinstance(o, torch.Tensor))
+            outs_fp.append(outputs_fingerprints(out))
+            del x, out
+        self.degenerate = outputs_fingerprints_same(outs_fp[0], outs_fp[1])
+        if self.degenerate:
+            self.warnings.append(
+                "degenerate: Model's outputs are the same for two input draws at the default "
+                "configuration (they do not depend on the inputs): evaluated as given, but a "
+                "constant answer would pass")
+        ts = job.timing
+        inputs = self._inputs(mod, trial_seed(job.seed, 0, job.trials + 4), "default", None)
+        fbytes = flush_size((self.device_info or {}).get("l2_bytes"), ts)
+        flush = torch.empty(fbytes // 4, dtype=torch.int32, device=self.dev) if fbytes else None
+        warnings: list[str] = []
+        args = self._clone(inputs) if job.modifies_inputs else inputs
+        try:
+            er, _ = self._time_fn(ref, args, flush, "timing.eager")
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(REFERENCE_ERROR, f"Model.forward failed while timing: {_one_line(exc)}",
+                       error=_exc_error(exc, "reference_timing", "default"), config="default") from None
+        eager_stats = summarize(er.samples)
+        compile_stats, compile_error = (None, None)
+        if job.compile_baseline:
+            compile_stats, compile_error = self._time_compiled(ref, inputs, flush, warnings)
+        del flush, inputs, args
+        self.timing = TorchTiming(config="default", eager=eager_stats, compile=compile_stats,
+                                  compile_error=compile_error, flush_bytes=fbytes,
+                                  warmup_reps=len(er.warmup), warnings=warnings)
+        msg = f"baseline: PyTorch eager {eager_stats.median_ms:.4g} ms"
+        if compile_stats is not None:
+            msg += f", torch.compile {compile_stats.median_ms:.4g} ms"
+        elif compile_error:
+            msg += "; torch.compile failed"
+        return self._result(REFERENCE_ONLY, msg)
 
 
 def _consts(consts: Mapping[str, int]) -> str:
@@ -1740,30 +2176,34 @@ def build_candidate_module(job: TorchEvalJob, state: State) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Worker entry point (see the module docstring)."""
+    """Worker entry point (see the module docstring; the protocol is evaluate/child.py's)."""
     parser = argparse.ArgumentParser(prog="python -m cudaperf_cli.evaluate.torch_worker")
     parser.add_argument("--build", action="store_true")
     args = parser.parse_args(argv)
 
-    sys.stdout.flush()
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    _line_buffer_c_stdout()
+    channel = result_channel()
     state = State(os.environ.get(STATE_ENV))
     try:
-        job = TorchEvalJob.from_json(json.loads(sys.stdin.read()))
+        job = TorchEvalJob.from_json(read_job())
     except Exception as exc:  # noqa: BLE001
-        _emit(out_fd, TorchEvalResult(status=CRASH, message=f"worker got an unreadable job: {exc}"))
+        channel(TorchEvalResult(status=CRASH, message=f"worker got an unreadable job: {exc}"))
         return 0
-    if job.debug_hook and os.environ.get(HOOKS_ENV) == "1":
-        if _run_hook(job.debug_hook, out_fd, state):
+    hook = job.debug_hook if os.environ.get(HOOKS_ENV) == "1" else None
+    if hook and (args.build or hook.startswith("prepare-")):
+        if _run_hook(hook.removeprefix("prepare-"), channel.fd, state):
             return 0
+        hook = None
     result: Any
     try:
         if args.build:
             result = build_candidate_module(job, state)
         else:
-            result = TorchWorker(job, state).run()
+            def run_hook() -> None:  # test hooks run once the worker holds the GPU
+                if hook and _run_hook(hook, channel.fd, state):
+                    flush_c_stdio()
+                    os._exit(0)
+
+            result = TorchWorker(job, state, emit=channel, after_gate=run_hook).run()
     except BaseException as exc:  # noqa: BLE001 - report, never die silently
         result = TorchEvalResult(
             status=CRASH,
@@ -1773,15 +2213,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.build:
             result = {"status": CRASH, "message": result.message, "errors": result.details["traceback"]}
-    _flush_c_stdio()
-    _emit(out_fd, result)
+    flush_c_stdio()
+    channel(result)
     return 0
 
 
 if __name__ == "__main__":
     code = main()
     try:
-        _flush_c_stdio()
+        flush_c_stdio()
         sys.stderr.flush()
         sys.stdout.flush()
     finally:
