@@ -101,11 +101,45 @@ CTYPE_OF_DTYPE: dict[str, Any] = {
 }
 
 
+_CTYPE_DROP = frozenset({
+    "const", "volatile", "restrict", "__restrict", "__restrict__", "static", "register",
+    "__const", "__volatile__", "__extension__",
+})
+_INT_WORDS = frozenset({"signed", "unsigned", "char", "short", "int", "long", "__signed",
+                        "__signed__"})
+
+
+def _canonical_integer(words: list[str]) -> str | None:
+    """The one spelling of a C integer type given by its specifier words, in any order
+    (C11 6.7.2p2 lists the equivalent multisets): ``long unsigned int`` -> ``unsigned
+    long``, ``short int`` -> ``short``, ``signed`` -> ``int``; ``None`` when the words are
+    not an integer type (``long double``) or not a valid combination."""
+    if not words or any(w not in _INT_WORDS for w in words):
+        return None
+    signed = sum(words.count(w) for w in ("signed", "__signed", "__signed__"))
+    unsigned = words.count("unsigned")
+    chars, shorts, ints, longs = (words.count(w) for w in ("char", "short", "int", "long"))
+    if signed + unsigned > 1 or ints > 1 or chars > 1 or shorts > 1 or longs > 2:
+        return None
+    if chars:
+        if shorts or ints or longs:
+            return None
+        return "unsigned char" if unsigned else ("signed char" if signed else "char")
+    if shorts and longs:
+        return None
+    base = "short" if shorts else ("long long" if longs == 2 else ("long" if longs else "int"))
+    return f"unsigned {base}" if unsigned else base
+
+
 def normalize_ctype(text: str) -> str:
-    """Normalise a C type spelling: drop qualifiers/storage words, collapse whitespace."""
-    drop = {"const", "volatile", "restrict", "__restrict", "__restrict__", "static", "register"}
-    words = [w for w in text.replace("*", " ").split() if w not in drop]
-    return " ".join(words)
+    """Normalise a C type spelling: drop qualifiers/storage words, collapse whitespace, and
+    give integer types one spelling whatever the order and optional words of their
+    specifiers (``unsigned long int``, ``long unsigned`` -> ``unsigned long``; ``signed
+    int`` -> ``int``; ``signed char`` stays distinct from ``char``).  Other types (``double``,
+    typedef names, ``struct s``) keep their words."""
+    words = [w for w in text.replace("*", " ").split() if w not in _CTYPE_DROP]
+    canonical = _canonical_integer(words)
+    return canonical if canonical is not None else " ".join(words)
 
 
 def dtype_of(ctype: str) -> str:
@@ -216,6 +250,10 @@ class CProblem:
         cpp_args: ``-I``/``-D`` flags given by the user, passed to every C compile.
         function_source: the function definition after preprocessing (text).
         is_static: declared ``static`` (the reference wrapper still reaches it).
+        sources: more C files compiled and linked into the CPU reference library with the
+            same ``cpp_args`` (``utilities/polybench.c``: PolyBench's init functions
+            allocate through it), absolute paths; their ``main``, if any, is renamed out of
+            the way like the problem file's.  They are not part of the CUDA candidates.
     """
 
     path: Path
@@ -227,6 +265,7 @@ class CProblem:
     cpp_args: tuple[str, ...] = ()
     function_source: str = ""
     is_static: bool = False
+    sources: tuple[Path, ...] = ()
 
     @property
     def arrays(self) -> tuple[ArrayParam, ...]:

@@ -110,11 +110,14 @@ class Preprocessed:
         origin_lines: for each row of ``text``, the line in the user's file it came from
             (1-based).
         command: the preprocessor command that ran.
+        all_text: the whole preprocessed translation unit, headers included, line markers
+            blanked (read for the typedefs that headers declare); ``""`` when not kept.
     """
 
     text: str
     origin_lines: tuple[int, ...]
     command: tuple[str, ...]
+    all_text: str = ""
 
     def origin_line(self, row: int) -> int:
         """Line of the user's file for a 0-based row of ``text`` (0 if unknown)."""
@@ -176,6 +179,7 @@ def _keep_user_lines(out: str, path: Path, cmd: tuple[str, ...]) -> Preprocessed
 
     kept: list[str] = []
     origin: list[int] = []
+    every: list[str] = []
     in_user = False
     line_no = 0
     for line in out.split("\n"):
@@ -184,9 +188,11 @@ def _keep_user_lines(out: str, path: Path, cmd: tuple[str, ...]) -> Preprocessed
             name = re.sub(r"\\(.)", r"\1", m.group(2))
             in_user = is_user_file(name)
             line_no = int(m.group(1))
+            every.append("")
             continue
+        every.append(line)
         if in_user:
             kept.append(line)
             origin.append(line_no)
         line_no += 1
-    return Preprocessed("\n".join(kept), tuple(origin), cmd)
+    return Preprocessed("\n".join(kept), tuple(origin), cmd, "\n".join(every))

@@ -15,7 +15,7 @@ from typing import Iterator, Mapping
 import tree_sitter
 import tree_sitter_c
 
-from ..core import _c_div, _c_rem, normalize_ctype
+from ..core import C_TYPE_TO_DTYPE, _c_div, _c_rem, normalize_ctype
 
 Node = tree_sitter.Node
 
@@ -75,6 +75,8 @@ class ParamDecl:
             text, or ``None`` where unknown (a pointer, or ``[]``).  Empty for a scalar.
         problem: why the declarator is not supported (pointer to pointer...), or None.
         node: the ``parameter_declaration`` node.
+        written_type: the type name as written when it is a typedef name (``base``), whose
+            resolution ``type_text`` holds (``char``); ``""`` when written as ``type_text``.
     """
 
     name: str
@@ -83,6 +85,7 @@ class ParamDecl:
     dims: tuple[str | None, ...]
     problem: str | None
     node: Node
+    written_type: str = ""
 
     @property
     def is_scalar(self) -> bool:
@@ -140,10 +143,122 @@ def _has_qualifier(node: Node, word: str) -> bool:
     return any(c.type == "type_qualifier" and text_of(c) == word for c in node.children)
 
 
-def param_decl(node: Node) -> ParamDecl:
-    """Describe one ``parameter_declaration`` node."""
+# ---------------------------------------------------------------------------------------
+# Typedefs
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Typedef:
+    """One file-scope ``typedef`` name (from the file or a header it includes).
+
+    Attributes:
+        name: the new type name (``base`` for ``typedef char base;``).
+        type_text: the type it names, normalised (``char``, ``unsigned long``, another
+            typedef name, ``struct pt``).
+        const: ``const`` is among its specifiers (``typedef const double cd;``).
+        dims: its declarator's pointer/array operators, outermost first, as
+            ``("pointer", None)`` / ``("array", "10")``; empty for a plain alias.
+        problem: why it cannot be a parameter's type (a function type), or None.
+    """
+
+    name: str
+    type_text: str
+    const: bool = False
+    dims: tuple[tuple[str, str | None], ...] = ()
+    problem: str | None = None
+
+
+_TYPE_NAME_LEAVES = ("type_identifier", "primitive_type", "identifier")
+
+
+def _type_spelling(type_node: Node | None) -> str:
+    """A type specifier's normalised spelling; a struct/union/enum by its tag only."""
+    if type_node is None:
+        return ""
+    if type_node.type in ("struct_specifier", "union_specifier", "enum_specifier"):
+        tag = type_node.child_by_field_name("name")
+        kind = type_node.type.split("_")[0]
+        return f"{kind} {text_of(tag)}" if tag is not None else f"anonymous {kind}"
+    return normalize_ctype(text_of(type_node))
+
+
+def collect_typedefs(root: Node) -> dict[str, Typedef]:
+    """The file-scope typedefs of a translation unit, by name (``typedef char base;``)."""
+    out: dict[str, Typedef] = {}
+    for node in root.named_children:  # file scope only: a typedef in a body is local
+        if node.type != "type_definition":
+            continue
+        type_text = _type_spelling(node.child_by_field_name("type"))
+        const = _has_qualifier(node, "const")
+        for decl in node.children_by_field_name("declarator"):
+            inside_out: list[tuple[str, str | None]] = []
+            problem: str | None = None
+            name = ""
+            while decl is not None:
+                if decl.type in _TYPE_NAME_LEAVES:
+                    name = text_of(decl)
+                    break
+                if decl.type == "array_declarator":
+                    size = decl.child_by_field_name("size")
+                    inside_out.append(("array", " ".join(text_of(size).split()) or None))
+                elif decl.type == "pointer_declarator":
+                    inside_out.append(("pointer", None))
+                elif decl.type == "function_declarator":
+                    problem = "a function type"
+                elif decl.type != "parenthesized_declarator":
+                    problem = f"an unsupported declarator '{text_of(decl)}'"
+                nxt = decl.child_by_field_name("declarator")
+                if nxt is None:
+                    nxt = next((c for c in decl.named_children if c.type.endswith("declarator")
+                                or c.type in _TYPE_NAME_LEAVES), None)
+                decl = nxt
+            if name:
+                out[name] = Typedef(name, type_text, const, tuple(reversed(inside_out)), problem)
+    return out
+
+
+def resolve_typedef(
+    type_text: str, typedefs: Mapping[str, Typedef]
+) -> tuple[str, bool, tuple[tuple[str, str | None], ...], str | None]:
+    """Follow a chain of typedef names to the type they stand for.
+
+    A name cudaperf knows as an element type (``int32_t``, ``size_t``) is not followed.
+
+    Returns:
+        ``(type_text, const, dims, problem)``: the base type's normalised spelling, whether
+        some typedef of the chain was ``const``, the pointer/array operators the chain adds
+        (outermost first, to be placed after the declarator's own), and why the chain
+        cannot be a parameter's type (a function type, a cycle) or None.
+    """
+    const = False
+    dims: tuple[tuple[str, str | None], ...] = ()
+    seen: set[str] = set()
+    while type_text in typedefs and type_text not in C_TYPE_TO_DTYPE:
+        if type_text in seen:
+            return type_text, const, dims, f"the typedef '{type_text}' refers to itself"
+        seen.add(type_text)
+        td = typedefs[type_text]
+        if td.problem is not None:
+            return type_text, const, dims, f"'{td.name}' is a typedef of {td.problem}"
+        const = const or td.const
+        dims = dims + td.dims
+        type_text = td.type_text
+    return type_text, const, dims, None
+
+
+def param_decl(node: Node, typedefs: Mapping[str, Typedef] | None = None) -> ParamDecl:
+    """Describe one ``parameter_declaration`` node; a typedef name in ``typedefs`` is
+    resolved to its base type (``base`` -> ``char``), its pointer/array operators added."""
     type_text = normalize_ctype(text_of(node.child_by_field_name("type")))
     const = _has_qualifier(node, "const")
+    written = ""
+    td_dims: tuple[tuple[str, str | None], ...] = ()
+    td_problem: str | None = None
+    if typedefs and type_text in typedefs and type_text not in C_TYPE_TO_DTYPE:
+        written = type_text
+        type_text, td_const, td_dims, td_problem = resolve_typedef(type_text, typedefs)
+        const = const or td_const
     # Walk the declarator from the outside in; C reads it inside out, so the operator
     # nearest the name is the outermost dimension: reverse at the end.
     dims_inside_out: list[tuple[str, str | None]] = []  # (kind, extent)
@@ -169,18 +284,25 @@ def param_decl(node: Node) -> ParamDecl:
             nxt = next((c for c in decl.named_children if c.type.endswith("declarator")
                         or c.type == "identifier"), None)
         decl = nxt
-    kinds = [k for k, _ in reversed(dims_inside_out)]
+    operators = list(reversed(dims_inside_out)) + list(td_dims)  # outermost first
+    kinds = [k for k, _ in operators]
+    if problem is None and td_problem is not None:
+        problem = td_problem
     if problem is None and "pointer" in kinds[1:]:
         problem = (
             "pointers to pointers and arrays of pointers are not supported: "
             "pass one contiguous array (a flat pointer or a C99 array)"
         )
-    dims = tuple(e for _, e in reversed(dims_inside_out))
-    return ParamDecl(name, type_text, const, dims, problem, node)
+    dims = tuple(e for _, e in operators)
+    return ParamDecl(name, type_text, const, dims, problem, node, written)
 
 
-def function_info(node: Node) -> FunctionInfo | None:
-    """Describe a ``function_definition`` node (None if it has no recognisable name)."""
+def function_info(
+    node: Node, typedefs: Mapping[str, Typedef] | None = None
+) -> FunctionInfo | None:
+    """Describe a ``function_definition`` node (None if it has no recognisable name);
+    typedef names of its parameters (and a plain alias as return type) are resolved
+    through ``typedefs`` (see :func:`collect_typedefs`)."""
     fdecl, stars = _function_declarator(node.child_by_field_name("declarator"))
     if fdecl is None:
         return None
@@ -194,13 +316,17 @@ def function_info(node: Node) -> FunctionInfo | None:
         if child.type == "variadic_parameter":
             variadic = True
         elif child.type == "parameter_declaration":
-            p = param_decl(child)
+            p = param_decl(child, typedefs)
             if not (p.name == "" and p.type_text == "void" and not p.dims):
                 params.append(p)
     is_static = any(
         c.type == "storage_class_specifier" and text_of(c) == "static" for c in node.children
     )
     ret = normalize_ctype(text_of(node.child_by_field_name("type")))
+    if typedefs and ret in typedefs and ret not in C_TYPE_TO_DTYPE:
+        base, _, td_dims, td_problem = resolve_typedef(ret, typedefs)
+        if td_problem is None:
+            ret, stars = base, stars + len(td_dims)  # a void alias stays void
     ret += " " + "*" * stars if stars else ""
     comments: list[Node] = []
     prev = node.prev_sibling

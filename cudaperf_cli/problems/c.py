@@ -67,6 +67,7 @@ def load_c_problem(
     sizes: Mapping[str, int] = {},  # noqa: B006 - read only
     init: str | None = None,
     cc: str | None = None,
+    sources: Sequence[Path | str] = (),
 ) -> CProblem:
     """Load the function to port from a C file (the file is never modified).
 
@@ -82,6 +83,11 @@ def load_c_problem(
         init: name of the init function; by default one is detected (see
             docs/c-problems.md); ``"none"`` disables init detection.
         cc: the C compiler command (default ``$CC``, else ``cc``).
+        sources: more C files to compile and link into the CPU reference, as ``cc`` takes
+            them (``utilities/polybench.c``); relative paths are taken from the current
+            directory.  They are checked here (present, readable, not the problem file
+            itself; a file given twice counts once) and compiled by
+            :func:`build_reference`; kept absolute in ``CProblem.sources``.
 
     Returns:
         The :class:`~cudaperf_cli.core.CProblem`; ``sizes`` holds every size parameter.
@@ -89,7 +95,8 @@ def load_c_problem(
     Raises:
         ProblemError: preprocessing failed, syntax error, no/ambiguous function, non-void
             function, unsupported parameter type, missing array extent (the ``hint``
-            holds the annotation line to add), missing or unknown sizes, bad init.
+            holds the annotation line to add), missing or unknown sizes, bad init, a
+            missing or unreadable extra source.
         ToolchainError: the C compiler is missing or timed out.
     """
     path = Path(path).expanduser()
@@ -98,16 +105,22 @@ def load_c_problem(
     if "\n" in str(path.resolve()):  # the preprocessor's line markers cannot name it
         raise ProblemError(f"{str(path)!r}: a file name with a newline is not supported; rename it")
     path = path.resolve()
+    extra = _check_sources(sources, path)
     cpp = normalize_cpp_args(cpp_args)
     pre = preprocess(path, cpp, cc)
     tree = syn.parse(pre.text)
     root = tree.root_node
     _check_syntax(root, pre, path)
 
+    # Typedef names of parameters (typedef char base;) resolve to their base types: those
+    # of the headers too, then the file's own.
+    typedefs = syn.collect_typedefs(syn.parse(pre.all_text).root_node) if pre.all_text else {}
+    typedefs.update(syn.collect_typedefs(root))
     funcs = [
         info
         for node in root.named_children
-        if node.type == "function_definition" and (info := syn.function_info(node)) is not None
+        if node.type == "function_definition"
+        and (info := syn.function_info(node, typedefs)) is not None
     ]
     if not any(f.name != "main" for f in funcs):
         raise ProblemError(f"{path.name} defines no function to port (besides main)")
@@ -145,7 +158,46 @@ def load_c_problem(
         cpp_args=cpp,
         function_source=syn.text_of(chosen.node),
         is_static=chosen.is_static,
+        sources=extra,
     )
+
+
+def _check_sources(sources: Sequence[Path | str], problem_file: Path) -> tuple[Path, ...]:
+    """The extra C sources as absolute paths, in order, each once.
+
+    Raises:
+        ProblemError: a source is missing, a folder, unreadable, has a newline in its name,
+            or is the problem file itself.
+    """
+    out: list[Path] = []
+    for given in sources:
+        text = str(given)
+        src = Path(text).expanduser()
+        if not text.strip():
+            raise ProblemError("an empty name was given as an extra C source")
+        if "\n" in text:
+            raise ProblemError(f"extra C source {text!r}: a file name with a newline is not "
+                               "supported; rename it")
+        if not src.exists():
+            raise ProblemError(f"extra C source not found: {src}")
+        if not src.is_file():
+            raise ProblemError(f"extra C source {src} is not a file")
+        try:
+            with src.open("rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            raise ProblemError(
+                f"cannot read extra C source {src}: {exc.strerror or exc}"
+            ) from None
+        src = src.resolve()
+        if src == problem_file:
+            raise ProblemError(
+                f"{src.name} is the problem file itself; give only the other C files "
+                "to link (e.g. utilities/polybench.c)"
+            )
+        if src not in out:
+            out.append(src)
+    return tuple(out)
 
 
 #: Size names treated as step counts by :func:`small_sizes` (lower-cased full match).
@@ -368,11 +420,16 @@ def _parse_items(text: str, where: str) -> list[_Annotation]:
 # ---------------------------------------------------------------------------------------
 
 
-def _element_dtype(ctype: str, pname: str, where: str) -> None:
+def _element_dtype(d: syn.ParamDecl, where: str) -> None:
     try:
-        dtype_of(ctype)
+        dtype_of(d.type_text)
     except ProblemError as exc:
-        raise ProblemError(f"{where}: parameter '{pname}': {exc}") from None
+        text = str(exc)
+        if d.written_type:  # name the typedef as written, and what it stands for
+            text = text.replace(
+                f"'{d.type_text}'", f"'{d.written_type}' (a typedef of '{d.type_text}')", 1
+            )
+        raise ProblemError(f"{where}: parameter '{d.name}': {text}") from None
 
 
 def _make_params(
@@ -399,7 +456,7 @@ def _make_params(
     params: list[Param] = []
     missing: list[syn.ParamDecl] = []
     for d in decls:
-        _element_dtype(d.type_text, d.name, where)
+        _element_dtype(d, where)
         if d.is_scalar:
             kind = ScalarKind.COEFFICIENT if d.type_text in FLOAT_CTYPES else ScalarKind.SIZE
             params.append(ScalarParam(d.name, d.type_text, kind))
