@@ -6,8 +6,11 @@ A suite is one of (docs/bench.md):
   defines ``class Model``) directly in it; other ``.py`` files (scripts, helpers) are listed
   as skipped.  A ``bench.toml`` in the folder may name the files (``[suite] files``) and
   give per-problem settings; a ``<stem>.bench.toml`` beside a file gives that file's.
-- a **manifest** ``*.toml``: ``[suite] files`` (paths or globs relative to the manifest,
-  default: the keys of ``[problems]``) and ``[problems."<file>"]`` settings.
+- a **manifest** ``*.toml``: ``[suite] files`` (paths or globs, relative to the suite's
+  root or absolute; default: the keys of ``[problems]``) and ``[problems."<file>"]``
+  settings.  The root is the manifest's folder, or ``[suite] root`` (a folder, relative to
+  the manifest or absolute): problem ids, ``files``, ``includes`` and ``sources`` are
+  relative to it, so a manifest may live outside the suite it describes.
 - a single ``.c`` or ``.py`` file: a suite of one.
 
 Per-problem settings (all optional)::
@@ -15,7 +18,8 @@ Per-problem settings (all optional)::
     function = "kernel_gemm"                  # --function
     sizes    = { ni = 2000, nj = 2000 }       # --size NAME=VALUE
     defines  = ["LARGE_DATASET", "T=double"]  # -D (or a table: { LARGE_DATASET = true, T = "double" })
-    includes = ["include"]                    # -I, relative to the manifest's folder
+    includes = ["include"]                    # -I, relative to the suite's root
+    sources  = ["utilities/polybench.c"]      # C files linked into the reference (optimize FILE SRC...)
     init     = "init_array"                   # --init
     timeout  = 1200                           # seconds: this problem's whole optimize run
     skip     = "needs 40 GB"                  # true or a reason: listed, not run
@@ -43,8 +47,8 @@ else:  # pragma: no cover - Python 3.10
 KINDS = {".c": "c", ".py": "torch"}
 MANIFEST_NAME = "bench.toml"
 PER_FILE_SUFFIX = ".bench.toml"
-PROBLEM_KEYS = ("function", "sizes", "defines", "includes", "init", "timeout", "skip")
-SUITE_KEYS = ("name", "files")
+PROBLEM_KEYS = ("function", "sizes", "defines", "includes", "sources", "init", "timeout", "skip")
+SUITE_KEYS = ("name", "files", "root")
 DOC_HINT = "see docs/bench.md (suite manifests)"
 _MODEL_CLASS = re.compile(r"^class\s+Model\b", re.MULTILINE)
 
@@ -59,6 +63,8 @@ class BenchProblem:
         kind: ``c`` or ``torch`` (KernelBench format).
         function, sizes, defines, includes, init: ``optimize``'s ``--function``,
             ``--size``, ``-D``, ``-I`` (absolute paths), ``--init``.
+        sources: more C files linked into the CPU reference (absolute paths), given to
+            ``optimize`` as positional files after the problem file (C problems only).
         timeout_s: this problem's time limit (whole optimize run), seconds; None: the
             suite's.
         settings_from: the manifest its settings came from, or None.
@@ -71,6 +77,7 @@ class BenchProblem:
     sizes: dict[str, int] = field(default_factory=dict)
     defines: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
     init: str | None = None
     timeout_s: float | None = None
     settings_from: str | None = None
@@ -82,8 +89,10 @@ class BenchProblem:
         return re.sub(r"[^A-Za-z0-9._-]", "_", self.id).lstrip(".") or "problem"
 
     def optimize_args(self) -> list[str]:
-        """This problem's own ``optimize`` flags (function, sizes, defines, includes, init)."""
-        args: list[str] = []
+        """This problem's own ``optimize`` arguments: its extra C sources first (positional
+        files, so they must follow the problem file: ``optimize FILE SRC... FLAGS``), then
+        the flags (function, sizes, defines, includes, init)."""
+        args: list[str] = list(self.sources)
         if self.function:
             args += ["--function", self.function]
         for name, value in self.sizes.items():
@@ -172,6 +181,19 @@ def _settings(table: Any, where: str, base: Path) -> dict[str, Any]:
         if not isinstance(inc, list) or not all(isinstance(x, str) and x.strip() for x in inc):
             raise ProblemError(f"{where}: 'includes' must be a list of folders", hint=DOC_HINT)
         out["includes"] = tuple(str((base / x).resolve()) for x in inc)
+    if "sources" in table:
+        src = table["sources"]
+        if not isinstance(src, list) or not all(isinstance(x, str) and x.strip() for x in src):
+            raise ProblemError(f"{where}: 'sources' must be a list of C files, e.g. "
+                               'sources = ["utilities/polybench.c"]', hint=DOC_HINT)
+        files: list[str] = []
+        for x in src:
+            f = (base / x.strip()).resolve()
+            if not f.is_file():
+                raise ProblemError(f"{where}: source '{x}' is not a file ({f})", hint=DOC_HINT)
+            if str(f) not in files:
+                files.append(str(f))
+        out["sources"] = tuple(files)
     if "timeout" in table:
         t = table["timeout"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
@@ -204,6 +226,9 @@ def _suite_table(doc: Mapping[str, Any], path: Path) -> dict[str, Any]:
                            f"{', '.join(SUITE_KEYS)}", hint=DOC_HINT)
     if "name" in suite and (not isinstance(suite["name"], str) or not suite["name"].strip()):
         raise ProblemError(f"{path}: [suite] name must be a non-empty string", hint=DOC_HINT)
+    if "root" in suite and (not isinstance(suite["root"], str) or not suite["root"].strip()):
+        raise ProblemError(f"{path}: [suite] root must be a folder (a non-empty string)",
+                           hint=DOC_HINT)
     files = suite.get("files")
     if files is not None and (
         not isinstance(files, list) or not all(isinstance(f, str) and f.strip() for f in files)
@@ -214,7 +239,8 @@ def _suite_table(doc: Mapping[str, Any], path: Path) -> dict[str, Any]:
     if not isinstance(problems, Mapping):
         raise ProblemError(f"{path}: [problems] must hold one table per file, e.g. "
                            "[problems.\"matmul.c\"]", hint=DOC_HINT)
-    return {"name": suite.get("name"), "files": files, "problems": dict(problems)}
+    return {"name": suite.get("name"), "files": files, "problems": dict(problems),
+            "root": suite.get("root")}
 
 
 def _expand(patterns: list[str], base: Path, manifest: Path) -> list[Path]:
@@ -289,9 +315,14 @@ def load_suite(source: Path) -> Suite:
         raise ProblemError(f"{source}: a suite is a folder, a .toml manifest, or a .c/.py file",
                            hint=DOC_HINT)
 
-    table: dict[str, Any] = {"name": None, "files": None, "problems": {}}
+    table: dict[str, Any] = {"name": None, "files": None, "problems": {}, "root": None}
     if manifest is not None:
         table = _suite_table(_read_toml(manifest), manifest)
+        if table["root"] is not None:  # the folder the manifest's relative paths start from
+            root = (manifest.parent / Path(table["root"].strip()).expanduser()).resolve()
+            if not root.is_dir():
+                raise ProblemError(f"{manifest}: [suite] root '{table['root']}' is not a "
+                                   f"folder ({root})", hint=DOC_HINT)
     skipped: list[dict[str, str]] = []
     if source.is_file() and source.suffix in KINDS:
         files = [source]
@@ -324,7 +355,7 @@ def load_suite(source: Path) -> Suite:
         origin = None
         if pid in table["problems"]:
             settings = _settings(table["problems"][pid], f"{manifest} [problems.\"{pid}\"]",
-                                 (manifest or f).parent)
+                                 root if manifest is not None else f.parent)
             origin = str(manifest)
         per_file = f.with_name(f.stem + PER_FILE_SUFFIX)
         if per_file.is_file():
@@ -338,6 +369,9 @@ def load_suite(source: Path) -> Suite:
             doc = _read_toml(per_file)
             settings = _settings(doc, str(per_file), per_file.parent)
             origin = str(per_file)
+        if settings.get("sources") and KINDS[f.suffix] != "c":
+            raise ProblemError(f"{origin}: 'sources' is for C problems only, not for {pid}",
+                               hint=DOC_HINT)
         skip = settings.pop("skip", None)
         if skip is not None:
             skipped.append({"file": pid, "reason": skip})
