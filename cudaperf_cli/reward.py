@@ -2,15 +2,16 @@
 
 The formula, its defaults, a worked example per branch and the reasons are in
 ``docs/reward.md``; this module is its implementation.  In short, for one candidate with
-status ``s`` (``cudaperf_cli.agent.loop.STATUSES``)::
+status ``s`` (``cudaperf_cli.statuses.ORDER``: each status's ``reward_stage``)::
 
     s = guard_rejected                          -> guard_penalty           (the lowest)
     s in {refused, format_error}                -> format_reward
     s in {compile_error, compile_timeout}       -> compile_reward
     s in {runtime_error, crash, timeout}        -> runtime_reward
     s = wrong                                   -> wrong_reward
-    s in {no_device, reference_error, pending}  -> None  (no reward: leave it out of the batch)
-    s = correct -> correct_bonus
+    s in {no_device, does_not_fit, reference_error, pending}
+                                                -> None  (no reward: leave it out of the batch)
+    s in {correct, slow} -> correct_bonus
                    + w_speedup   * S(speedup_<speedup_key>)
                    + w_structure * structure_score          (in [0, 1]; missing -> 0)
                    + w_ranker    * (ranker_score - 0.5)     (only when a ranker score is given)
@@ -20,6 +21,9 @@ status ``s`` (``cudaperf_cli.agent.loop.STATUSES``)::
 
 where ``x`` is the speedup (baseline time / candidate time, dimensionless) against the
 baseline ``speedup_key`` names; a correct candidate without that speedup is scored as 1x.
+A ``slow`` candidate (verified, timing stopped early because it was already
+``--slow-factor`` times slower than the run's best or the baseline) is a correct one: its
+speedup is the one measured from its estimated time.
 
 Multi-turn credit (:func:`turn_returns`) follows Baronio et al., *Kevin: multi-turn RL for
 generating CUDA kernels*, 2025 (arXiv:2507.11948): a turn's return is its own reward plus
@@ -44,6 +48,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cudaperf_cli import statuses
+
 if TYPE_CHECKING:  # typing only: reward must not import the agent stage at run time
     from cudaperf_cli.agent.loop import TurnRecord
 
@@ -57,22 +63,17 @@ SPEEDUP_MODES = ("log", "capped")
 #: Reward stages, lowest reward first; ``excluded`` has no reward (None).
 STAGES = ("guard", "format", "compile", "runtime", "wrong", "correct", "excluded")
 
-#: Candidate status -> reward stage.  Covers ``agent.loop.STATUSES`` and the ``pending``
-#: placeholder of ``bench.metrics.STATUS_ORDER`` (a record whose evaluation never finished).
-STAGE_OF_STATUS: dict[str, str] = {
-    "refused": "format",  # no candidate at all: treated like a reply with no usable code
-    "format_error": "format",
-    "compile_error": "compile",
-    "compile_timeout": "compile",
-    "guard_rejected": "guard",
-    "runtime_error": "runtime",
-    "crash": "runtime",
-    "timeout": "runtime",
-    "wrong": "wrong",
-    "correct": "correct",
-    "no_device": "excluded",  # compiled, never verified: no verdict on the policy
-    "reference_error": "excluded",  # the reference failed: the problem's fault
-    "pending": "excluded",  # evaluation never finished (a killed run)
+#: Candidate status -> reward stage, read from the one status table
+#: (``cudaperf_cli.statuses.ORDER``, each status's ``reward_stage``): ``slow`` is
+#: ``correct``; ``no_device``, ``does_not_fit``, ``reference_error`` and ``pending`` are
+#: ``excluded`` (not the policy's doing).
+STAGE_OF_STATUS: dict[str, str] = {st.name: st.reward_stage for st in statuses.ORDER}
+#: Why an excluded status has no reward (the reason line).
+EXCLUDED_WHY: dict[str, str] = {
+    statuses.NO_DEVICE: "compiled but not verified (no CUDA device)",
+    statuses.DOES_NOT_FIT: "the problem does not fit the device's memory",
+    statuses.REFERENCE_ERROR: "the reference failed",
+    statuses.PENDING: "evaluation never finished",
 }
 
 #: Default multi-turn discount (Baronio et al., Kevin: multi-turn RL for generating CUDA
@@ -367,12 +368,9 @@ def reward(
     if stage == "wrong":
         return failure(config.wrong_reward, "ran, wrong result")
     if stage == "excluded":
-        why = {"no_device": "compiled but not verified (no CUDA device)",
-               "reference_error": "the reference failed",
-               "pending": "evaluation never finished"}[status]
-        return failure(None, why)
+        return failure(None, EXCLUDED_WHY.get(status, "not the candidate's doing"))
 
-    # correct
+    # correct (or slow: verified, timed from its warm-up estimate)
     speedup = record_speedup(data, key)
     if speedup is None:
         s_term = config.w_speedup * speedup_score(1.0, config)
@@ -387,11 +385,12 @@ def reward(
     r_term = 0.0 if ranker is None else config.w_ranker * (ranker - 0.5)
     r_text = "" if ranker is None else f", ranker {ranker:.3g} ({r_term:+.3g})"
     total = config.correct_bonus + s_term + st_term + r_term
+    what = "correct" if status == statuses.CORRECT else f"{status} (verified, estimated time)"
     return RewardBreakdown(
         total=total, status=status, stage=stage, stage_term=config.correct_bonus,
         speedup_term=s_term, structure_term=st_term, ranker_term=r_term,
         guard_rejected=False, speedup=speedup, speedup_key=key,
-        reason=(f"correct: bonus {config.correct_bonus:+g}, {s_text}, {st_text}{r_text} "
+        reason=(f"{what}: bonus {config.correct_bonus:+g}, {s_text}, {st_text}{r_text} "
                 f"= {total:.4g}"),
     )
 
@@ -489,7 +488,8 @@ def batch_summary(breakdowns: Iterable[RewardBreakdown]) -> dict[str, Any]:
         "reward_mean", "reward_std" (population std over the rewarded; None when none),
         "stage_share": {stage: share of all n, for every stage of STAGES},
         "guard_rejected": count, "guard_share": share of all n,
-        "correct": count, "speedup_n": correct ones with a measured speedup,
+        "correct": count of the correct stage (``correct`` and ``slow``),
+        "speedup_n": correct ones with a measured speedup,
         "speedup_mean", "speedup_geomean" (x, over those; None when none),
         "speedup_keys": the baselines used}``; shares are None for an empty batch.
     """
@@ -522,6 +522,7 @@ def batch_summary(breakdowns: Iterable[RewardBreakdown]) -> dict[str, Any]:
 __all__ = [
     "DEFAULT_ADV_EPS",
     "DEFAULT_DISCOUNT",
+    "EXCLUDED_WHY",
     "SPEEDUP_KEYS",
     "SPEEDUP_MODES",
     "STAGES",

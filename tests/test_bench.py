@@ -281,7 +281,7 @@ def test_unknown_optimize_flag_is_refused() -> None:
 
 
 def test_switches_and_ranker_pass_through() -> None:
-    from cudaperf_cli.bench.runner import optimize_flags
+    from cudaperf_cli.cli.bench import optimize_flags
 
     off = PolicySettings(turns=1, compile_baseline=False, ranker="/ck", ranker_top=2)
     args = off.optimize_args(optimize_flags())  # every flag is one optimize accepts
@@ -493,7 +493,8 @@ def test_hang_crash_and_error_do_not_stop_the_suite(tmp_path: Path, fake: dict[s
     assert not alive(int((Path(fake["FAKE_PIDS"]) / "hang.pid").read_text()))  # group killed
     assert status["crash.c"]["status"] == "error" and "SIGKILL" in status["crash.c"]["message"]
     assert "something went badly" in status["crash.c"]["stderr_tail"]
-    assert status["bad.c"]["status"] == "error"
+    # exit 2 without a result: the loader refused the file, with its one-line reason
+    assert status["bad.c"]["status"] == "refused_at_load"
     assert status["bad.c"]["message"] == "bad.c: unsupported thing (hint: do it differently)"
     assert status["bad.c"]["exit_code"] == 2
     fast = status["fast.c"]
@@ -520,7 +521,7 @@ def test_hang_crash_and_error_do_not_stop_the_suite(tmp_path: Path, fake: dict[s
     # candidates.jsonl: every candidate, the hung problem's partial run included
     rows = [json.loads(ln) for ln in (out / "candidates.jsonl").read_text().splitlines()]
     assert [r["problem"] for r in rows] == ["fast.c"] * 3 + ["hang.c"] + ["slow.c"] * 3
-    assert all(r["schema_version"] == 1 for r in rows)
+    assert all(r["schema_version"] == 2 for r in rows)
     best = [r for r in rows if r["is_best"]]
     assert [(b["problem"], b["turn"], b["sample"]) for b in best] == [("fast.c", 1, 1), ("slow.c", 1, 1)]
     b = best[0]
@@ -533,6 +534,7 @@ def test_hang_crash_and_error_do_not_stop_the_suite(tmp_path: Path, fake: dict[s
     # the other report files
     md = (out / "report.md").read_text()
     assert "| fast_1 (kernel) | 20% |" in md and "| hang.c | problem_timeout:" in md
+    assert "| bad.c | refused_at_load: bad.c: unsupported thing (hint: do it differently) |" in md
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "problems" / "fast.c.json").read_text())["status"] == "correct"
 

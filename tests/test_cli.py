@@ -190,7 +190,9 @@ def test_sizes_too_large(tmp_path):
         "void f(int n, double x[n][n][n]) { for (int i = 0; i < n; i++) x[i][0][0] = i; }\n"
     )
     proc = cli("optimize", str(cube), "--size", "n=100000", cwd=tmp_path)
-    assert_one_error(proc, 2, "GB")
+    # planned before anything runs: does not fit (exit 5), the bytes needed and available
+    assert_one_error(proc, 5, "cube.c does not fit: one evaluation needs")
+    assert "GB of host memory (footprint 8000000.0 GB) and this machine has" in error_lines(proc)[0]
 
 
 def test_line_breaks_in_values_stay_on_one_line(tmp_path):
@@ -255,38 +257,39 @@ def _options(tmp_path: Path, **kw):
 
 def test_no_device_and_nothing_compiled_is_no_correct_candidate(tmp_path):
     """Exit 4 promises compiled candidates; when none compiled, a GPU would not help: 1."""
+    from cudaperf_cli.agent.kinds.c import CKind
     from cudaperf_cli.agent.loop import LoopResult, TurnRecord
-    from cudaperf_cli.agent.optimize import EXIT_NO_CORRECT, EXIT_NO_DEVICE, _finish
+    from cudaperf_cli.agent.optimize import EXIT_NO_CORRECT, EXIT_NO_DEVICE, finish_result
 
-    problem = _problem(tmp_path)
-
-    class NoDevice:
-        device_missing = True
-
+    _problem(tmp_path)
     turns = [
         TurnRecord(0, "builtin", "x", "compile_error"), TurnRecord(1, "builtin", "y", "refused")
     ]
-    code, _, written = _finish(problem, LoopResult(turns, None, "done"), NoDevice(),
-                               tmp_path / "out.cu", "sm_90", _options(tmp_path))
+    code, _, written = finish_result(CKind(), LoopResult(turns, None, "done"), None,
+                                     tmp_path / "out.cu", _options(tmp_path))
     assert code == EXIT_NO_CORRECT and written is None
     turns[0].status = "no_device"
-    code, _, _ = _finish(problem, LoopResult(turns, None, "done"), NoDevice(),
-                         tmp_path / "out.cu", "sm_90", _options(tmp_path))
+    code, _, _ = finish_result(CKind(), LoopResult(turns, None, "done"), None,
+                               tmp_path / "out.cu", _options(tmp_path))
     assert code == EXIT_NO_DEVICE
 
 
 def test_unwritable_result_is_a_clean_error(tmp_path):
+    from types import SimpleNamespace
+
+    from cudaperf_cli.agent.kinds.c import CKind
     from cudaperf_cli.agent.loop import LoopResult, TurnRecord
-    from cudaperf_cli.agent.optimize import _finish
+    from cudaperf_cli.agent.optimize import finish_result
     from cudaperf_cli.core import CudaperfError
 
     problem = _problem(tmp_path)
     best = TurnRecord(0, "builtin", "x", "correct", source="// kernel\n", gpu_ms=1.0)
     blocker = tmp_path / "blocker"
     blocker.write_text("")
+    evaluation = SimpleNamespace(problem=problem, settings=SimpleNamespace(arch="sm_90"))
     with pytest.raises(CudaperfError, match="cannot write"):
-        _finish(problem, LoopResult([best], 0, "done"), object(), blocker / "sub" / "out.cu",
-                "sm_90", _options(tmp_path))
+        finish_result(CKind(), LoopResult([best], 0, "done"), evaluation, blocker / "sub" / "out.cu",
+                      _options(tmp_path))
 
 
 def test_policy_exception_is_a_refused_turn(tmp_path, monkeypatch):

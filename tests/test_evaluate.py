@@ -1293,3 +1293,13 @@ def test_bitwise_equal_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     b[99] = -0.0 if a[99] == 0 else a[99] + 1
     assert not verify.bitwise_equal(a, b)
     assert not verify.bitwise_equal(a, a.astype(np.float32).astype(np.float64)[:50])
+
+
+def test_fit_reps() -> None:
+    from cudaperf_cli.evaluate.timing import fit_reps
+
+    assert fit_reps(2000.0, 765.0, 10) == 2  # a 765 ms kernel: two more fit 2 s
+    assert fit_reps(2000.0, 3000.0, 10) == 1  # always one
+    assert fit_reps(2000.0, 0.001, 10) == 10  # at most `most`
+    assert fit_reps(20_000.0, 9982.0, 7) == 2  # adi's CPU baseline at LARGE (measured 10 s)
+    assert fit_reps(1.0, 0.0, 3) == 3

@@ -90,7 +90,7 @@ def test_guard_rejected_gets_the_lowest_reward_and_is_flagged():
             assert v is None or v > b.total
 
 
-@pytest.mark.parametrize("status", ["no_device", "reference_error", "pending"])
+@pytest.mark.parametrize("status", ["no_device", "does_not_fit", "reference_error", "pending"])
 def test_excluded_statuses_have_no_reward(status):
     b = reward({"status": status, "speedup_kernel": 3.0})
     assert b.total is None and b.excluded and b.stage == "excluded"
@@ -101,6 +101,32 @@ def test_excluded_statuses_have_no_reward(status):
 def test_every_status_of_the_loop_and_bench_has_a_stage():
     for status in set(STATUSES) | set(STATUS_ORDER):
         assert STAGE_OF_STATUS[status] in STAGES
+
+
+def test_the_stages_are_read_from_the_one_status_table():
+    from cudaperf_cli import statuses
+
+    assert STAGE_OF_STATUS == {s.name: s.reward_stage for s in statuses.ORDER}
+    assert STAGE_OF_STATUS["slow"] == "correct" and STAGE_OF_STATUS["does_not_fit"] == "excluded"
+    b = reward({"status": "does_not_fit"})
+    assert "does not fit" in b.reason
+
+
+def test_a_slow_candidate_is_rewarded_as_correct_with_its_speedup():
+    # verified; timing stopped after the warm-up at 16x slower than the baseline:
+    # 1.0 + 0.25 * clip(log2(1/16), -3, 3) + 0.2 * 0.5 = 1.0 - 0.75 + 0.1 = 0.35
+    b = reward({"status": "slow", "speedup_kernel": 1 / 16, "structure_score": 0.5})
+    assert b.stage == "correct" and not b.excluded
+    assert b.total == pytest.approx(0.35)
+    assert b.speedup == pytest.approx(1 / 16)
+    assert b.reason.startswith("slow (verified, estimated time): bonus +1")
+    # 4x slower than a correct candidate of the same problem: lower, and above every failure
+    fast = reward_value(correct(speedup_kernel=4.0))
+    slow = reward_value({"status": "slow", "speedup_kernel": 1.0})
+    assert fast == pytest.approx(1.5) and slow == pytest.approx(1.0)
+    assert slow > reward_value({"status": "wrong"})
+    s = batch_summary([reward({"status": "slow", "speedup_kernel": 0.5}), reward(correct())])
+    assert s["correct"] == 2 and s["speedup_n"] == 1
 
 
 def test_failures_are_strictly_graded_and_below_every_correct_reward():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from cudaperf_cli.core import CProblem, CudaperfError, ProblemError
 
 if TYPE_CHECKING:
-    from cudaperf_cli.agent.optimize import OptimizeOptions
+    from cudaperf_cli.agent.options import OptimizeOptions
 
 
 def resolve_output(opts: "OptimizeOptions") -> Path:

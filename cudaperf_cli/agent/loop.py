@@ -10,8 +10,9 @@ Stage by stage (one function each, in the order they run)::
 
 A turn holds ``n`` samples (candidates written from the same conversation; ``--samples``);
 each is one :class:`TurnRecord` with its ``turn`` and ``sample`` index.  The loop keeps the
-best *correct* candidate over all turns and samples (lowest median GPU kernel time) and
-never dies on a bad candidate: a refusal, compile error, crash or hang is recorded and the
+best *verified* candidate over all turns and samples (``statuses.VERIFIED``: ``correct``, or
+``slow`` with its estimated time; lowest median GPU kernel time) and never dies on a bad
+candidate: a refusal, compile error, crash or hang is recorded and the
 next turn runs.  Only a missing toolchain, the user (interactive ``stop``/``accept``) or a
 Ctrl-C stops it early.
 """
@@ -21,21 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
 
-#: Statuses of a turn, in the order a candidate can fail (first = earliest stage).
-STATUSES = (
-    "refused",  # the policy produced no candidate
-    "format_error",  # a model's reply held no usable code
-    "compile_error",
-    "compile_timeout",
-    "guard_rejected",  # a reward-hack guard caught the candidate (PyTorch problems)
-    "no_device",  # compiled; not verified (no CUDA device)
-    "runtime_error",  # CUDA error, illegal address
-    "crash",  # the evaluation process died
-    "timeout",  # the evaluation exceeded its time limit
-    "wrong",
-    "reference_error",
-    "correct",
-)
+from cudaperf_cli import statuses
+
+#: Statuses of a turn, earliest failure first (``cudaperf_cli.statuses.NAMES``: the one
+#: ordered table every stage reads; kept here under its old name for callers).
+STATUSES = statuses.NAMES
 
 
 @dataclass
@@ -103,9 +94,24 @@ class TurnRecord:
     #: On the followed record: the feedback message of the whole turn (all samples).
     turn_feedback: str = ""
 
+    #: For a ``slow`` record (timing stopped early): what it was compared with,
+    #: ``"best"`` (the run's best verified candidate) or ``"baseline"``; that time (ms,
+    #: the best candidate's median GPU time, or the baseline's median); and the factor K
+    #: (``--slow-factor``) its estimate passed.  None otherwise.
+    slow_ref: str | None = None
+    slow_ref_ms: float | None = None
+    slow_factor: float | None = None
+
     @property
     def correct(self) -> bool:
-        return self.status == "correct"
+        """Verified and fully timed (``status == "correct"``)."""
+        return self.status == statuses.CORRECT
+
+    @property
+    def verified(self) -> bool:
+        """Outputs verified on every configuration (``correct``, or ``slow``: timing stopped
+        early, ``gpu_ms`` is the estimate); ``statuses.VERIFIED``."""
+        return self.status in statuses.VERIFIED
 
     @property
     def label(self) -> str:
@@ -167,8 +173,8 @@ class Decision:
 @dataclass
 class LoopResult:
     """All candidates (every sample of every turn, in order) and the index of the best
-    correct one (``None`` if none was correct); ``stopped_by_user``: the user accepted or
-    stopped in an interactive run."""
+    verified one (``None`` if none was verified, see :func:`best_index`);
+    ``stopped_by_user``: the user accepted or stopped in an interactive run."""
 
     turns: list[TurnRecord]
     best_index: int | None
@@ -186,14 +192,18 @@ class LoopResult:
 
 
 def is_better(a: TurnRecord, b: TurnRecord | None) -> bool:
-    """True if correct candidate ``a`` beats ``b`` (lower median GPU kernel time)."""
-    if not a.correct or a.gpu_ms is None:
+    """True if ``a`` is verified (``statuses.VERIFIED``), has a GPU time (``gpu_ms``, ms) and
+    beats ``b``: ``b`` is None, has no time, or is slower.  A ``slow`` candidate's time is
+    its estimate, at least ``--slow-factor`` times the best's, so it never beats a faster
+    ``correct`` one; it is the best only when nothing faster was verified."""
+    if not a.verified or a.gpu_ms is None:
         return False
     return b is None or b.gpu_ms is None or a.gpu_ms < b.gpu_ms
 
 
 def best_index(records: list[TurnRecord]) -> int | None:
-    """Index of the fastest correct record (the first of equals), or ``None``."""
+    """Index of the fastest verified record with a time (the first of equals), or
+    ``None``: the candidate optimize writes."""
     best: int | None = None
     for i, r in enumerate(records):
         if is_better(r, None if best is None else records[best]):
@@ -220,7 +230,7 @@ def run_loop(
     history: list[TurnRecord] | None = None,
 ) -> LoopResult:
     """Run turns ``len(turns already in history) .. turns-1`` of ``run_turn``; keep the best
-    correct candidate over all of them.
+    verified candidate over all of them (:func:`best_index`).
 
     ``run_turn`` does propose -> build -> evaluate for every sample of one turn and returns
     their records (see ``run_turn`` in :func:`cudaperf_cli.agent.optimize.run_optimize_command`).
@@ -231,7 +241,7 @@ def run_loop(
 
     - every sample of a turn was refused (no candidate, or no more candidates);
     - the best kernel-only speedup reaches ``target_speedup`` (x, against the run's baseline);
-    - ``patience`` turns in a row brought no faster correct candidate;
+    - ``patience`` turns in a row brought no faster verified candidate;
     - the user accepted the best candidate or stopped the run.
     """
     records: list[TurnRecord] = list(history or [])

@@ -17,32 +17,19 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from cudaperf_cli import statuses
 from cudaperf_cli.agent.loop import LoopResult, TurnRecord
 
-STATUS_STYLE = {
-    "correct": "bold green",
-    "wrong": "bold red",
-    "runtime_error": "red",
-    "crash": "red",
-    "timeout": "red",
-    "compile_error": "yellow",
-    "compile_timeout": "yellow",
-    "refused": "yellow",
-    "format_error": "yellow",
-    "guard_rejected": "bold magenta",
-    "no_device": "cyan",
-    "reference_error": "magenta",
-}
+#: Rich style and short label of every status, read from the one table
+#: (``cudaperf_cli.statuses.ORDER``); a name not in it is shown as is, unstyled.
+STATUS_STYLE: dict[str, str] = {st.name: st.style for st in statuses.ORDER}
+STATUS_LABEL: dict[str, str] = {st.name: st.label for st in statuses.ORDER}
 
-STATUS_LABEL = {
-    "format_error": "no code",
-    "compile_error": "compile error",
-    "compile_timeout": "compile timeout",
-    "runtime_error": "runtime error",
-    "no_device": "compiled (no GPU)",
-    "reference_error": "reference error",
-    "guard_rejected": "guard rejected",
-}
+
+def status_text(status: str | None) -> Text:
+    """The status column's cell: its label in its style (``statuses.ORDER``)."""
+    name = status or "?"
+    return Text(STATUS_LABEL.get(name, name), style=STATUS_STYLE.get(name, ""))
 
 
 def stdout_console() -> Console:
@@ -65,9 +52,13 @@ def fmt_ms(v: float | None) -> str:
 
 
 def fmt_x(v: float | None) -> str:
+    """A speedup (x): ``0.52x``, ``3.10x``, ``12.3x (!)``, ``1450x (!)`` (never an exponent
+    above 1); ``(!)`` above 10x, worth a second look (README); ``-`` for None."""
     if v is None:
         return "-"
     flag = " (!)" if v > 10 else ""
+    if v >= 100:
+        return f"{v:.0f}x{flag}"
     return f"{v:.1f}x{flag}" if v >= 10 else f"{v:.2f}x{flag}"
 
 
@@ -93,8 +84,7 @@ def _columns(kind: str = "c") -> list[tuple[str, str, bool, Any]]:
     return [
         ("turn", "right", True, lambda r: r.label),
         ("candidate", "left", True, lambda r: Text(r.description)),
-        ("status", "left", True,
-         lambda r: Text(STATUS_LABEL.get(r.status, r.status), style=STATUS_STYLE.get(r.status, ""))),
+        ("status", "left", True, lambda r: status_text(r.status)),
         ("max rel err", "right", False, lambda r: fmt_err(r.max_rel_err)),
         *speed,
         ("struct", "right", True,
@@ -130,24 +120,38 @@ def turn_line(r: TurnRecord) -> str:
     """One plain line for a finished turn (non-terminal output)."""
     head = f"turn {r.label}: {STATUS_LABEL.get(r.status, r.status)}"
     ranked = (r.mapping or {}).get("ranker")
-    if isinstance(ranked, dict) and r.status != "refused":
+    if isinstance(ranked, dict) and r.status != statuses.REFUSED:
         head += f" (ranked {ranked.get('rank')} of {ranked.get('of')}, score {ranked.get('score')})"
-    if r.correct and (r.speedup_compile is not None or r.eager_ms is not None):
+    # a slow candidate's time is the estimate from its warm-up (timing stopped early)
+    gpu = "GPU ~" if r.status == statuses.SLOW else "GPU "
+    why = ""
+    if r.status == statuses.SLOW:
+        why = f" ({slow_reason(r)})"
+    if r.verified and (r.speedup_compile is not None or r.eager_ms is not None):
         return (
-            f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, {fmt_x(r.speedup_kernel)} vs PyTorch eager "
+            f"{head}{why}; {gpu}{fmt_ms(r.gpu_ms)} ms, {fmt_x(r.speedup_kernel)} vs PyTorch eager "
             f"({fmt_ms(r.eager_ms)} ms), {fmt_x(r.speedup_compile)} vs torch.compile "
             f"({fmt_ms(r.compile_ms)} ms); {r.description}"
         )
-    if r.correct:
+    if r.verified:
         return (
-            f"{head}; GPU {fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
+            f"{head}{why}; {gpu}{fmt_ms(r.gpu_ms)} ms, speedup {fmt_x(r.speedup_kernel)} kernel / "
             f"{fmt_x(r.speedup_e2e)} end-to-end vs {r.baseline}; {r.description}"
         )
-    if r.status == "no_device" or not r.message:
+    if r.status == statuses.NO_DEVICE or not r.message:
         return f"{head}; {r.description}"
-    if r.status == "format_error":  # the full text is the model's feedback
+    if r.status == statuses.FORMAT_ERROR:  # the full text is the model's feedback
         return f"{head}; {r.message.split('. Reply with', 1)[0]}"
     return f"{head}; {r.message}"
+
+
+def slow_reason(r: TurnRecord) -> str:
+    """Why a ``slow`` record's timing stopped, short: ``"~12x slower than the best"`` (from
+    ``gpu_ms / slow_ref_ms`` when known), else its message, else ``"timing stopped early"``."""
+    if r.gpu_ms is not None and r.slow_ref_ms:
+        ref = "the baseline" if r.slow_ref == "baseline" else "the best"
+        return f"~{r.gpu_ms / r.slow_ref_ms:.3g}x slower than {ref}, timing stopped early"
+    return r.message or "timing stopped early"
 
 
 class RichObserver:
@@ -226,6 +230,9 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     lines = [escape(ln) for ln in lines]
     if best is None:
         return Panel("\n".join(lines), title="no verified kernel", border_style="red", expand=False)
+    if best.status == statuses.SLOW:  # only slow candidates were verified
+        lines.insert(0, "slow        its time is the estimate of its warm-up: "
+                     + escape(slow_reason(best)))
     if best.speedup_compile is not None or best.eager_ms is not None:  # a PyTorch problem
         body = [
             f"[bold]{escape(best.description)}[/]",

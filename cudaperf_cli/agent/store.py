@@ -1,12 +1,22 @@
 """Run folders: everything one ``optimize`` run did, for the user to inspect later.
 
-Layout of ``<run-root>/<stem>-<function>-<YYYYmmdd-HHMMSS>/``::
+Layout of ``<run-root>/<stem>-<function>-<YYYYmmdd-HHMMSS>/`` (``<stem>-torch-...`` for a
+PyTorch problem)::
 
-    run.json          the options of the run (no API key) and the C file's SHA-256 (--resume)
-    problem.json      the loaded problem (parameters, extents, sizes, configs, init)
-    baseline.json     the CPU baseline measured once (median, IQR per configuration; roles)
+    run.json          the options of the run (no API key), the problem file's SHA-256
+                      (--resume) and the problem's kind ("c" or "torch")
+    problem.json      the loaded problem (C: parameters, extents, sizes, configs, init;
+                      PyTorch: inputs, outputs, constants, alt shapes, footprint) and the
+                      memory plan of one evaluation
+    baseline.json     the baseline measured once per run (C: the CPU reference's median and
+                      IQR per timed configuration, array roles, the reference-outputs
+                      folder; PyTorch: eager and torch.compile medians, footprint, peak
+                      memory, degenerate); read back by --resume
     hints.jsonl       hints the user gave after a turn (interactive runs)
-    reference/        the reference wrapper source and shared library
+    reference/        C: the reference wrapper source and shared library; outputs/: the
+                      reference's outputs written by the baseline job, read by every
+                      candidate job of the run
+    candidates/       PyTorch: one folder per candidate (turnT-sampleK: model.py, kernel.cu)
     turns.jsonl       one JSON object per candidate (every sample of every turn): source,
                       model reply, build log, ptxas report, evaluation results, feedback
                       (see TurnRecord in agent/loop.py)

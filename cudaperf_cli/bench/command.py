@@ -22,7 +22,6 @@ from cudaperf_cli.bench.runner import (
     BenchOptions,
     SuiteRun,
     default_out_dir,
-    optimize_flags,
     settings_doc,
     write_json_atomic,
 )
@@ -110,7 +109,7 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         _warn(f"--policy {opts.settings.policy} loads the model in every optimize process: running one "
               "problem at a time (-j 1)")
         jobs = 1
-    opts.settings.optimize_args(optimize_flags())  # unknown flags: exit 2 before any work
+    opts.settings.optimize_args(opts.known_flags)  # unknown flags: exit 2 before any work
     settings = settings_doc(suite, opts, jobs)
     out, meta = prepare_out_dir(suite, opts, settings)
     err = Console(stderr=True, highlight=False)
@@ -136,23 +135,25 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
             "created": created, "settings": settings, "env": env,
         })
 
-    tally = {"done": 0, "correct": 0, "failed": 0}
+    # correct: verified (correct or slow); no GPU and does-not-fit are not failures
+    tally = {"done": 0, "correct": 0, "failed": 0, "no_device": 0, "does_not_fit": 0}
     speeds: list[float] = []
 
     def count(res: dict[str, Any]) -> None:
         tally["done"] += 1
+        tally[M.outcome_class(res.get("status"))] += 1
         if res.get("correct"):
-            tally["correct"] += 1
             s = (res.get("speedups") or {}).get(opts.primary)
             if s is not None:
                 speeds.append(s)
-        else:
-            tally["failed"] += 1
 
     def describe() -> str:
         g = M.geomean(speeds)
+        extra = "".join(f" · {label} {tally[k]}" for k, label in
+                        (("no_device", "not verified (no GPU)"), ("does_not_fit", "does not fit"))
+                        if tally[k])
         return (f"done {tally['done']} · correct {tally['correct']} · failed {tally['failed']}"
-                f" · geomean {fmt_x(g, False) if g else '-'}")
+                f"{extra} · geomean {fmt_x(g) if g else '-'}")
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=False)
@@ -164,7 +165,8 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         if human:
             s = (res.get("speedups") or {}).get(opts.primary)
             extra = f" {fmt_x(s)}" if s is not None else (f": {res['message']}" if res.get("message") else "")
-            progress.console.print(f"{escape(res['id'])}: {res['status']}{escape(extra)} "
+            flag = " (degenerate)" if res.get("degenerate") else ""
+            progress.console.print(f"{escape(res['id'])}: {res['status']}{escape(extra)}{flag} "
                                    f"({res.get('wall_s') or 0:.0f} s)")
 
     runner = SuiteRun(suite, opts, out, env, on_done=on_done)

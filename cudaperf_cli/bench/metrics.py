@@ -10,18 +10,28 @@ Definitions (docs/bench.md):
 - **speedup** ``<key>``: the record's ``speedup_<key>`` field, baseline time / candidate
   time (``kernel``: CPU reference median / GPU kernel median; ``e2e``: copies included);
   the baseline is named by the record's ``baseline``.
-- **best candidate** of a problem: the correct candidate with the lowest median GPU kernel
-  time (the first of equals), the rule of the optimize loop; without a correct one, the
+- **verified**: status ``correct`` or ``slow`` (``cudaperf_cli.statuses.VERIFIED``; a
+  ``slow`` candidate was verified, its timing stopped after the warm-up and its time is that
+  estimate).  A problem's ``correct`` field means verified.
+- **best candidate** of a problem: the verified candidate with the lowest median GPU kernel
+  time (the first of equals), the rule of the optimize loop; without a verified one, the
   *representative* is the candidate that got furthest (latest status in
-  :data:`STATUS_ORDER`; ties: higher structural score, then the later candidate).
+  :data:`STATUS_ORDER`, the one table ``cudaperf_cli.statuses.ORDER``; ties: higher
+  structural score, then the later candidate).
 - **compile rate**: problems with at least one candidate that compiled / all problems.
-- **correct rate**: problems with a correct candidate / all problems.
+- **correct rate**: problems with a verified candidate / all problems.
 - **fast_p** (KernelBench): problems that are correct AND have speedup > ``p`` / ALL
   problems (errors and time-outs count in the denominator); ``fast_0`` = correct rate.
 - **geometric-mean speedup**: over the correct problems only; mean and median likewise.
 - **per-turn curves**: for turn ``t`` (1-based) the best candidate among the candidates of
   turns ``1..t`` (every sample), its speedup ("best so far"), and the fraction of all
   problems correct by turn ``t``; a problem that stopped early keeps its last value.
+- **verdicts**: how many problems end in each status (:func:`verdicts`), the reasons of the
+  problem-level ones, the degenerate count.
+- **memory**: peak GPU bytes of each evaluation against its problem's footprint, the worst
+  ratios (:func:`memory_ratios`).
+- **evaluation seconds**: median and p90 of each candidate's evaluation seconds, with the
+  GPU-lock wait apart, per kind (:func:`eval_seconds`).
 """
 
 from __future__ import annotations
@@ -30,37 +40,85 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-#: Candidate statuses, earliest failure first (the optimize loop's order).
-STATUS_ORDER: tuple[str, ...] = (
-    "pending",
-    "refused",
-    "format_error",
-    "compile_error",
-    "compile_timeout",
-    "no_device",
-    "runtime_error",
-    "crash",
-    "timeout",
-    "wrong",
-    "reference_error",
-    "correct",
-)
+from cudaperf_cli import statuses as S
+
+#: Candidate statuses, earliest failure first: the one table (``statuses.ORDER``).
+STATUS_ORDER: tuple[str, ...] = S.NAMES
 #: Statuses of a candidate whose source did not compile (or never existed).
-NOT_COMPILED = frozenset({"pending", "refused", "format_error", "compile_error", "compile_timeout"})
-#: Problem-level statuses that are not a candidate's (see docs/bench.md).
+NOT_COMPILED = S.NOT_COMPILED
+#: Statuses of a verified candidate (``correct``, ``slow``).
+VERIFIED = S.VERIFIED
+#: Problem-level statuses of the bench itself (not a candidate's; see docs/bench.md).
 PROBLEM_TIMEOUT = "problem_timeout"  #: the whole optimize run passed its time limit; killed
-PROBLEM_ERROR = "error"  #: optimize refused the problem or died without a result
+PROBLEM_ERROR = "error"  #: optimize died or ended without a result (a crash, a missing tool)
+REFUSED_AT_LOAD = "refused_at_load"  #: optimize refused the problem (exit 2: bad input); its reason
+NO_CANDIDATE = "no_candidate"  #: optimize ran no turn
 INTERRUPTED = "interrupted"  #: Ctrl-C stopped it (never stored as done)
+#: optimize reported the problem itself does not fit the device (``problem_status``, exit 5).
+DOES_NOT_FIT = S.DOES_NOT_FIT
+#: The bench's problem-level statuses: name -> (label, Rich style); after the candidate
+#: statuses in :data:`VERDICT_ORDER`.
+BENCH_STATUSES: dict[str, tuple[str, str]] = {
+    REFUSED_AT_LOAD: ("refused at load", "yellow"),
+    NO_CANDIDATE: ("no candidate", "yellow"),
+    PROBLEM_TIMEOUT: ("problem timeout", "red"),
+    PROBLEM_ERROR: ("error", "red"),
+    INTERRUPTED: ("interrupted", "dim"),
+}
+#: Order of the verdict table: the furthest status first (``correct``, ``slow``, ``wrong``,
+#: ... ``refused``), then the bench's own; an unknown status goes last.
+VERDICT_ORDER: tuple[str, ...] = (
+    tuple(n for n in reversed(S.NAMES) if n != S.PENDING) + (S.PENDING, *BENCH_STATUSES))
+#: Problem statuses whose ``message`` is the verdict's reason (listed in the reports).
+WITH_REASON = frozenset({REFUSED_AT_LOAD, DOES_NOT_FIT, PROBLEM_ERROR, PROBLEM_TIMEOUT,
+                         NO_CANDIDATE, S.REFERENCE_ERROR})
 #: The thresholds p of fast_p reported for every suite.
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+#: Worst memory ratios listed (:func:`memory_ratios`).
+MEMORY_WORST = 5
+#: Peak GPU memory bound of one evaluation (docs/bench.md, issue 21): this many times the
+#: problem's footprint, plus the L2-flush buffer.
+MEMORY_BOUND_FACTOR = 3.0
 
 
 def status_rank(status: str | None) -> int:
     """Position of a candidate status in :data:`STATUS_ORDER` (-1 for an unknown one)."""
-    try:
-        return STATUS_ORDER.index(status or "")
-    except ValueError:
-        return -1
+    return S.rank(status)
+
+
+def status_label(status: str | None) -> str:
+    """Short human label of a candidate or bench status (``"compile error"``,
+    ``"refused at load"``); the name itself when unknown.  ``refused`` reads ``refused
+    (policy)`` (the policy produced no candidate), apart from ``refused at load``."""
+    name = status or "?"
+    if name == S.REFUSED:
+        return "refused (policy)"
+    info = S.info(name)
+    if info is not None:
+        return info.label
+    return BENCH_STATUSES.get(name, (name, ""))[0]
+
+
+def status_style(status: str | None) -> str:
+    """Rich style of a candidate or bench status ("" when unknown)."""
+    info = S.info(status)
+    if info is not None:
+        return info.style
+    return BENCH_STATUSES.get(status or "", ("", ""))[1]
+
+
+def outcome_class(status: str | None) -> str:
+    """How the progress tallies count a problem's status: ``"correct"`` (verified),
+    ``"no_device"`` (compiled; not verified: no usable CUDA device, not a failure),
+    ``"does_not_fit"`` (the problem's planned memory exceeds the device's: a verdict on the
+    problem, not a failure) or ``"failed"`` (everything else)."""
+    if status in VERIFIED:
+        return "correct"
+    if status == S.NO_DEVICE:
+        return "no_device"
+    if status == S.DOES_NOT_FIT:
+        return "does_not_fit"
+    return "failed"
 
 
 def _positive(x: Any) -> float | None:
@@ -91,11 +149,13 @@ def speedups_of(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def best_correct(records: Sequence[Mapping[str, Any]]) -> int | None:
-    """Index of the correct record with the lowest ``gpu_ms`` (first of equals); a correct
-    record without ``gpu_ms`` only when no timed one exists.  ``None``: none correct."""
+    """Index of the verified record (``correct`` or ``slow``) with the lowest ``gpu_ms``
+    (first of equals); a verified record without ``gpu_ms`` only when no timed one exists.
+    ``None``: none verified.  A ``slow`` record's ``gpu_ms`` is its estimate, at least
+    ``--slow-factor`` times the best's, so it is the best only when nothing faster is."""
     best: int | None = None
     for i, r in enumerate(records):
-        if r.get("status") != "correct":
+        if r.get("status") not in VERIFIED:
             continue
         if best is None:
             best = i
@@ -129,6 +189,13 @@ def _num(x: Any) -> float:
     return float(v) if v is not None and math.isfinite(v) else 0.0
 
 
+def _finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number (bools are not), else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
 def problem_summary(
     records: Sequence[Mapping[str, Any]],
     *,
@@ -140,21 +207,23 @@ def problem_summary(
     Args:
         records: the problem's candidate records.
         status: a problem-level status overriding the candidates' (``problem_timeout``,
-            ``error``, ``interrupted``); None: the representative candidate's status
-            (``no_candidate`` when there is none).
+            ``error``, ``refused_at_load``, ``does_not_fit``, ``interrupted``); None: the
+            representative candidate's status (``no_candidate`` when there is none).
         message: why, for a problem-level status.
 
     Returns:
-        ``{"status", "message", "correct", "compiled", "best": {turn (1-based), sample
-        (1-based), description, status, gpu_ms, gpu_ms_iqr, e2e_ms, cpu_ms} | None,
-        "speedups": {key: x} (of the best correct candidate; {} otherwise), "baseline",
-        "structure_score" (representative's), "turns_used", "candidate_count",
-        "samples_per_turn", "compile_s", "eval_s"}``; times in ms (``*_ms``) and seconds
-        (``*_s``: sums over candidates; cached compiles count 0 s).
+        ``{"status", "message", "correct" (verified: correct or slow), "compiled", "best":
+        {turn (1-based), sample (1-based), description, status, gpu_ms, gpu_ms_iqr, e2e_ms,
+        cpu_ms} | None, "speedups": {key: x} (of the best verified candidate; {} otherwise),
+        "baseline", "structure_score" (representative's), "turns_used", "candidate_count",
+        "samples_per_turn", "compile_s", "eval_s", "lock_wait_s", "prepare_s",
+        "peak_gpu_bytes" (the most of any evaluation; None when none reported it)}``; times
+        in ms (``*_ms``) and seconds (``*_s``: sums over candidates, ``lock_wait_s`` and
+        ``prepare_s`` being parts of ``eval_s``; cached compiles count 0 s).
     """
     rep = representative(records)
     r = records[rep] if rep is not None else None
-    correct = status is None and r is not None and r.get("status") == "correct"
+    correct = status is None and r is not None and r.get("status") in VERIFIED
     per_turn: dict[int, int] = {}
     for rec in records:
         t = int(rec.get("turn") or 0)
@@ -172,8 +241,9 @@ def problem_summary(
             "cpu_ms": r.get("cpu_ms"),
         }
     if status is None:
-        status = r.get("status") if r is not None else "no_candidate"
+        status = r.get("status") if r is not None else NO_CANDIDATE
         message = r.get("message", "") if r is not None else "optimize recorded no candidate"
+    peaks = [v for v in (_finite(rec.get("peak_gpu_bytes")) for rec in records) if v is not None]
     return {
         "status": status,
         "message": message or "",
@@ -188,6 +258,9 @@ def problem_summary(
         "samples_per_turn": max(per_turn.values(), default=0),
         "compile_s": sum(_num(rec.get("compile_s")) for rec in records),
         "eval_s": sum(_num(rec.get("eval_s")) for rec in records),
+        "lock_wait_s": sum(_num(rec.get("lock_wait_s")) for rec in records),
+        "prepare_s": sum(_num(rec.get("prepare_s")) for rec in records),
+        "peak_gpu_bytes": int(max(peaks)) if peaks else None,
     }
 
 
@@ -203,10 +276,10 @@ def best_so_far(records: Sequence[Mapping[str, Any]], key: str, turns: int) -> l
 
 
 def correct_by_turn(records: Sequence[Mapping[str, Any]], turns: int) -> list[bool]:
-    """For t = 1..``turns``: whether some candidate of turns ``1..t`` is correct."""
+    """For t = 1..``turns``: whether some candidate of turns ``1..t`` is verified."""
     out = []
     for t in range(turns):
-        out.append(any(r.get("status") == "correct" and int(r.get("turn") or 0) <= t for r in records))
+        out.append(any(r.get("status") in VERIFIED and int(r.get("turn") or 0) <= t for r in records))
     return out
 
 
@@ -256,10 +329,14 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
     """Suite metrics from the problem results (every problem of the suite, errors included).
 
     Returns:
-        ``{"problems", "compiled", "correct", "compile_rate", "correct_rate", "statuses":
-        {status: count}, "baselines": [names], "primary": key, "speedup": {key:
-        speedup_stats}}``, a ``speedup`` entry for every key found in a correct problem
-        (and always ``primary``).
+        ``{"problems", "compiled", "correct" (verified), "compile_rate", "correct_rate",
+        "statuses": {status: count}, "outcomes": {correct, no_device, does_not_fit, failed}
+        (:func:`outcome_class` counts), "baselines": [names], "primary": key, "speedup":
+        {key: speedup_stats}, "verdicts": :func:`verdicts`, "degenerate": count,
+        "memory": :func:`memory_ratios`, "eval_seconds": :func:`eval_seconds`}``, a
+        ``speedup`` entry for every key found in a correct problem (and always
+        ``primary``).  ``memory`` and ``eval_seconds`` read each problem's ``candidates``
+        (the candidates.jsonl rows); a problem without them contributes nothing.
     """
     n = len(problems)
     compiled = sum(1 for pr in problems if pr.get("compiled"))
@@ -273,6 +350,11 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
         if pr.get("correct"):
             keys += [k for k in (pr.get("speedups") or {}) if k not in keys]
     baselines = sorted({str(pr["baseline"]) for pr in problems if pr.get("baseline")})
+    outcomes = {"correct": 0, "no_device": 0, "does_not_fit": 0, "failed": 0}
+    for pr in problems:
+        outcomes[outcome_class(pr.get("status"))] += 1
+    rows = [c for pr in problems for c in (pr.get("candidates") or [])]
+    v = verdicts(problems)
     return {
         "problems": n,
         "compiled": compiled,
@@ -280,10 +362,166 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
         "compile_rate": compiled / n if n else None,
         "correct_rate": correct / n if n else None,
         "statuses": dict(sorted(statuses.items())),
+        "outcomes": outcomes,
         "baselines": baselines,
         "primary": primary,
         "speedup": {k: speedup_stats(problems, k) for k in keys},
+        "verdicts": v,
+        "degenerate": v["degenerate"],
+        "memory": memory_ratios(problems),
+        "eval_seconds": eval_seconds(rows),
     }
+
+
+def quantile(values: Iterable[float], q: float) -> float | None:
+    """The ``q`` quantile (0 <= q <= 1) of ``values``, interpolating linearly between order
+    statistics: position ``q * (n - 1)`` in the sorted values (Hyndman & Fan type 7, numpy's
+    default ``linear`` method and ``statistics.quantiles(method="inclusive")``).  None for
+    no values; non-finite values are left out.
+
+    Raises:
+        ValueError: ``q`` outside [0, 1].
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"a quantile must be in [0, 1], not {q}")
+    vals = sorted(v for v in (_finite(x) for x in values) if v is not None)
+    if not vals:
+        return None
+    pos = q * (len(vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def verdicts(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many problems end in each status, in :data:`VERDICT_ORDER` (``correct``,
+    ``slow``, ``wrong`` ... then ``refused_at_load``, ``problem_timeout``, ``error``).
+
+    Returns:
+        ``{"order": [statuses present, in order], "counts": {status: n}, "labels": {status:
+        label}, "by_kind": {kind: {status: n}} ("c", "torch"), "reasons": {status:
+        [{"problem": id, "message": one line}]} for the statuses of :data:`WITH_REASON`,
+        "degenerate": problems flagged degenerate (outputs independent of the inputs),
+        "degenerate_problems": [ids]}``.
+    """
+    counts: dict[str, int] = {}
+    by_kind: dict[str, dict[str, int]] = {}
+    reasons: dict[str, list[dict[str, str]]] = {}
+    degenerate: list[str] = []
+    for pr in problems:
+        st = str(pr.get("status"))
+        counts[st] = counts.get(st, 0) + 1
+        kind = str(pr.get("kind") or "?")
+        by_kind.setdefault(kind, {})
+        by_kind[kind][st] = by_kind[kind].get(st, 0) + 1
+        if st in WITH_REASON:
+            reasons.setdefault(st, []).append(
+                {"problem": str(pr.get("id")), "message": str(pr.get("message") or "")})
+        if pr.get("degenerate"):
+            degenerate.append(str(pr.get("id")))
+    rank = {name: i for i, name in enumerate(VERDICT_ORDER)}
+    order = sorted(counts, key=lambda st: (rank.get(st, len(rank)), st))
+    return {
+        "order": order,
+        "counts": {st: counts[st] for st in order},
+        "labels": {st: status_label(st) for st in order},
+        "by_kind": {k: {st: v[st] for st in order if st in v} for k, v in sorted(by_kind.items())},
+        "reasons": {st: reasons[st] for st in order if st in reasons},
+        "degenerate": len(degenerate),
+        "degenerate_problems": degenerate,
+    }
+
+
+def memory_ratios(problems: Sequence[Mapping[str, Any]], worst: int = MEMORY_WORST) -> dict[str, Any]:
+    """Peak GPU memory of each evaluation against its problem's footprint.
+
+    An evaluation counts when its candidate row has ``peak_gpu_bytes`` and a footprint
+    (the row's ``footprint_bytes``, else the problem's), both > 0.  For each problem the
+    evaluation with the highest ratio ``peak_gpu_bytes / footprint_bytes`` stands for it;
+    the ``worst`` problems by that ratio are listed.  ``bound_bytes`` =
+    :data:`MEMORY_BOUND_FACTOR` x footprint + the L2-flush buffer (the problem's
+    ``memory.flush_bytes``), None when the flush size is not recorded.
+
+    Returns:
+        ``{"evaluations": n counted, "problems": problems with one, "max_ratio", "worst":
+        [{"problem", "kind", "turn", "sample" (1-based), "peak_gpu_bytes",
+        "footprint_bytes", "ratio", "flush_bytes", "bound_bytes", "within_bound"}]}``;
+        bytes are bytes, ratios dimensionless.
+    """
+    per_problem: list[dict[str, Any]] = []
+    n = 0
+    for pr in problems:
+        memory = pr.get("memory") if isinstance(pr.get("memory"), Mapping) else {}
+        flush = _finite(memory.get("flush_bytes"))
+        top: dict[str, Any] | None = None
+        for c in pr.get("candidates") or []:
+            peak = _positive(c.get("peak_gpu_bytes"))
+            foot = _positive(c.get("footprint_bytes")) or _positive(pr.get("footprint_bytes"))
+            if peak is None or foot is None:
+                continue
+            n += 1
+            ratio = peak / foot
+            if top is None or ratio > top["ratio"]:
+                bound = None if flush is None else MEMORY_BOUND_FACTOR * foot + flush
+                top = {
+                    "problem": pr.get("id"), "kind": pr.get("kind"),
+                    "turn": int(c.get("turn") or 0) + 1, "sample": int(c.get("sample") or 0) + 1,
+                    "peak_gpu_bytes": int(peak), "footprint_bytes": int(foot), "ratio": ratio,
+                    "flush_bytes": None if flush is None else int(flush),
+                    "bound_bytes": None if bound is None else int(bound),
+                    "within_bound": None if bound is None else peak <= bound,
+                }
+        if top is not None:
+            per_problem.append(top)
+    per_problem.sort(key=lambda x: -x["ratio"])
+    return {
+        "evaluations": n,
+        "problems": len(per_problem),
+        "max_ratio": per_problem[0]["ratio"] if per_problem else None,
+        "worst": per_problem[:max(0, worst)],
+    }
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    return {"n": len(values), "median": quantile(values, 0.5), "p90": quantile(values, 0.9),
+            "max": max(values) if values else None}
+
+
+def eval_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Seconds per candidate evaluation, per problem kind and over all.
+
+    Over the candidate rows with an ``eval_s`` (the whole evaluation, GPU-lock wait
+    included; candidates that never reached the evaluation have none):
+
+    - ``eval_s``: that time;
+    - ``excl_lock_s``: ``eval_s - lock_wait_s`` (the evaluation's own time; a row without
+      ``lock_wait_s`` counts its whole ``eval_s``);
+    - ``lock_wait_s``: the wait for the GPU lock (rows that report it);
+    - ``prepare_s``: the preparation before the lock (rows that report it).
+
+    Returns:
+        ``{kind: {"eval_s", "excl_lock_s", "lock_wait_s", "prepare_s"}}`` for each kind
+        present (``"c"``, ``"torch"``) and ``"all"``; each ``{"n", "median", "p90",
+        "max"}`` in seconds (None when n = 0); p90 by :func:`quantile`.
+    """
+    groups: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        total = _finite(r.get("eval_s"))
+        if total is None:
+            continue
+        wait = _finite(r.get("lock_wait_s"))
+        prep = _finite(r.get("prepare_s"))
+        for kind in (str(r.get("kind") or "?"), "all"):
+            g = groups.setdefault(kind, {"eval_s": [], "excl_lock_s": [], "lock_wait_s": [],
+                                         "prepare_s": []})
+            g["eval_s"].append(total)
+            g["excl_lock_s"].append(max(0.0, total - (wait or 0.0)))
+            if wait is not None:
+                g["lock_wait_s"].append(wait)
+            if prep is not None:
+                g["prepare_s"].append(prep)
+    order = sorted(k for k in groups if k != "all") + (["all"] if "all" in groups else [])
+    return {k: {name: _spread(vals) for name, vals in groups[k].items()} for k in order}
 
 
 def suite_curves(
@@ -318,22 +556,38 @@ def suite_curves(
 
 
 __all__ = [
+    "BENCH_STATUSES",
+    "DOES_NOT_FIT",
     "FAST_P",
     "INTERRUPTED",
+    "MEMORY_BOUND_FACTOR",
+    "MEMORY_WORST",
     "NOT_COMPILED",
+    "NO_CANDIDATE",
     "PROBLEM_ERROR",
     "PROBLEM_TIMEOUT",
+    "REFUSED_AT_LOAD",
     "STATUS_ORDER",
+    "VERDICT_ORDER",
+    "VERIFIED",
+    "WITH_REASON",
     "best_correct",
     "best_so_far",
     "correct_by_turn",
+    "eval_seconds",
     "fast_p",
     "geomean",
+    "memory_ratios",
+    "outcome_class",
     "problem_summary",
+    "quantile",
     "representative",
     "speedup_stats",
     "speedups_of",
+    "status_label",
     "status_rank",
+    "status_style",
     "suite_curves",
     "suite_metrics",
+    "verdicts",
 ]

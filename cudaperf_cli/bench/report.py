@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from cudaperf_cli.bench import metrics as M
-from cudaperf_cli.bench.runner import SCHEMA_VERSION
+from cudaperf_cli.bench.runner import READABLE_SCHEMAS, SCHEMA_VERSION
 from cudaperf_cli.core import CudaperfError
 
 REPORT_KIND = "cudaperf-bench-report"
 #: Speedups above this are flagged "(!)": they are against one CPU thread (README).
 FLAG_SPEEDUP = 10.0
+#: Bytes per GB in the reports (decimal: 1e9, as nvidia-smi's and the issue's figures).
+GB = 1e9
+#: Longest reason shown in a table cell (the full line is in report.json).
+REASON_CHARS = 160
 
 
 def build_report(
@@ -91,10 +95,52 @@ def write_candidates(path: Path, results: Sequence[dict[str, Any]]) -> int:
 
 
 def fmt_x(v: Any, flag: bool = True) -> str:
-    """``12.3x`` (three significant digits), ``(!)`` above :data:`FLAG_SPEEDUP`; ``-``."""
-    if not isinstance(v, (int, float)) or not math.isfinite(v):
+    """A speedup: ``0.512x``, ``12.3x``, ``1450x`` (three significant digits, whole numbers
+    from 100x, never an exponent there); below 0.001x ``1.2e-04x``; ``(!)`` above
+    :data:`FLAG_SPEEDUP` (README: every speedup above 10x is flagged); ``-`` for none."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return "-"
-    return f"{v:.3g}x" + (" (!)" if flag and v > FLAG_SPEEDUP else "")
+    if v >= 100:
+        text = f"{v:.0f}x"
+    elif v >= 1e-3 or v == 0:
+        text = f"{v:.3g}x"
+    else:
+        text = f"{v:.1e}x"
+    return text + (" (!)" if flag and v > FLAG_SPEEDUP else "")
+
+
+def fmt_gb(v: Any) -> str:
+    """Bytes as GB (1e9 bytes), 3 significant digits; ``-`` for none."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-"
+    return f"{v / GB:.3g}"
+
+
+def fmt_s(v: Any) -> str:
+    """Seconds, 3 significant digits; ``-`` for none."""
+    return fmt_num(v, 3)
+
+
+def _cell(text: str) -> str:
+    """Text safe in a markdown table cell (no pipes, no newlines)."""
+    return " ".join(str(text).split()).replace("|", "/")
+
+
+def _short(text: str, n: int = REASON_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def status_cell(pr: dict[str, Any]) -> str:
+    """A problem's status for tables: its status name, with its reason for the statuses of
+    ``metrics.WITH_REASON`` (refused at load, does not fit, error, problem timeout, ...)
+    and ``(degenerate)`` for a problem whose outputs do not depend on its inputs."""
+    text = str(pr.get("status"))
+    if pr.get("status") in M.WITH_REASON and pr.get("message"):
+        text += f": {_short(pr['message'])}"
+    if pr.get("degenerate"):
+        text += " (degenerate)"
+    return text
 
 
 def fmt_rate(v: Any) -> str:
@@ -163,17 +209,22 @@ def markdown(report: dict[str, Any]) -> str:
     for key, st in m["speedup"].items():
         for p, v in st["fast_p"].items():
             lines.append(f"| fast_{p} ({key}) | {fmt_rate(v)} |")
-        lines.append(f"| geomean speedup ({key}, {st['n']} correct) | {fmt_x(st['geomean'], False)} |")
-        lines.append(f"| mean / median ({key}) | {fmt_x(st['mean'], False)} / {fmt_x(st['median'], False)} |")
-    statuses = ", ".join(f"{k} {v}" for k, v in m["statuses"].items())
-    lines += ["", f"Statuses: {statuses or '-'}.", ""]
+        lines.append(f"| geomean speedup ({key}, {st['n']} correct) | {fmt_x(st['geomean'])} |")
+        lines.append(f"| mean / median ({key}) | {fmt_x(st['mean'])} / {fmt_x(st['median'])} |")
+    verdict = verdict_section(m)
+    if not verdict:  # a report without the verdict table: the statuses in one line
+        statuses = ", ".join(f"{k} {v}" for k, v in m["statuses"].items())
+        lines += ["", f"Statuses: {statuses or '-'}."]
+    lines += ["", *verdict]
+    lines += eval_seconds_section(m)
+    lines += memory_section(m)
     c = report["curves"]
     if c["turn"]:
         lines += ["## By turn (best so far)", "",
                   f"| turn | correct rate | geomean best ({primary}) | fast_1 |", "|---:|---:|---:|---:|"]
         for i, t in enumerate(c["turn"]):
             lines.append(f"| {t} | {fmt_rate(c['correct_rate'][i])} | "
-                         f"{fmt_x(c['geomean_best'][i], False)} | {fmt_rate(c['fast_1'][i])} |")
+                         f"{fmt_x(c['geomean_best'][i])} | {fmt_rate(c['fast_1'][i])} |")
         lines.append("")
     lines += ["## Problems", "",
               ("| problem | status | speedup | e2e / vs compile | best | candidates | struct | "
@@ -182,19 +233,96 @@ def markdown(report: dict[str, Any]) -> str:
     for pr in report["problems"]:
         best = pr.get("best") or {}
         where = f"turn {best['turn']}.{best['sample']}" if pr.get("correct") and best else "-"
-        status = pr["status"] + (f": {pr['message']}" if pr["status"] in (M.PROBLEM_ERROR, M.PROBLEM_TIMEOUT) else "")
         lines.append(
-            f"| {pr['id']} | {status.replace('|', '/')} | {fmt_x(pr['speedups'].get('kernel'))} | "
+            f"| {pr['id']} | {_cell(status_cell(pr))} | {fmt_x(pr['speedups'].get('kernel'))} | "
             f"{fmt_x(_second(pr))} | {where} | {pr['candidate_count']} | "
             f"{fmt_num(pr.get('structure_score'), 2)} | {fmt_num(pr.get('eval_s'))} | "
             f"{fmt_num(pr.get('wall_s'))} |"
         )
+    warned = [(pr["id"], w) for pr in report["problems"] for w in pr.get("warnings") or []]
+    if warned:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {pid}: {_cell(w)}" for pid, w in warned]
     if s["skipped"]:
         lines += ["", "Left out: " + "; ".join(f"{x['file']} ({x['reason']})" for x in s["skipped"]) + "."]
     lines += ["", (f"(!) marks speedups above {FLAG_SPEEDUP:g}x: against one CPU thread, worth a "
                    "second look. fast_p counts problems correct AND faster than p x baseline, over "
                    "all finished problems."), ""]
     return "\n".join(lines)
+
+
+KIND_NAMES = {"c": "C", "torch": "PyTorch", "all": "all"}
+
+
+def verdict_section(m: dict[str, Any]) -> list[str]:
+    """report.md's verdict table: problems per final status (and per kind when the suite
+    mixes C and PyTorch), the degenerate count, the reasons of problem-level verdicts."""
+    v = m.get("verdicts")
+    if not v or not v.get("order"):
+        return []
+    kinds = list(v["by_kind"])
+    mixed = len(kinds) > 1
+    head = "| verdict | problems |" + ("".join(f" {KIND_NAMES.get(k, k)} |" for k in kinds) if mixed else "")
+    rule = "|---|---:|" + ("---:|" * len(kinds) if mixed else "")
+    out = ["## Verdicts", "", head, rule]
+    for st in v["order"]:
+        row = f"| {v['labels'][st]} (`{st}`) | {v['counts'][st]} |"
+        if mixed:
+            row += "".join(f" {v['by_kind'][k].get(st, 0)} |" for k in kinds)
+        out.append(row)
+    out += ["", f"Degenerate problems (outputs independent of the inputs; evaluated anyway, as the "
+                f"suites ship them): {v['degenerate']}"
+            + (f" ({', '.join(v['degenerate_problems'])})" if v["degenerate_problems"] else "") + "."]
+    for st, items in v["reasons"].items():
+        out += ["", f"{v['labels'][st]}:", ""]
+        out += [f"- {it['problem']}: {_cell(it['message']) or '(no message)'}" for it in items]
+    out.append("")
+    return out
+
+
+def eval_seconds_section(m: dict[str, Any]) -> list[str]:
+    """report.md's table of seconds per candidate evaluation (median, p90), with the
+    GPU-lock wait given apart, per kind."""
+    e = m.get("eval_seconds")
+    if not e:
+        return []
+    out = ["## Seconds per candidate evaluation", "",
+           ("| kind | evaluations | median s | p90 s | median s excl. lock wait | p90 s excl. lock "
+            "wait | median lock wait s | p90 lock wait s |"),
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind, g in e.items():
+        if kind == "all" and len(e) == 2:
+            continue  # one kind: "all" repeats it
+        out.append(
+            f"| {KIND_NAMES.get(kind, kind)} | {g['eval_s']['n']} | {fmt_s(g['eval_s']['median'])} | "
+            f"{fmt_s(g['eval_s']['p90'])} | {fmt_s(g['excl_lock_s']['median'])} | "
+            f"{fmt_s(g['excl_lock_s']['p90'])} | {fmt_s(g['lock_wait_s']['median'])} | "
+            f"{fmt_s(g['lock_wait_s']['p90'])} |")
+    out += ["", ("eval s: the whole evaluation of one candidate (its child process, verification "
+                 "and timing), lock wait included; excl. lock wait: minus the wait for the GPU lock "
+                 "(another evaluation held the GPU). p90: linear interpolation between order "
+                 "statistics."), ""]
+    return out
+
+
+def memory_section(m: dict[str, Any]) -> list[str]:
+    """report.md's table of the worst ratios of peak GPU memory to footprint."""
+    mem = m.get("memory")
+    if not mem or not mem.get("worst"):
+        return []
+    out = [f"## Peak GPU memory against footprint (worst {len(mem['worst'])} of "
+           f"{mem['problems']} problem(s), {mem['evaluations']} evaluation(s))", "",
+           "| problem | candidate | peak GB | footprint GB | ratio | bound GB | within bound |",
+           "|---|---|---:|---:|---:|---:|---|"]
+    for w in mem["worst"]:
+        within = "-" if w["within_bound"] is None else ("yes" if w["within_bound"] else "**no**")
+        out.append(f"| {w['problem']} | turn {w['turn']}.{w['sample']} | {fmt_gb(w['peak_gpu_bytes'])} | "
+                   f"{fmt_gb(w['footprint_bytes'])} | {fmt_num(w['ratio'])} | "
+                   f"{fmt_gb(w['bound_bytes'])} | {within} |")
+    out += ["", (f"GB = 1e9 bytes. Footprint: the problem's inputs, outputs, parameters and buffers "
+                 f"at its main size. Bound: {M.MEMORY_BOUND_FACTOR:g} x footprint + the L2-flush "
+                 "buffer."), ""]
+    return out
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -279,9 +407,8 @@ def write_report(out_dir: Path, report: dict[str, Any], results: Sequence[dict[s
 
 def summary_table(report: dict[str, Any]) -> Any:
     """The Rich table printed at the end of a run (one row per problem)."""
+    from rich.markup import escape
     from rich.table import Table
-
-    from cudaperf_cli.agent.render import STATUS_STYLE
 
     t = Table(title=f"cudaperf bench: {report['suite']['name']}", header_style="bold")
     for col, just in (("problem", "left"), ("status", "left"), ("speedup", "right"),
@@ -290,9 +417,10 @@ def summary_table(report: dict[str, Any]) -> Any:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for pr in report["problems"]:
         best = pr.get("best") or {}
-        style = STATUS_STYLE.get(pr["status"], "red" if pr["status"] in (M.PROBLEM_ERROR, M.PROBLEM_TIMEOUT) else "")
+        style = M.status_style(pr["status"])
+        cell = escape(status_cell(pr))
         t.add_row(
-            pr["id"], f"[{style}]{pr['status']}[/]" if style else pr["status"],
+            escape(pr["id"]), f"[{style}]{cell}[/]" if style else cell,
             fmt_x(pr["speedups"].get("kernel")), fmt_x(_second(pr)),
             f"{best['turn']}.{best['sample']}" if pr.get("correct") and best else "-",
             str(pr["candidate_count"]), fmt_num(pr.get("structure_score"), 2), fmt_num(pr.get("wall_s")),
@@ -301,18 +429,42 @@ def summary_table(report: dict[str, Any]) -> Any:
 
 
 def metrics_lines(report: dict[str, Any]) -> list[str]:
-    """Suite metrics as a few plain lines."""
+    """Suite metrics as a few plain lines: rates and verdicts, speedups, seconds per
+    candidate evaluation (lock wait apart), the worst peak-memory ratio."""
     m = report["metrics"]
+    v = m.get("verdicts")
+    if v and v.get("order"):
+        verdict = ", ".join(f"{v['labels'][st]} {v['counts'][st]}" for st in v["order"])
+    else:
+        verdict = ", ".join(f"{k} {n}" for k, n in m["statuses"].items())
+    degenerate = f"; degenerate {m['degenerate']}" if m.get("degenerate") else ""
     out = [
         f"problems {m['problems']}: compiled {fmt_rate(m['compile_rate'])}, correct "
-        f"{fmt_rate(m['correct_rate'])}; statuses: "
-        + ", ".join(f"{k} {v}" for k, v in m["statuses"].items()),
+        f"{fmt_rate(m['correct_rate'])}; verdicts: {verdict}{degenerate}",
     ]
     for key, st in m["speedup"].items():
-        fp = ", ".join(f"fast_{p} {fmt_rate(v)}" for p, v in st["fast_p"].items())
+        fp = ", ".join(f"fast_{p} {fmt_rate(val)}" for p, val in st["fast_p"].items())
         out.append(f"speedup {key} (vs {', '.join(m['baselines']) or '-'}): geomean "
-                   f"{fmt_x(st['geomean'], False)} over {st['n']} correct, median "
-                   f"{fmt_x(st['median'], False)}; {fp}")
+                   f"{fmt_x(st['geomean'])} over {st['n']} correct, median "
+                   f"{fmt_x(st['median'])}; {fp}")
+    for kind, g in (m.get("eval_seconds") or {}).items():
+        if kind == "all" and len(m["eval_seconds"]) == 2:
+            continue  # one kind: "all" repeats it
+        out.append(
+            f"seconds per candidate evaluation ({KIND_NAMES.get(kind, kind)}, {g['eval_s']['n']}): "
+            f"median {fmt_s(g['eval_s']['median'])}, p90 {fmt_s(g['eval_s']['p90'])}; excl. lock "
+            f"wait median {fmt_s(g['excl_lock_s']['median'])}, p90 {fmt_s(g['excl_lock_s']['p90'])}; "
+            f"lock wait median {fmt_s(g['lock_wait_s']['median'])}, p90 {fmt_s(g['lock_wait_s']['p90'])}")
+    mem = m.get("memory") or {}
+    if mem.get("worst"):
+        w = mem["worst"][0]
+        out.append(f"peak GPU memory / footprint: worst {fmt_num(w['ratio'])}x ({w['problem']}: "
+                   f"{fmt_gb(w['peak_gpu_bytes'])} GB peak, {fmt_gb(w['footprint_bytes'])} GB "
+                   f"footprint) over {mem['evaluations']} evaluation(s)")
+    for st, items in ((v or {}).get("reasons") or {}).items():
+        if st in (M.REFUSED_AT_LOAD, M.DOES_NOT_FIT):
+            for it in items:
+                out.append(f"{v['labels'][st]}: {it['problem']}: {_short(it['message'])}")
     return out
 
 
@@ -338,9 +490,9 @@ def load_report(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("kind") != REPORT_KIND:
         raise CudaperfError(f"{path}: not a cudaperf bench report.json",
                             hint="pass the report.json of a 'cudaperf bench' output folder")
-    if doc.get("schema_version") != SCHEMA_VERSION:
+    if doc.get("schema_version") not in READABLE_SCHEMAS:
         raise CudaperfError(f"{path}: report schema {doc.get('schema_version')}, this cudaperf "
-                            f"reads {SCHEMA_VERSION}")
+                            f"reads {' or '.join(map(str, READABLE_SCHEMAS))}")
     return doc
 
 
@@ -391,7 +543,7 @@ def compare_tables(cmp: dict[str, Any], name_a: str, name_b: str) -> list[Any]:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in cmp["problems"]:
         def cell(s: Any, status: Any) -> str:
-            return fmt_x(s, False) if s is not None else (status or "absent")
+            return fmt_x(s) if s is not None else (status or "absent")
         t.add_row(r["problem"], cell(r["a_speedup"], r["a_status"]),
                   cell(r["b_speedup"], r["b_status"]), fmt_num(r["ratio"]))
     t.add_row("[bold]geomean of ratios[/]", "", "", fmt_num(cmp["geomean_ratio"]))
@@ -407,7 +559,7 @@ def compare_tables(cmp: dict[str, Any], name_a: str, name_b: str) -> list[Any]:
         s.add_row(f"fast_{p} ({key})", fmt_rate((sa.get("fast_p") or {}).get(p)),
                   fmt_rate((sb.get("fast_p") or {}).get(p)))
     for stat in ("geomean", "mean", "median"):
-        s.add_row(f"{stat} speedup ({key})", fmt_x(sa.get(stat), False), fmt_x(sb.get(stat), False))
+        s.add_row(f"{stat} speedup ({key})", fmt_x(sa.get(stat)), fmt_x(sb.get(stat)))
     sta, stb = cmp["settings"]["a"] or {}, cmp["settings"]["b"] or {}
     s.add_row("settings", settings_line(sta), settings_line(stb))
     return [t, s]
@@ -415,15 +567,22 @@ def compare_tables(cmp: dict[str, Any], name_a: str, name_b: str) -> list[Any]:
 
 __all__ = [
     "FLAG_SPEEDUP",
+    "GB",
     "REPORT_KIND",
     "build_report",
     "compare_reports",
     "compare_tables",
+    "eval_seconds_section",
+    "fmt_gb",
+    "fmt_x",
     "load_report",
     "markdown",
+    "memory_section",
     "metrics_lines",
     "plot",
+    "status_cell",
     "summary_table",
+    "verdict_section",
     "write_candidates",
     "write_report",
 ]

@@ -2,12 +2,15 @@
 
 Each problem runs as::
 
-    <python> -m cudaperf_cli optimize FILE <its manifest flags> <the policy flags> --json
-        --run-dir OUT/runs/<name> --output OUT/kernels/<stem>.cu --force
+    <python> -m cudaperf_cli optimize FILE [SOURCES...] <its manifest flags> <the policy flags>
+        --json --run-dir OUT/runs/<name> --output OUT/kernels/<stem>.cu --force
 
 in its own session (process group), with its own time limit: past it the whole group is
-killed (SIGKILL) and the problem's status is ``problem_timeout``; a child that dies or
-prints no JSON is ``error``; the suite goes on either way.  ``-j N`` children run at once
+killed (SIGKILL) and the problem's status is ``problem_timeout``; a child that exits 2
+without a result (bad input: the loader refused the file) is ``refused_at_load`` with its
+one-line reason; one whose result says ``problem_status: "does_not_fit"`` (or that exits 5
+without a result) is ``does_not_fit``; any other child that dies or prints no JSON is
+``error``; the suite goes on either way.  ``-j N`` children run at once
 so that compiles overlap; their GPU evaluations queue on the per-GPU lock
 (``evaluate/gpu_lock.py``), one at a time per GPU.  Every finished problem is written at
 once to ``OUT/problems/<name>.json``, so ``--resume`` skips it; Ctrl-C kills the running
@@ -38,14 +41,23 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
+from cudaperf_cli import statuses as S
 from cudaperf_cli.bench import metrics as M
 from cudaperf_cli.bench.suite import BenchProblem, Suite
 from cudaperf_cli.core import CudaperfError, kill_process_group
 
 #: Version of the problem-result, candidates.jsonl and report.json formats (docs/bench.md).
-SCHEMA_VERSION = 1
+#: 2: ``correct`` means verified (``correct`` or ``slow``); problem statuses
+#: ``refused_at_load`` (was ``error``) and ``does_not_fit``; the verdict, memory and
+#: evaluation-seconds metrics.
+SCHEMA_VERSION = 2
+#: Report versions ``bench compare`` reads (the fields it compares did not change).
+READABLE_SCHEMAS = (1, 2)
+#: optimize's exit codes the runner reads (docs/exit-codes.md): 2 bad input (the problem is
+#: refused at load), 5 the problem does not fit the device's memory.
+EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 2, 5
 #: Command run instead of ``<python> -m cudaperf_cli optimize`` (split like a shell line);
 #: for tests and wrappers (e.g. ``nice``).  It receives the same arguments.
 OPTIMIZE_CMD_ENV = "CUDAPERF_BENCH_OPTIMIZE"
@@ -76,6 +88,9 @@ PASS_THROUGH: dict[str, str] = {
     "ranker": "--ranker",
     "ranker_top": "--ranker-top",
     "compile_baseline": "--compile-baseline",
+    "atol": "--atol",
+    "rtol": "--rtol",
+    "slow_factor": "--slow-factor",
 }
 
 
@@ -84,7 +99,10 @@ class PolicySettings:
     """The optimize flags every problem of a suite gets (None: optimize's default).
 
     ``timeout`` is one candidate evaluation's limit and ``compile_timeout`` one nvcc
-    run's, both seconds; ``request_timeout`` one model request's, seconds.
+    run's, both seconds; ``request_timeout`` one model request's, seconds.  ``atol`` and
+    ``rtol`` override the tolerance table for every dtype; ``slow_factor`` is K of the
+    ``slow`` status (a verified candidate K x slower than the best or the baseline stops
+    timing early).
     """
 
     policy: str = "builtin"
@@ -110,8 +128,11 @@ class PolicySettings:
     ranker: str | None = None
     ranker_top: int | None = None
     compile_baseline: bool | None = None  #: False: optimize --no-compile-baseline
+    atol: float | None = None
+    rtol: float | None = None
+    slow_factor: float | None = None
 
-    def optimize_args(self, known: set[str] | None) -> list[str]:
+    def optimize_args(self, known: AbstractSet[str] | None) -> list[str]:
         """The flags for optimize.
 
         Args:
@@ -137,21 +158,6 @@ class PolicySettings:
         return args
 
 
-def optimize_flags() -> set[str]:
-    """Every option string ``cudaperf optimize`` accepts (read from the command itself)."""
-    import typer.main
-
-    from cudaperf_cli.cli.main import app
-
-    group = typer.main.get_command(app)
-    command = group.commands["optimize"]  # type: ignore[attr-defined]
-    flags: set[str] = set()
-    for param in command.params:
-        flags.update(getattr(param, "opts", []))
-        flags.update(getattr(param, "secondary_opts", []))
-    return flags
-
-
 @dataclass(frozen=True)
 class BenchOptions:
     """What ``cudaperf bench SUITE`` was asked.
@@ -162,6 +168,10 @@ class BenchOptions:
         problem_timeout_s: one problem's whole optimize run, seconds (a manifest's
             ``timeout`` overrides it per problem).
         primary: the speedup key the headline metrics use (``kernel`` or ``e2e``).
+        known_flags: every option string this cudaperf's ``optimize`` accepts (the cli
+            layer reads them from the command: ``cudaperf_cli.cli.bench.optimize_flags``);
+            a setting whose flag is not among them is refused before anything runs.  None:
+            not checked.
     """
 
     settings: PolicySettings = field(default_factory=PolicySettings)
@@ -171,6 +181,7 @@ class BenchOptions:
     resume: bool = False
     json_output: bool = False
     primary: str = "kernel"
+    known_flags: frozenset[str] | None = None
 
 
 def _now() -> str:
@@ -250,7 +261,7 @@ def candidate_row(
         "temperature": settings.temperature,
         "description": rec.get("description"),
         "status": status,
-        "correct": status == "correct",
+        "correct": status in S.VERIFIED,
         "is_best": is_best,
         "message": rec.get("message", ""),
         "source": source,
@@ -271,6 +282,16 @@ def candidate_row(
         "compile_s": rec.get("compile_s"),
         "compile_cached": bool(rec.get("compile_cached")),
         "eval_s": rec.get("eval_s"),
+        "lock_wait_s": rec.get("lock_wait_s"),
+        "prepare_s": rec.get("prepare_s"),
+        "peak_gpu_bytes": rec.get("peak_gpu_bytes"),
+        "footprint_bytes": (rec.get("footprint_bytes") if rec.get("footprint_bytes") is not None
+                            else problem.get("footprint_bytes")),
+        "tolerances": rec.get("tolerances") or problem.get("tolerances") or {},
+        "slow_ref": rec.get("slow_ref"),
+        "slow_ref_ms": rec.get("slow_ref_ms"),
+        "slow_factor": rec.get("slow_factor"),
+        "degenerate": bool(problem.get("degenerate")),
         "arch": problem.get("arch"),
         "gpu": gpu,
         "run_dir": problem.get("run_dir"),
@@ -287,6 +308,36 @@ def _error_line(stderr_text: str) -> str | None:
                 msg += f" ({lines[i + 1]})"
             return msg
     return None
+
+
+def problem_verdict(doc: dict[str, Any] | None, rc: int | None, timed_out: bool,
+                    stderr_text: str, limit_s: float) -> tuple[str | None, str]:
+    """A problem-level status and its one-line message from how optimize ended, or
+    ``(None, "")`` when the candidates' statuses decide (docs/bench.md):
+
+    - killed at its time limit: ``problem_timeout``;
+    - a result whose ``problem_status`` is a status name (``does_not_fit``: the problem's
+      planned memory exceeds the device's), or exit code 5 without one: that status, with
+      the result's ``message`` or optimize's error line (the bytes needed and free);
+    - exit code 2 without a result (bad input: the loader refused the file):
+      ``refused_at_load`` with optimize's error line;
+    - no result otherwise (a crash, a missing tool): ``error``.
+
+    ``rc``: optimize's exit status (negative: killed by that signal; None: unknown).
+    """
+    if timed_out:
+        return M.PROBLEM_TIMEOUT, f"killed after {limit_s:g} s (this problem's time limit)"
+    line = _error_line(stderr_text)
+    declared = doc.get("problem_status") if doc else None
+    if isinstance(declared, str) and declared in S.BY_NAME:
+        return declared, str((doc or {}).get("message") or line or S.BY_NAME[declared].label)
+    if rc == EXIT_DOES_NOT_FIT:
+        return M.DOES_NOT_FIT, line or "optimize: the problem does not fit the device (exit 5)"
+    if doc is None and rc == EXIT_BAD_INPUT:
+        return M.REFUSED_AT_LOAD, line or "optimize refused the problem (exit 2, no error line)"
+    if doc is None:
+        return M.PROBLEM_ERROR, line or f"optimize {_signal_text(rc)} without a result"
+    return None, ""
 
 
 def _tail_lines(text: str, n: int = 20) -> str:
@@ -324,7 +375,6 @@ class SuiteRun:
         self.on_done = on_done
         self.kernels = kernel_names(suite.problems)
         self.optimize_args = opts.settings.optimize_args(None)
-        self._known: set[str] | None = None
         override = os.environ.get(OPTIMIZE_CMD_ENV, "").strip()
         self.base_cmd = shlex.split(override) if override else [sys.executable, "-m", "cudaperf_cli", "optimize"]
         self._lock = threading.Lock()
@@ -335,17 +385,24 @@ class SuiteRun:
 
     # -- one problem (worker thread) -------------------------------------------------------
 
-    def command(self, problem: BenchProblem, known: set[str]) -> list[str]:
-        """The optimize command line of ``problem``."""
-        cmd = [*self.base_cmd, str(problem.path), *problem.optimize_args(), *self.optimize_args,
+    def command(self, problem: BenchProblem, known: AbstractSet[str] | None) -> list[str]:
+        """The optimize command line of ``problem``: the file, its extra C sources (a
+        manifest's ``sources``, linked into the reference) right after it, the manifest's
+        flags, the policy flags, then the bench's own (``--json --run-dir --output --force``,
+        and ``--yes`` when ``known`` has it or is None)."""
+        sources = [str(x) for x in (getattr(problem, "sources", None) or ())]
+        own = problem.optimize_args()
+        if own[:len(sources)] == sources:  # BenchProblem.optimize_args already leads with them
+            sources = []
+        cmd = [*self.base_cmd, str(problem.path), *sources, *own, *self.optimize_args,
                "--json", "--run-dir", str((self.out / "runs" / problem.safe_name).resolve()),
                "--output", str((self.out / "kernels" / self.kernels[problem.id]).resolve()),
                "--force"]
-        if "--yes" in known:  # never ask between turns
+        if known is None or "--yes" in known:  # never ask between turns
             cmd.append("--yes")
         return cmd
 
-    def run_problem(self, problem: BenchProblem, known: set[str]) -> dict[str, Any]:
+    def run_problem(self, problem: BenchProblem, known: AbstractSet[str] | None) -> dict[str, Any]:
         """Run one problem; never raises (a failure of the runner itself is an ``error``)."""
         try:
             return self._run_problem(problem, known)
@@ -354,7 +411,7 @@ class SuiteRun:
                                 message=f"the bench runner failed: {type(exc).__name__}: {exc}",
                                 rc=None, wall_s=0.0, limit_s=0.0, cmd=[], stderr_text="")
 
-    def _run_problem(self, problem: BenchProblem, known: set[str]) -> dict[str, Any]:
+    def _run_problem(self, problem: BenchProblem, known: AbstractSet[str] | None) -> dict[str, Any]:
         run_root = self.out / "runs" / problem.safe_name
         run_root.mkdir(parents=True, exist_ok=True)
         out_path = self.out / "logs" / f"{problem.safe_name}.stdout"
@@ -395,19 +452,13 @@ class SuiteRun:
         doc: dict[str, Any] | None = None
         try:
             parsed = json.loads(stdout_text)
-            if isinstance(parsed, dict) and "turns" in parsed:
+            if isinstance(parsed, dict) and ("turns" in parsed or parsed.get("problem_status")):
                 doc = parsed
         except ValueError:
             doc = None
         run_dir = self._run_dir(doc, run_root, started_wall)
         records = read_jsonl(run_dir / "turns.jsonl") if run_dir else []
-        status, message = None, ""
-        if timed_out:
-            status = M.PROBLEM_TIMEOUT
-            message = f"killed after {limit:g} s (this problem's time limit)"
-        elif doc is None:
-            status = M.PROBLEM_ERROR
-            message = _error_line(stderr_text) or f"optimize {_signal_text(rc)} without a result"
+        status, message = problem_verdict(doc, rc, timed_out, stderr_text, limit)
         return self._result(problem, records, doc, run_dir, status=status, message=message, rc=rc,
                             wall_s=wall, limit_s=limit, cmd=cmd, stderr_text=stderr_text,
                             started=started_wall)
@@ -446,7 +497,13 @@ class SuiteRun:
             "function": doc.get("function") or problem.function,
             "sizes": doc.get("sizes") or problem.sizes or None,
             "settings_from": problem.settings_from,
+            "sources": [str(x) for x in (getattr(problem, "sources", None) or ())],
             **M.problem_summary(records, status=status, message=message),
+            "degenerate": bool(doc.get("degenerate")),
+            "footprint_bytes": doc.get("footprint_bytes"),
+            "memory": doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
+            "tolerances": doc.get("tolerances") if isinstance(doc.get("tolerances"), dict) else {},
+            "warnings": [str(w) for w in doc.get("warnings") or []] if isinstance(doc.get("warnings"), list) else [],
             "cpu_baseline_ms": cpu_ms[0] if cpu_ms else None,
             "cpu_baseline_iqr_ms": cpu_iqr[0] if cpu_iqr else None,
             "arch": doc.get("arch"),
@@ -458,10 +515,14 @@ class SuiteRun:
             "run_dir": None if run_dir is None else str(run_dir),
             "kernel": doc.get("output"),
             "command": cmd,
-            "stderr_tail": _tail_lines(stderr_text) if status in (M.PROBLEM_ERROR, M.PROBLEM_TIMEOUT) else "",
+            "stderr_tail": _tail_lines(stderr_text) if status in M.WITH_REASON else "",
         }
         if result["baseline"] is None and doc.get("baseline"):
             result["baseline"] = doc["baseline"]
+        if result["footprint_bytes"] is None:  # from the candidates, when optimize did not say
+            feet = [r.get("footprint_bytes") for r in records
+                    if isinstance(r.get("footprint_bytes"), int) and not isinstance(r.get("footprint_bytes"), bool)]
+            result["footprint_bytes"] = feet[0] if feet else None
         best_i = M.best_correct(records)
         gpu = (self.env.get("gpu") or {}).get("name")
         result["candidates"] = [
@@ -505,7 +566,7 @@ class SuiteRun:
         interrupted one) and passed to ``on_done``.  Ctrl-C: children killed, the results
         so far returned with ``interrupted`` True.
         """
-        known = optimize_flags()
+        known = self.opts.known_flags
         self.opts.settings.optimize_args(known)  # refuse unknown flags before starting
         results: list[dict[str, Any]] = []
         interrupted = False
@@ -557,7 +618,7 @@ def settings_doc(suite: Suite, opts: BenchOptions, jobs: int) -> dict[str, Any]:
         CudaperfError: the config file named by ``--config`` or ``$CUDAPERF_CONFIG`` is
             missing or not valid TOML (exit 2), as optimize would report it.
     """
-    from cudaperf_cli.cli.config import find_config, load_config
+    from cudaperf_cli.config import find_config, load_config
 
     explicit = None if opts.settings.config is None else Path(opts.settings.config)
     found = find_config(explicit)
@@ -574,10 +635,13 @@ def settings_doc(suite: Suite, opts: BenchOptions, jobs: int) -> dict[str, Any]:
 
 
 __all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_DOES_NOT_FIT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "OPTIMIZE_CMD_ENV",
     "PASS_THROUGH",
+    "READABLE_SCHEMAS",
     "SCHEMA_VERSION",
     "BenchOptions",
     "PolicySettings",
@@ -585,7 +649,7 @@ __all__ = [
     "candidate_row",
     "default_out_dir",
     "kernel_names",
-    "optimize_flags",
+    "problem_verdict",
     "read_jsonl",
     "settings_doc",
     "write_json_atomic",

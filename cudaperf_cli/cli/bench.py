@@ -22,6 +22,24 @@ from cudaperf_cli.cli.common import fail
 from cudaperf_cli.core import CudaperfError
 
 
+def optimize_flags() -> frozenset[str]:
+    """Every option string ``cudaperf optimize`` accepts, read from the command itself (the
+    bench passes only those; a setting whose flag is missing is refused, exit 2).  Here in
+    the cli layer, the top of the pipeline: the bench stage below it gets the set through
+    ``BenchOptions.known_flags`` and never imports the cli."""
+    import typer.main
+
+    from cudaperf_cli.cli.main import app
+
+    group = typer.main.get_command(app)
+    command = group.commands["optimize"]  # type: ignore[attr-defined]
+    flags: set[str] = set()
+    for param in command.params:
+        flags.update(getattr(param, "opts", []))
+        flags.update(getattr(param, "secondary_opts", []))
+    return frozenset(flags)
+
+
 class _RunByDefault(TyperGroup):
     """A group whose first argument, when not a sub-command (nor ``--help``), is a suite:
     ``bench SUITE ...`` is ``bench run SUITE ...``."""
@@ -105,6 +123,14 @@ def run(
     compile_baseline: Optional[bool] = typer.Option(
         None, "--compile-baseline/--no-compile-baseline",
         help="optimize --compile-baseline / --no-compile-baseline (PyTorch problems)."),
+    atol: Optional[float] = typer.Option(
+        None, "--atol", min=0.0, help="optimize --atol (every dtype; default: the tolerance table)."),
+    rtol: Optional[float] = typer.Option(
+        None, "--rtol", min=0.0, help="optimize --rtol (every dtype; default: the tolerance table)."),
+    slow_factor: Optional[float] = typer.Option(
+        None, "--slow-factor", min=0.0,
+        help="optimize --slow-factor: a verified candidate this many times slower than the best "
+        "or the baseline stops timing early (status slow)."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
 ) -> None:
     """Run every problem of SUITE through optimize and write a report.
@@ -128,10 +154,12 @@ def run(
             config=None if config is None else str(config.resolve()),
             ranker=None if ranker is None else str(Path(ranker).resolve()),
             ranker_top=ranker_top, compile_baseline=compile_baseline,
+            atol=atol, rtol=rtol, slow_factor=slow_factor,
         )
         opts = BenchOptions(settings=settings, out_dir=out_dir, jobs=jobs,
                             problem_timeout_s=problem_timeout, resume=resume,
-                            json_output=json_out, primary=primary)
+                            json_output=json_out, primary=primary,
+                            known_flags=optimize_flags())
         code = run_bench_command(suite, opts)
     except CudaperfError as err:
         fail(err)
@@ -167,4 +195,4 @@ def compare(
     raise typer.Exit(code)
 
 
-__all__ = ["bench_app"]
+__all__ = ["bench_app", "optimize_flags"]

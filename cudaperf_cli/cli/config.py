@@ -20,69 +20,24 @@ type, out of range: one line naming the file, table and key); so are the tables
 --config`` and are not read here).  Relative paths are relative to the file's folder.  ``-I``/``-D`` have no
 long names and cannot be set here.  API keys do not belong in
 it: ``--api-key-env`` names the variable holding one.
+
+Finding and parsing the file (:func:`find_config`, :func:`load_config`) live in
+``cudaperf_cli/config.py``, below every stage that reads it (bench records the file, rl
+reads its tables); this module adds the Typer-specific part (:func:`apply_config`: a
+command's options from a table) and re-exports the loader.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
+# The loader lives below the cli layer (bench and rl read the file too); re-exported here.
+from cudaperf_cli.config import CONFIG_ENV, SECTIONS, find_config, load_config
 from cudaperf_cli.core import CudaperfError
 
-CONFIG_ENV = "CUDAPERF_CONFIG"
-#: The tables a config file may hold (one per command that reads it): ``optimize`` here;
-#: ``train`` (``[train.policy]``) and ``reward`` are read by ``cudaperf train policy
-#: --config`` (cudaperf_cli/rl/config.py, docs/rl.md) and left alone by ``optimize``.
-SECTIONS = ("optimize", "train", "reward")
 #: Options a config file may not set (they name a run, not a default).
 NOT_CONFIGURABLE = frozenset({"config", "resume", "help", "version"})
-
-
-def find_config(explicit: Path | None) -> Path | None:
-    """The config file to read (see the module docstring), or ``None``.
-
-    Raises:
-        CudaperfError: ``--config`` or ``$CUDAPERF_CONFIG`` names a file that does not exist.
-    """
-    if explicit is not None:
-        if explicit.is_dir():
-            raise CudaperfError(f"--config {explicit} is a directory, not a TOML file")
-        if not explicit.is_file():
-            raise CudaperfError(f"--config {explicit}: no such file")
-        return explicit
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        if not Path(env).is_file():
-            raise CudaperfError(f"${CONFIG_ENV}={env}: no such file")
-        return Path(env)
-    here = Path("cudaperf.toml")
-    if here.is_file():
-        return here
-    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "cudaperf" / "config.toml"
-    return home if home.is_file() else None
-
-
-def load_config(path: Path) -> dict[str, Any]:
-    """The parsed TOML document of ``path``.
-
-    Raises:
-        CudaperfError: unreadable file or invalid TOML (one line with the position).
-    """
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise CudaperfError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CudaperfError(f"{path}: not valid TOML: {exc}") from None
-    except (UnicodeDecodeError, ValueError):
-        raise CudaperfError(f"{path}: not a TOML text file") from None
 
 
 def _option_key(param: Any) -> str | None:
@@ -194,4 +149,12 @@ def apply_config(
     return params, path
 
 
-__all__ = ["CONFIG_ENV", "apply_config", "find_config", "load_config", "source_name"]
+__all__ = [
+    "CONFIG_ENV",
+    "NOT_CONFIGURABLE",
+    "SECTIONS",
+    "apply_config",
+    "find_config",
+    "load_config",
+    "source_name",
+]

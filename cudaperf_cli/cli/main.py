@@ -138,8 +138,8 @@ def optimize(
     ),
     compile_baseline: bool = typer.Option(
         True, "--compile-baseline/--no-compile-baseline",
-        help="PyTorch problems: also time torch.compile(Model) for every candidate (off: "
-        "eager only, faster evaluations).",
+        help="PyTorch problems: also time torch.compile(Model), once per run with the eager "
+        "baseline (off: eager only, a faster start).",
     ),
     arch: Optional[str] = typer.Option(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."

@@ -148,6 +148,13 @@ def time_repetitions(
     return out
 
 
+def fit_reps(budget_ms: float, one_ms: float, most: int) -> int:
+    """How many repetitions of a measurement that took ``one_ms`` fit ``budget_ms``: at
+    least 1, at most ``most`` (the worker bounds its call + synchronize and end-to-end
+    repetitions by ``max_total_ms`` this way, the CPU baseline by ``cpu_budget_s``)."""
+    return max(1, min(max(int(most), 1), math.floor(float(budget_ms) / max(float(one_ms), 1e-6))))
+
+
 def flush_size(l2_bytes: int | None, settings: TimingSettings) -> int:
     """Bytes of the L2 flush buffer: ``settings.flush_bytes`` if given, else
     max(2 x ``l2_bytes``, 256 MiB); 0 when flushing is off."""
@@ -171,6 +178,7 @@ __all__ = [
     "MIN_FLUSH_BYTES",
     "RepTiming",
     "SUSPICIOUS_SPEEDUP",
+    "fit_reps",
     "flush_size",
     "need_more_reps",
     "plan_reps",

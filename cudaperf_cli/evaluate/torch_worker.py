@@ -1443,12 +1443,29 @@ class TorchWorker:
         T = self.torch.Tensor
         return [a.clone() if isinstance(a, T) else copy.deepcopy(a) for a in args]
 
+    def _on_device(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with the evaluation's device as torch's default device, so tensors that
+        ``get_inputs()`` / ``Model(...)`` create are made there directly: no host copy of a
+        17 GB input, no minutes of CPU random numbers.  When ``fn`` fails that way (code that
+        needs CPU tensors, e.g. ``.numpy()``), it runs again on the CPU (the caller moves the
+        results).  Values are drawn by the device's generator after ``torch.manual_seed``
+        (the same on every GPU of one kind; the loader's CPU draws differ)."""
+        torch = self.torch
+        try:
+            with torch.device(self.dev):
+                return fn()
+        except Exception:  # noqa: BLE001 - retried on the CPU; a real error raises again
+            return fn()
+
     def _inputs(self, mod: types.ModuleType, seed: int, config: str, trial: int | None) -> list[Any]:
         torch = self.torch
         self.state.set("inputs", config, trial)
         try:
-            torch.manual_seed(seed)
-            args = list(mod.get_inputs())
+            def draw() -> list[Any]:
+                torch.manual_seed(seed)
+                return list(mod.get_inputs())
+
+            args = self._on_device(draw)
         except Exception as exc:  # noqa: BLE001
             raise Stop(REFERENCE_ERROR, f"get_inputs() failed: {_one_line(exc)}",
                        error=_exc_error(exc, "get_inputs", config, trial), config=config) from None
@@ -1460,15 +1477,22 @@ class TorchWorker:
         try:
             torch.manual_seed(seed)
             init = [self._to_dev(a) for a in mod.get_init_inputs()]
-            torch.manual_seed(seed)
-            ref = mod.Model(*copy.deepcopy(init)).to(self.dev)
+
+            def build_ref() -> Any:
+                torch.manual_seed(seed)
+                return mod.Model(*copy.deepcopy(init))
+
+            ref = self._on_device(build_ref).to(self.dev)
         except Exception as exc:  # noqa: BLE001
             raise Stop(REFERENCE_ERROR, f"cannot construct Model: {_one_line(exc)}",
                        error=_exc_error(exc, "reference_init", config), config=config) from None
         self.state.mark_candidate()
         try:
-            torch.manual_seed(seed)
-            cand = model_new(*copy.deepcopy(init))
+            def build_cand() -> Any:
+                torch.manual_seed(seed)
+                return model_new(*copy.deepcopy(init))
+
+            cand = self._on_device(build_cand)
             cand = cand.to(self.dev)
         except Exception as exc:  # noqa: BLE001
             raise Stop(RUNTIME_ERROR, f"ModelNew(*get_init_inputs()) raised {_one_line(exc)}",
@@ -2081,8 +2105,12 @@ class TorchWorker:
         try:
             torch.manual_seed(job.seed)
             init = [self._to_dev(a) for a in mod.get_init_inputs()]
-            torch.manual_seed(job.seed)
-            ref = mod.Model(*copy.deepcopy(init)).to(self.dev)
+
+            def build_ref() -> Any:
+                torch.manual_seed(job.seed)
+                return mod.Model(*copy.deepcopy(init))
+
+            ref = self._on_device(build_ref).to(self.dev)
         except Exception as exc:  # noqa: BLE001
             raise Stop(REFERENCE_ERROR, f"cannot construct Model: {_one_line(exc)}",
                        error=_exc_error(exc, "reference_init", "default"), config="default") from None

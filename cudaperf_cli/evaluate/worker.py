@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import math
 import os
 import signal
 import subprocess
@@ -83,6 +82,7 @@ from cudaperf_cli.evaluate.job import (
 )
 from cudaperf_cli.evaluate.timing import (
     SUSPICIOUS_SPEEDUP,
+    fit_reps,
     flush_size,
     speedup,
     summarize,
@@ -782,8 +782,7 @@ class Worker:
 
         if not samples:
             samples.append(one())
-        budget_ms = max(float(job.cpu_budget_s), 0.0) * 1e3
-        n = min(reps, max(1, math.floor(budget_ms / max(samples[0], 1e-6))))
+        n = fit_reps(max(float(job.cpu_budget_s), 0.0) * 1e3, samples[0], reps)
         while len(samples) < n:
             samples.append(one())
         return summarize(samples), sum(samples) / 1e3
@@ -1129,7 +1128,7 @@ class Worker:
                     self._call_candidate(args, where)
                     self._sync(where)
                     sync_samples.append((time.perf_counter() - t0) * 1e3)
-                    want = min(want, _fit(ts.max_total_ms, sync_samples[0], ts.sync_reps))
+                    want = min(want, fit_reps(ts.max_total_ms, sync_samples[0], ts.sync_reps))
                 sync_stats = summarize(sync_samples)
 
                 # end to end: copies in + call + sync + copies out (pageable host memory)
@@ -1153,7 +1152,7 @@ class Worker:
                     dt = (time.perf_counter() - t0) * 1e3
                     if warm is None:  # the first one is a warm-up
                         warm = dt
-                        want = _fit(ts.max_total_ms, dt, ts.e2e_reps)
+                        want = fit_reps(ts.max_total_ms, dt, ts.e2e_reps)
                         continue
                     e2e_samples.append(dt)
                 e2e_stats = summarize(e2e_samples)
@@ -1231,12 +1230,6 @@ class Worker:
         elif rt.slow:
             cr.message = (f"config '{cfg.name}': stopped timing after {len(rt.warmup)} call(s): "
                           f"~{rt.estimate_ms:.4g} ms > slow limit {job.slow_ms:.4g} ms")
-
-
-def _fit(budget_ms: float, one_ms: float, most: int) -> int:
-    """Repetitions of a ``one_ms`` measurement that fit ``budget_ms``: at least 1, at most
-    ``most``."""
-    return max(1, min(max(int(most), 1), math.floor(float(budget_ms) / max(one_ms, 1e-6))))
 
 
 # ---------------------------------------------------------------------------------------

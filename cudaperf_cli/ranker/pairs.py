@@ -3,7 +3,7 @@
 Inputs (any mix):
 
 - a ``candidates.jsonl`` file, or a ``cudaperf bench`` output folder holding one
-  (docs/bench.md, schema_version 1): the problem id is the row's ``problem``;
+  (docs/bench.md, schema_version 1 or 2): the problem id is the row's ``problem``;
 - an ``optimize`` run folder (``turns.jsonl`` + ``problem.json``): the problem id is
   ``<file name>:<function>`` from ``problem.json`` (``<file name>`` alone for a PyTorch
   problem);
@@ -15,6 +15,9 @@ Pairs are formed only between candidates of one problem **measured in one input*
 field, used for the split, is the id alone, so the same problem from two inputs always falls
 on one side of a split.  Identical sources (same SHA-256) in one input are kept once (the
 first measured).
+
+"Correct" below means verified (``statuses.VERIFIED``: ``correct``, and ``slow``, whose timing
+stopped after the warm-up because it was already far slower; its time is that estimate).
 
 - **speed** pair: two correct candidates with median GPU kernel times ``t_a``, ``t_b`` (ms)
   and IQRs ``iqr_a``, ``iqr_b`` (ms) when ``|t_a - t_b| > iqr_a + iqr_b`` (the gap exceeds
@@ -37,14 +40,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from cudaperf_cli import statuses
 from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.ranker import features as F
 
 SCHEMA_VERSION = 1
-#: Statuses of a candidate with a source that failed: the losing side of a correctness pair.
-#: Left out: ``no_device``, ``refused``, ``format_error``, ``pending`` (never built or run),
-#: ``reference_error`` (the reference failed, not the candidate).
-INCORRECT = frozenset({"compile_error", "compile_timeout", "runtime_error", "crash", "timeout", "wrong"})
+#: ``candidates.jsonl`` schema versions read here (docs/bench.md; 2 added ``slow`` and
+#: made ``correct`` mean verified; the fields read here did not change).
+CANDIDATES_SCHEMAS = (1, 2)
+#: Statuses of a candidate with a source that failed: the losing side of a correctness pair
+#: (``statuses.INCORRECT``: the compile, runtime and wrong stages).  Left out: ``no_device``,
+#: ``does_not_fit``, ``refused``, ``format_error``, ``pending`` (never built or run),
+#: ``guard_rejected`` (a reward hack, not a slower or broken kernel), ``reference_error``
+#: (the reference failed, not the candidate).
+INCORRECT = statuses.INCORRECT
+#: Statuses of the better side: verified (``correct``, ``slow``).
+VERIFIED = statuses.VERIFIED
 
 
 @dataclass
@@ -157,9 +168,10 @@ def read_candidates_file(path: Path) -> list[Candidate]:
     out = []
     for line, row in _read_jsonl(path):
         version = row.get("schema_version")
-        if version != 1:
+        if version not in CANDIDATES_SCHEMAS:
             raise CudaperfError(
-                f"{path}:{line}: candidates.jsonl schema_version {version!r}, this cudaperf reads 1"
+                f"{path}:{line}: candidates.jsonl schema_version {version!r}, this cudaperf reads "
+                + " or ".join(map(str, CANDIDATES_SCHEMAS))
             )
         problem = row.get("problem")
         if not isinstance(problem, str) or not problem:
@@ -323,7 +335,7 @@ def build_pairs(
         })
 
     for group in groups.values():
-        correct = [c for c in group if c.status == "correct"]
+        correct = [c for c in group if c.status in VERIFIED]
         wrong = [c for c in group if c.status in INCORRECT]
         stats.correct += len(correct)
         if correct or wrong:
@@ -438,7 +450,9 @@ def file_sha256(path: Path) -> str:
 
 
 __all__ = [
+    "CANDIDATES_SCHEMAS",
     "INCORRECT",
+    "VERIFIED",
     "SCHEMA_VERSION",
     "Candidate",
     "PairStats",

@@ -240,7 +240,7 @@ def load_train_config(path: Path | None, overrides: Mapping[str, Any] | None = N
     reward: dict[str, Any] = {}
     where = "the command line"
     if path is not None:
-        from cudaperf_cli.cli.config import load_config
+        from cudaperf_cli.config import load_config
 
         if path.is_dir():
             raise CudaperfError(f"--config {path} is a directory, not a TOML file")

@@ -1,14 +1,14 @@
 """The evaluation step of a training turn: build, verify and time one candidate, exactly as
 ``cudaperf optimize`` does, on a chosen GPU.
 
-- C problems: :class:`cudaperf_cli.agent.optimize.Evaluator` (nvcc, then the worker child
-  process that verifies on every configuration and times with CUDA events), with the
-  evaluation device set on every job (``EvalJob.device``).  The CPU baseline (gcc -O3, one
-  thread) is measured once per problem when a GPU is present (speedups need it).
-- PyTorch problems: the candidate's files are written to a folder and run through
-  :func:`cudaperf_cli.evaluate.torch_job.run_torch_evaluation` (build, static and dynamic
-  guards, verification, timing vs eager and torch.compile; ``TorchEvalJob.device``), then
-  copied into the record as ``agent/torch_optimize.py`` does.
+Both kinds go through the optimize driver's problem-kind interface (agent/kinds/): for each
+problem, ``kind.plan`` (configurations, memory plan), ``kind.open`` (C: the reference
+library) and, with a GPU, the baseline measured once (C: the CPU reference's median, the
+arrays' roles and the reference outputs every candidate job reads; PyTorch: eager and
+torch.compile medians, so every candidate is timed alone); then
+:meth:`~cudaperf_cli.agent.kinds.base.Evaluation.evaluate` per candidate, with the
+evaluation device set on every job.  A problem whose plan does not fit the device is
+``does_not_fit`` (no reward: excluded) for every candidate, with the bytes in the message.
 
 Every outcome of a candidate is a status of its :class:`~cudaperf_cli.agent.loop.TurnRecord`
 (``compile_error``, ``timeout``, ``crash``, ...): the evaluation runs in child processes with
@@ -37,20 +37,8 @@ class CandidateEvaluator(Protocol):
     def evaluate(self, spec: ProblemSpec, record: TurnRecord) -> None: ...
 
 
-def _device_evaluator_class() -> Any:
-    """``agent.optimize.Evaluator`` whose jobs run on ``device`` (imported lazily)."""
-    from cudaperf_cli.agent.optimize import Evaluator
-
-    @dataclass
-    class DeviceEvaluator(Evaluator):
-        device: int = 0
-
-        def job(self, lib_path: Path | None) -> Any:
-            job = super().job(lib_path)
-            job.device = self.device
-            return job
-
-    return DeviceEvaluator
+def _folder_name(name: str) -> str:
+    return name.replace(":", "-").replace("#", "-").replace("/", "-")
 
 
 @dataclass
@@ -62,10 +50,12 @@ class LocalEvaluator:
         device: CUDA device ordinal of the evaluations (as this process numbers devices).
         device_missing: no usable GPU: C candidates stop after the compile with status
             ``no_device`` (no reward: excluded); PyTorch candidates get ``no_device`` from
-            their worker.
+            their worker; no baseline is measured.
         workdir: reference libraries and PyTorch candidate folders go here.
         eval_timeout_s, compile_timeout_s: time limits, seconds.
         seed: seed of the input data.
+        slow_factor: ``slow_ms`` of a job = this x the lower of the problem's best correct
+            time so far and its baseline (``optimize --slow-factor``; 0: never ``slow``).
     """
 
     arch: str
@@ -75,66 +65,61 @@ class LocalEvaluator:
     eval_timeout_s: float = 120.0
     compile_timeout_s: float = 120.0
     seed: int = 0
-    _c: dict[str, Any] = field(default_factory=dict)
+    slow_factor: float = 10.0
+    _evals: dict[str, Any] = field(default_factory=dict)
     _counter: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def settings(self) -> Any:
+        """The :class:`~cudaperf_cli.agent.kinds.base.EvalSettings` of every job."""
+        from cudaperf_cli.agent.kinds.base import EvalSettings
+        from cudaperf_cli.evaluate.tolerances import resolve_tolerances
+
+        return EvalSettings(arch=self.arch, seed=self.seed, eval_timeout_s=self.eval_timeout_s,
+                            compile_timeout_s=self.compile_timeout_s, device=self.device,
+                            device_missing=self.device_missing, tolerances=resolve_tolerances(),
+                            slow_factor=self.slow_factor, allow_torch_ops=False)
+
     def prepare(self, specs: list[ProblemSpec], say: Callable[[str], None] = lambda s: None) -> None:
-        """Build each C problem's reference (gcc -O3) and, with a GPU, measure its CPU
-        baseline once (the denominator of every speedup of that problem).
+        """Plan each problem, build each C problem's reference (gcc -O3) and, with a GPU,
+        measure each problem's baseline once (the denominator of every speedup of that
+        problem).  A problem that does not fit the device is said once (``say``).
 
         Raises:
             CudaperfError: a reference that does not build or fails on its own data.
         """
-        from cudaperf_cli.agent.optimize import verification_configs
-        from cudaperf_cli.build import default_cache_root
-        from cudaperf_cli.problems.c import build_reference
+        from cudaperf_cli.agent.kinds import kind_named
+        from cudaperf_cli.agent.kinds.base import check_fit, probe_run_device
 
-        cls = _device_evaluator_class()
+        device = probe_run_device(None if self.device_missing else self.arch, self.device)
+        settings = self.settings()
         for spec in specs:
-            if spec.kind != "c":
-                continue
-            folder = self.workdir / "reference" / spec.name.replace(":", "-").replace("#", "-")
-            folder.mkdir(parents=True, exist_ok=True)
-            reference = build_reference(spec.problem, folder)
-            ev = cls(
-                problem=spec.problem, reference=reference, configs=verification_configs(spec.problem),
-                arch=self.arch, cache_root=default_cache_root(), eval_timeout_s=self.eval_timeout_s,
-                compile_timeout_s=self.compile_timeout_s, seed=self.seed,
-                device_missing=self.device_missing, device=self.device,
-            )
-            if not self.device_missing:
-                say(f"{spec.name}: measuring the CPU baseline ({reference.baseline_name})")
+            kind = kind_named(spec.kind)
+            plan = kind.plan(spec.problem, device)
+            ev = kind.open(spec.problem, plan, settings, self.workdir / _folder_name(spec.name))
+            refusal = check_fit(plan, device, spec.name)
+            if refusal is not None:
+                ev.refuse(refusal)
+                say(f"{spec.name}: {refusal}: its candidates are does_not_fit (no reward)")
+            elif not self.device_missing:
+                say(f"{spec.name}: measuring the baseline ({ev.baseline_name})")
                 ev.measure_baseline()
-            self._c[spec.name] = ev
+                for w in ev.warnings:
+                    say(f"{spec.name}: warning: {w}")
+            self._evals[spec.name] = ev
 
     def evaluate(self, spec: ProblemSpec, record: TurnRecord) -> None:
-        if spec.kind == "c":
-            self._evaluate_c(spec, record)
-        else:
-            self._evaluate_torch(spec, record)
-
-    def _evaluate_c(self, spec: ProblemSpec, record: TurnRecord) -> None:
-        ev = self._c.get(spec.name)
+        ev = self._evals.get(spec.name)
         if ev is None:
             raise RuntimeError(f"problem {spec.name} was not prepared")
-        ev.run(record, record.source or "", lambda _stage: None)
-        if record.baseline is None:
-            record.baseline = getattr(ev.reference, "baseline_name", None)
+        folder = None
+        if spec.kind == "torch":  # a folder per candidate: the same turn recurs every step
+            with self._lock:
+                self._counter += 1
+                n = self._counter
+            folder = self.workdir / "candidates" / f"{_folder_name(spec.name)}-{n:06d}"
+        ev.evaluate(record, folder=folder)
         ev.reports.clear()  # the structure reports are not kept (memory over a long run)
-
-    def _evaluate_torch(self, spec: ProblemSpec, record: TurnRecord) -> None:
-        # As cudaperf optimize evaluates it, on this evaluator's device, a folder per candidate.
-        from cudaperf_cli.agent.torch_optimize import evaluate_torch_candidate
-
-        with self._lock:
-            self._counter += 1
-            n = self._counter
-        evaluate_torch_candidate(
-            record, self.workdir / "candidates" / f"{spec.name.replace('#', '-')}-{n:06d}", spec.problem,
-            seed=self.seed, arch=self.arch, allow_torch_ops=False, build_timeout_s=self.compile_timeout_s,
-            eval_timeout_s=self.eval_timeout_s, device=self.device,
-        )
 
 
 def pick_devices(gpu_count: int, eval_device: int | None) -> tuple[str, int]:

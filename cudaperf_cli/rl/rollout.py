@@ -416,24 +416,17 @@ class MultiTurnRollout:
 
     def _record(self, spec: ProblemSpec, turn: int, history: list[TurnRecord], gen: Generation,
                 prompt_tokens: int, latency_s: float, trajectory: int) -> TurnRecord:
-        """The reply as ``cudaperf optimize`` records it (``run_turn`` of agent/optimize.py
-        and agent/torch_optimize.py): a pending record with the candidate, or a
+        """The reply as ``cudaperf optimize`` records it (the problem kind's
+        ``candidate_record``, agent/kinds/): a pending record with the candidate, or a
         ``format_error`` one."""
         reply = Reply(gen.text, prompt_tokens=prompt_tokens, completion_tokens=len(gen.completion_ids),
                       latency_s=latency_s)
         proposal = self._policy(reply).propose_samples(spec.problem, turn, history, 1)[0]
         mapping = dict(proposal.mapping)
         mapping["trajectory"] = trajectory
-        if spec.kind == "torch":
-            from cudaperf_cli.agent.torch_optimize import torch_candidate_record
+        from cudaperf_cli.agent.kinds import kind_named
 
-            return torch_candidate_record(proposal, turn, mapping=mapping)
-        record = TurnRecord(turn, proposal.policy, proposal.description, "pending",
-                            source=proposal.source, mapping=mapping)
-        if not proposal.source.strip():
-            record.status = "format_error"
-            record.message = str(mapping.get("format_error") or "the reply had no usable code")
-        return record
+        return kind_named(spec.kind).candidate_record(proposal, turn, mapping=mapping)
 
     def _evaluate_all(self, jobs: list[tuple[ProblemSpec, TurnRecord]]) -> None:
         """Evaluate the pending records, ``eval_workers`` at a time.  On Ctrl-C the queued
