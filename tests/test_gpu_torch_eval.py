@@ -121,10 +121,14 @@ def test_fast_format_candidate_is_verified_and_timed(arch: str, build_root: Path
     assert all(c.status == "correct" and c.trials_run == 3 for c in r.configs)
     assert r.device is not None and r.device["arch"] == arch
     assert r.build["format"] == "fast" and r.build["libs"][0]["file"] == "kernel.cu"
-    lp = r.configs[0].lower_precision
+    lp = r.configs[-1].lower_precision  # the float64 comparison runs on the smallest config
     assert lp is not None and lp["candidate_rel_err"] <= lp["threshold"]
     _check_profile(r)
     _check_timing(r)
+    # memory: within 3 x the footprint plus the flush buffer; the GPU was waited for apart
+    assert r.footprint_bytes == 2 * 64 * 16384 * 4
+    assert r.peak_gpu_bytes is not None and r.peak_gpu_bytes <= 3 * r.footprint_bytes + r.timing.flush_bytes
+    assert r.prepare_s is not None and r.prepare_s > 0 and r.lock_wait_s >= 0
 
 
 def test_load_inline_candidate_is_verified_and_timed(arch: str, build_root: Path) -> None:
@@ -244,3 +248,47 @@ def test_private_stream_is_seen_by_the_profiler(arch: str, build_root: Path, tmp
     assert r.status == GUARD_REJECTED and r.guard is not None and r.guard["id"] == SIDE_STREAM, _why(r)
     assert r.profile is not None and r.profile["side_stream_launches"], r.profile
     assert "not on the current stream" in r.guard["reason"]
+
+
+# ---------------------------------------------------------------------------------------
+# Baseline once per run, slow candidates, memory bounds at KernelBench sizes
+# ---------------------------------------------------------------------------------------
+
+
+def test_baseline_job_times_eager_and_compile_once(arch: str, build_root: Path) -> None:
+    job = TorchEvalJob(problem=str(PROBLEM), candidate=[], mode="baseline", arch=arch,
+                       build_root=str(build_root), timing=TIMING)
+    r = run_torch_evaluation(job, timeout_s=300)
+    assert r.status == "reference_only", _why(r)
+    t = r.timing
+    assert t.candidate is None and t.eager.median_ms > 0
+    assert t.compile is not None or t.compile_error
+    assert r.degenerate is False and r.footprint_bytes == 2 * 64 * 16384 * 4
+    # a candidate of the run then times itself alone against those numbers
+    base = {"eager": t.eager.median_ms, "compile": t.compile.median_ms if t.compile else None}
+    c = _run(CANDS / "fast_ok", arch, build_root, baseline_ms=base)
+    assert c.status == "correct", _why(c)
+    assert c.timing.eager is None and c.timing.speedup_eager == pytest.approx(
+        base["eager"] / c.timing.candidate.median_ms)
+
+
+def test_a_candidate_past_the_slow_limit_is_slow(arch: str, build_root: Path) -> None:
+    r = _run(CANDS / "fast_ok", arch, build_root, slow_ms=1e-6, baseline_ms={"eager": 1.0})
+    assert r.status == "slow", _why(r)
+    assert r.timing.candidate is None and r.timing.warmup_reps == 1
+    assert r.summary["gpu_ms"] == r.timing.candidate_estimate_ms > 1e-6
+
+
+def test_a_large_problem_stays_within_three_footprints(arch: str, build_root: Path, tmp_path: Path) -> None:
+    """scaled_relu at 4096 x 262144 float32: a 4.3 GB input, a 4.3 GB output (KernelBench
+    level 1's activations are 6.4 GB each).  The evaluation holds one input set, both outputs
+    and comparison chunks: at most 3 x footprint + flush."""
+    big = tmp_path / "big_relu.py"
+    big.write_text(PROBLEM.read_text().replace("batch_size = 64", "batch_size = 4096").replace(
+        "dim = 16384", "dim = 262144"))
+    r = _run(CANDS / "fast_ok", arch, build_root, problem=big, shapes=[{"batch_size": 2049, "dim": 131073}],
+             timeout_s=600)
+    assert r.status == "correct", _why(r)
+    fp = 2 * 4096 * 262144 * 4
+    assert r.footprint_bytes == fp
+    assert r.peak_gpu_bytes <= 3 * fp + r.timing.flush_bytes, (r.peak_gpu_bytes / 1e9, fp / 1e9)

@@ -1716,8 +1716,30 @@ class TorchWorker:
             if inplace:  # the reference wrote its inputs: the float64 run gets them afresh
                 del cin
                 inputs = self._inputs(ctx.mod, trial_seed(job.seed, self.configs_index(name), t), name, t)
-            lp = self._lower_precision(ref, inputs, out, rout, name, t)
+            if self._fp64_fits(ref, inputs, rout, name):
+                lp = self._lower_precision(ref, inputs, out, rout, name, t)
         return _Trial(True, "", checks, lower_precision=lp, out_fingerprint=out_fp)
+
+    def _fp64_fits(self, ref: Any, inputs: Sequence[Any], rout: Any, name: str) -> bool:
+        """Whether the float64 run (a float64 copy of the model, its inputs and its outputs,
+        twice the bytes of each) stays within the memory plan (3 x footprint + the flush
+        buffer); else a warning says the check was not run."""
+        torch = self.torch
+        if self.host or self.footprint_bytes is None:
+            return True
+        def nb(ts: Any) -> int:
+            return sum(int(x.numel()) * x.element_size() for x in ts if isinstance(x, torch.Tensor))
+        extra = 2 * (nb(inputs) + nb([o for _, o in flatten_outputs(rout)]) + nb(ref.parameters())
+                     + nb(ref.buffers()))
+        flush = flush_size((self.device_info or {}).get("l2_bytes"), self.job.timing)
+        held = int(torch.cuda.memory_allocated(self.dev))
+        if held + extra <= 3 * self.footprint_bytes + flush:
+            return True
+        self.precision_note = (
+            f"lower_precision (float64 comparison) not run at config '{name}': its float64 copies "
+            f"({extra / 1e9:.1f} GB) would pass the memory plan of 3 x the footprint")
+        self.warnings.append(self.precision_note)
+        return False
 
     def configs_index(self, name: str) -> int:
         """The index of configuration ``name`` (``default`` 0, ``altK`` K)."""
