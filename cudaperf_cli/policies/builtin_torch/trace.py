@@ -48,6 +48,7 @@ result's kind: ``tensor`` (with ``shape``, ``dtype``, ``contiguous``), ``number`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -262,6 +263,9 @@ def trace_constant_sets(problem: TorchProblem) -> list[dict[str, int]]:
     total = sum(s.numel for s in problem.inputs if s.kind == "tensor")
     names = [n for n in problem.input_constants if n in base]
     sets: list[dict[str, int]] = []
+    probe = getattr(problem, "probe_constants", None)
+    if probe:  # the loader ran the model on data at these: they run
+        sets.append({**base, **{k: int(v) for k, v in probe.items()}})
     if total > SHRINK_ABOVE and names:
         for k in (6, 4, 2):
             shrunk = {n: max(min(base[n], 4), base[n] >> k) for n in names}
@@ -307,7 +311,11 @@ def trace_problem(
         sets = [{**{k: int(v) for k, v in problem.constants.items()}, **{k: int(v) for k, v in constants.items()}}]
     else:
         sets = trace_constant_sets(problem)
-    job = {"path": str(problem.path), "constant_sets": sets}
+    total = sum(s.numel for s in problem.inputs if s.kind == "tensor")
+    # The problem's own (last) sizes run on the meta device when they are large: shapes
+    # without data (KernelBench level 1 has 6-17 GB inputs, too much for a CPU run here).
+    job = {"path": str(problem.path), "constant_sets": sets,
+           "meta_last": constants is None and total > SHRINK_ABOVE}
     name = problem.path.name
     with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
         doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
@@ -783,24 +791,28 @@ def _run_job(job: Mapping[str, Any], torch: Any) -> dict[str, Any]:
     tracer = _Tracer(torch)
     sets = list(job.get("constant_sets") or [{}])
     first_error: dict[str, Any] | None = None
-    for consts in sets:
+    for k_set, consts in enumerate(sets):
+        meta = bool(job.get("meta_last")) and k_set == len(sets) - 1
+        ctx = torch.device("meta") if meta else contextlib.nullcontext()
         try:
             apply_constants(module, {k: int(v) for k, v in consts.items()})
         except ProbeError as exc:
             first_error = first_error or {"ok": False, "error": str(exc), "hint": None, "reason": "problem"}
             continue
         try:
-            torch.manual_seed(INIT_SEED)
-            init = module.get_init_inputs()
-            model = module.Model(*init)
-            torch.manual_seed(INPUT_SEEDS[0])
-            inputs = list(module.get_inputs())
+            with ctx:
+                torch.manual_seed(INIT_SEED)
+                init = module.get_init_inputs()
+                model = module.Model(*init)
+                torch.manual_seed(INPUT_SEEDS[0])
+                inputs = list(module.get_inputs())
         except BaseException as exc:  # noqa: BLE001 - user code
             err = describe_exception(exc, path, "building Model / get_inputs()")
             first_error = first_error or {"ok": False, "error": str(err), "hint": err.hint, "reason": "problem"}
             continue
         try:
-            graph = tracer.trace(model, inputs)
+            with ctx:
+                graph = tracer.trace(model, inputs)
         except _Refusal as exc:
             if "cannot trace" in str(exc):
                 return {"ok": False, "error": str(exc), "hint": exc.hint, "reason": "untraceable"}
