@@ -359,3 +359,19 @@ def test_rl_evaluates_through_the_kinds(tmp_path):
     record = TurnRecord(1, "train", "x", "pending", source="x")
     ev.evaluate(spec, record)
     assert record.status == "does_not_fit"
+
+
+def test_a_degenerate_problem_runs_with_a_warning_and_the_flag(tmp_path):
+    """KernelBench ships files whose outputs ignore the inputs: evaluated as given, flagged."""
+    pytest.importorskip("torch")
+    (tmp_path / "degen.py").write_text(torch_problem.replace("torch.relu(x) * 2.0", "torch.relu(x - 1000.0)"))
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": "no code here"}) + "\n")
+    proc = cli("optimize", "degen.py", "--policy", "replay", "--replay", "r.jsonl", "--turns", "1", "--json",
+               cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # the reply had no code: no correct candidate
+    doc = json.loads(proc.stdout)
+    assert doc["degenerate"] is True and doc["problem_status"] is None
+    assert [t["status"] for t in doc["turns"]] == ["format_error"]
+    warned = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1 and "do not depend on the inputs" in warned[0]
+    assert any("do not depend on the inputs" in w for w in doc["warnings"])

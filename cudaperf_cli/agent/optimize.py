@@ -142,13 +142,13 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
                 console.print(line)
         if evaluation.baseline_json() is not None:
             store.write_json("baseline.json", evaluation.baseline_json())
-    if evaluation.degenerate:
+    if evaluation.degenerate and not getattr(problem, "degenerate", False):  # the loader says it itself
         evaluation.warnings.append(
             f"{opts.file.name}: the outputs do not depend on the inputs (a degenerate problem, "
             "evaluated as given: a candidate returning a constant passes)")
-    for w in evaluation.warnings:
-        print(f"warning: {w}", file=sys.stderr)
     warnings.extend(evaluation.warnings)
+    for w in warnings[len(plan.notes):]:  # the loader's remarks and the baseline's
+        print(f"warning: {w}", file=sys.stderr)
 
     # 5. the turns
     observer: Any = (RichObserver(console, f"{kind.title(problem)}: {opts.policy} policy",

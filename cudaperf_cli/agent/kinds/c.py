@@ -126,8 +126,9 @@ class CEvaluation(Evaluation):
             extra["slow_ms"] = self.slow_ms()
             if self.baseline is not None:
                 extra.update(cpu_baseline_ms=self.baseline.cpu_ms, array_roles=self.baseline.roles)
-                if self.baseline.reference_outputs and Path(self.baseline.reference_outputs).is_dir():
-                    extra["reference_outputs"] = self.baseline.reference_outputs
+                # the folder of this run (a resumed run may start from another directory)
+                if self.baseline.reference_outputs and self.outputs_dir.is_dir():
+                    extra["reference_outputs"] = str(self.outputs_dir)
         return EvalJob.from_problem(self.problem, ref_lib=self.reference, cand_lib=lib_path,
                                     configs=self.configs, seed=self.settings.seed, **extra)
 
