@@ -1303,3 +1303,28 @@ def test_fit_reps() -> None:
     assert fit_reps(2000.0, 0.001, 10) == 10  # at most `most`
     assert fit_reps(20_000.0, 9982.0, 7) == 2  # adi's CPU baseline at LARGE (measured 10 s)
     assert fit_reps(1.0, 0.0, 3) == 3
+
+
+def test_fast_path_agrees_with_the_exact_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks cleared by the fast check and chunks decided by the exact rule give the same
+    verdicts and the same largest errors (float32 within a rounding of the difference)."""
+    rng = np.random.default_rng(3)
+    ref = rng.random(5000).astype(np.float32)
+    cand = ref.copy()
+    cand[::3] += np.float32(4e-5)  # well within atol + rtol |ref| = 1e-4 + 1e-4 |ref|
+    monkeypatch.setattr(verify, "CHUNK", 1000)
+    fast = compare_arrays("a", cand, ref)
+    monkeypatch.setattr(verify, "_within", lambda *a: None)  # the exact rule only
+    slow = compare_arrays("a", cand, ref)
+    assert fast.ok and slow.ok
+    assert fast.max_abs_err == pytest.approx(slow.max_abs_err, rel=1e-6)
+    assert fast.max_rel_err == pytest.approx(slow.max_rel_err, rel=1e-6)
+    monkeypatch.undo()
+    edge = ref.copy()
+    edge[10] = ref[10] + np.float32(0.99999 * (1e-4 + 1e-4 * ref[10]))  # inside, past the margin
+    edge[20] = ref[20] + np.float32(1.01 * (1e-4 + 1e-4 * ref[20]))  # outside
+    c = compare_arrays("a", edge, ref)
+    assert not c.ok and c.n_mismatch == 1 and c.first_mismatch["index"] == [20]
+    inf_ref = ref.copy()
+    inf_ref[5] = np.inf
+    assert not compare_arrays("a", ref.copy(), inf_ref).ok  # finite vs inf: never "within"
