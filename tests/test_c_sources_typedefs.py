@@ -263,6 +263,24 @@ def test_typedef_of_array_in_a_c99_declarator(tmp_path: Path) -> None:
     assert problem.param("out").extents == ("n",)
 
 
+def test_const_through_pointer_typedefs_follows_c(tmp_path: Path) -> None:
+    prob = write(tmp_path / "c.c", """\
+        typedef double *dp;
+        typedef const double cd;
+        typedef cd *cdp;
+        typedef const dp const_ptr;
+        // cudaperf: a[n] b[n] c[n] d[n]
+        void f(int n, const dp a, cdp b, const_ptr c, dp d) {
+          for (int i = 0; i < n; i++) { a[i] = b[i]; c[i] = 0; d[i] = 1; }
+        }
+        int main(void) { return 0; }
+    """)
+    problem = load_c_problem(prob, sizes={"n": 3})
+    const = {a.name: a.const for a in problem.arrays}
+    # const dp / const_ptr: a const pointer to writable data; cdp: pointer to const data
+    assert const == {"a": False, "b": True, "c": False, "d": False}
+
+
 @pytest.mark.parametrize(
     "decl, name, message",
     [

@@ -219,19 +219,21 @@ def collect_typedefs(root: Node) -> dict[str, Typedef]:
 
 
 def resolve_typedef(
-    type_text: str, typedefs: Mapping[str, Typedef]
+    type_text: str, typedefs: Mapping[str, Typedef], const: bool = False
 ) -> tuple[str, bool, tuple[tuple[str, str | None], ...], str | None]:
     """Follow a chain of typedef names to the type they stand for.
 
     A name cudaperf knows as an element type (``int32_t``, ``size_t``) is not followed.
+    ``const`` says the declaration's own specifiers are ``const`` (``const T x``); a
+    ``const`` reaches the element type unless it qualifies a pointer typedef
+    (``typedef double *dp; const dp x;`` is a const pointer to non-const data), as in C.
 
     Returns:
         ``(type_text, const, dims, problem)``: the base type's normalised spelling, whether
-        some typedef of the chain was ``const``, the pointer/array operators the chain adds
-        (outermost first, to be placed after the declarator's own), and why the chain
-        cannot be a parameter's type (a function type, a cycle) or None.
+        the elements are ``const``, the pointer/array operators the chain adds (outermost
+        first, to be placed after the declarator's own), and why the chain cannot be a
+        parameter's type (a function type, a cycle) or None.
     """
-    const = False
     dims: tuple[tuple[str, str | None], ...] = ()
     seen: set[str] = set()
     while type_text in typedefs and type_text not in C_TYPE_TO_DTYPE:
@@ -241,7 +243,9 @@ def resolve_typedef(
         td = typedefs[type_text]
         if td.problem is not None:
             return type_text, const, dims, f"'{td.name}' is a typedef of {td.problem}"
-        const = const or td.const
+        if td.dims and td.dims[0][0] == "pointer":
+            const = False  # a const on this name qualifies the pointer, not the data
+        const = const or td.const  # the typedef's own const qualifies what it names
         dims = dims + td.dims
         type_text = td.type_text
     return type_text, const, dims, None
@@ -257,8 +261,7 @@ def param_decl(node: Node, typedefs: Mapping[str, Typedef] | None = None) -> Par
     td_problem: str | None = None
     if typedefs and type_text in typedefs and type_text not in C_TYPE_TO_DTYPE:
         written = type_text
-        type_text, td_const, td_dims, td_problem = resolve_typedef(type_text, typedefs)
-        const = const or td_const
+        type_text, const, td_dims, td_problem = resolve_typedef(type_text, typedefs, const)
     # Walk the declarator from the outside in; C reads it inside out, so the operator
     # nearest the name is the outermost dimension: reverse at the end.
     dims_inside_out: list[tuple[str, str | None]] = []  # (kind, extent)
