@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaperf_cli.core import CudaperfError, ProblemError
+from cudaperf_cli.core import CudaperfError, ProblemError, ToolchainError
 from cudaperf_cli.problems.pytorch import (
     TensorSpec,
     TorchLoadError,
@@ -616,3 +616,15 @@ def test_hanging_file_is_killed_at_the_time_limit_and_the_folder_goes_on(tmp_pat
     assert by["b_crash"] == "b_crash.py: the loader process exited with status 7 while importing the file"
     # three children (hang, crash, rest), each importing torch: well under a minute
     assert elapsed < 60
+
+
+def test_a_loader_past_its_memory_bound_is_killed_with_a_message(tmp_path: Path, monkeypatch) -> None:
+    """A problem whose data run would take most of the machine's memory (here: the bound is
+    set tiny) is stopped with one line naming the bytes, and the folder goes on."""
+    pytest.importorskip("torch")
+    import cudaperf_cli.problems.pytorch as P
+
+    monkeypatch.setattr(P, "LOADER_MEMORY_SHARE", 1e-9)  # a few bytes: torch alone passes it
+    (tmp_path / "a.py").write_text(textwrap.dedent(GOOD))
+    with pytest.raises(ToolchainError, match="the loader passed .* GB of host memory"):
+        load_torch_problems(tmp_path, timeout_s=30)

@@ -52,6 +52,19 @@ PROBE_MODULE = "cudaperf_cli.problems.pytorch_probe"
 STARTUP_TIMEOUT_S = 180.0
 #: Characters of the child's stderr kept for crash messages.
 _STDERR_TAIL = 2000
+#: The loader child is killed, with a message, above this share of the machine's memory.
+LOADER_MEMORY_SHARE = 0.75
+#: Seconds between two reads of the loader child's resident memory.
+MEMORY_POLL_S = 0.5
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid``, bytes (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -472,6 +485,11 @@ def _talk(
     sel.register(proc.stdout, selectors.EVENT_READ)
     fd = proc.stdout.fileno()
     buf = b""
+    try:
+        total: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = None
+    limit = None if total is None else int(LOADER_MEMORY_SHARE * total)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     ready = False
     current: _FileJob | None = None
@@ -495,7 +513,18 @@ def _talk(
                 "a problem must load in seconds: shrink its module-level constants or raise the time limit",
             )
             return
-        events = sel.select(remaining)
+        events = sel.select(min(remaining, MEMORY_POLL_S))
+        rss = _rss_bytes(proc.pid)
+        if limit is not None and rss > limit:
+            kill_process_group(proc)
+            where = _PHASE_WORDS.get(phase, "in " + str(phase))
+            msg = (f"the loader passed {rss / 1e9:.1f} GB of host memory (limit {limit / 1e9:.1f} GB, "
+                   f"3/4 of this machine) {where}")
+            if current is None:
+                raise ToolchainError(msg)
+            current.seconds = time.monotonic() - started
+            current.error = (msg, "the problem is too large to run on this machine's CPU; shrink its constants")
+            return
         if not events:
             continue
         chunk = os.read(fd, 65536)
