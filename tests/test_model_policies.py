@@ -192,8 +192,10 @@ def test_unreachable_server_is_one_line_exit_3(tmp_path):
     assert proc.returncode == 3, proc.stderr
     lines = error_lines(proc)
     assert url in lines[0] and "cannot reach" in lines[0], lines
-    # one error line; the hint says how to resume the run (nothing done is lost)
-    assert len(lines) == 2 and lines[1].startswith("hint: ") and "--resume" in lines[1], lines
+    # checked before any work (issue 18): one error line, a hint to start the server, and
+    # no resume hint (no turn ran: there is nothing to resume)
+    assert len(lines) == 2 and lines[1].startswith("hint: ") and "--resume" not in proc.stderr, lines
+    assert not (tmp_path / "cudaperf-runs").exists()
     assert "Traceback" not in proc.stderr
 
 
