@@ -193,7 +193,7 @@ def test_every_example_loads_with_small_sizes(examples):
         assert [s.shape for s in p.outputs] == outs, p.name
         assert all(s.dtype == "float32" and s.kind == "tensor" for s in p.inputs + p.outputs), p.name
         assert p.constants == {**p.constants, **SMALL[p.name]}
-        assert p.load_seconds > 0.0
+        assert p.load_seconds >= 0.0
         assert p.warnings == ()
         # small sizes: the data checks ran at the main sizes, whose footprint is known
         assert p.probe_constants is None and p.outputs_at_main, p.name
