@@ -218,9 +218,11 @@ class TorchEvaluation(Evaluation):
             problem=str(self.problem.path), candidate=[], mode="baseline", seed=self.settings.seed,
             tolerances=self.settings.tolerances, compile_baseline=self.settings.compile_baseline,
             arch=self.settings.arch, device=self.settings.device, static_guards=False,
+            modifies_inputs=bool(getattr(self.problem, "modifies_inputs", False)),
         )
         try:
-            result = run_torch_evaluation(job, timeout_s=self.settings.eval_timeout_s)
+            result = run_torch_evaluation(job, timeout_s=self.settings.eval_timeout_s,
+                                          footprint=getattr(self.problem, "footprint_bytes", None))
         except ValueError as exc:  # a worker without the baseline mode refuses the job
             self.warnings.append(f"the PyTorch baseline could not be measured once ({exc}); "
                                  "every candidate times eager itself")
@@ -283,8 +285,10 @@ class TorchEvaluation(Evaluation):
             build_timeout_s=s.compile_timeout_s, compile_baseline=s.compile_baseline, device=s.device,
             tolerances=s.tolerances, slow_ms=self.slow_ms(),
             baseline_ms=None if self.baseline is None else self.baseline.baseline_ms,
+            modifies_inputs=bool(getattr(self.problem, "modifies_inputs", False)),
         )
-        result = run_torch_evaluation(job, timeout_s=s.eval_timeout_s)
+        result = run_torch_evaluation(job, timeout_s=s.eval_timeout_s,
+                                      footprint=getattr(self.problem, "footprint_bytes", None))
         fill_from_torch_result(record, result, s.tolerances, self.baseline)
         cu = cuda_source_of(files)
         if cu is not None and record.status not in ("compile_error", "compile_timeout"):
