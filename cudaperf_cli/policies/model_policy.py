@@ -27,6 +27,8 @@ as a failed candidate with status ``format_error``.
 
 from __future__ import annotations
 
+from cudaperf_cli.statuses import VERIFIED
+
 from typing import Any, Sequence
 
 from cudaperf_cli.core import CudaperfError
@@ -52,10 +54,10 @@ def outcome_line(r: Any) -> str:
     ``"correct, GPU 0.52 ms, 12.3x kernel-only vs gcc -O3, 1 thread"`` or ``"compile error:
     <first line>"``.  ``r`` is a :class:`~cudaperf_cli.agent.loop.TurnRecord`."""
     status = getattr(r, "status", "?")
-    if status == "correct" and getattr(r, "gpu_ms", None) is not None:
+    if status in VERIFIED and getattr(r, "gpu_ms", None) is not None:
         speed = getattr(r, "speedup_kernel", None)
         vs = f", {speed:.3g}x kernel-only vs {r.baseline}" if speed is not None else ""
-        return f"correct, GPU {r.gpu_ms:.4g} ms{vs}"
+        return f"{status}, GPU {r.gpu_ms:.4g} ms{vs}"
     message = " ".join((getattr(r, "message", "") or "").split())
     if len(message) > 160:
         message = message[:157] + "..."
@@ -233,7 +235,7 @@ def _summary(exchanges: list[tuple[Any, list[dict[str, str]]]], history: Sequenc
             lines.append(f"- Hint from the user after turn {turn + 1}: {hints[turn]}")
     fastest = None
     for r in history:
-        if r.status == "correct" and r.gpu_ms is not None and (fastest is None or r.gpu_ms < fastest.gpu_ms):
+        if r.status in VERIFIED and r.gpu_ms is not None and (fastest is None or r.gpu_ms < fastest.gpu_ms):
             fastest = r
     if fastest is not None and fastest.turn in turns and fastest.source:
         lines.append(

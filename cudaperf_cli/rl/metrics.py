@@ -28,6 +28,8 @@ population ones (``statistics.pstdev``).
 
 from __future__ import annotations
 
+from cudaperf_cli.statuses import VERIFIED
+
 import datetime as _dt
 import importlib.util
 import json
@@ -70,7 +72,7 @@ def step_metrics(batch: RolloutBatch) -> dict[str, Any]:
             "turn": t + 1, "n": len(at), "rewarded": len(rewards),
             "reward_mean": _mean(rewards), "reward_std": _pstd(rewards),
             "return_mean": _mean(returns),
-            "correct_share": (sum(1 for s in at if s.record.status == "correct") / len(at)) if at else None,
+            "correct_share": (sum(1 for s in at if s.record.status in VERIFIED) / len(at)) if at else None,
         })
     tokens = [s.tokens for s in samples]
     keys = summary["speedup_keys"]

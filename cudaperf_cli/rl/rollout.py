@@ -41,6 +41,8 @@ fake evaluation results.
 
 from __future__ import annotations
 
+from cudaperf_cli.statuses import VERIFIED
+
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -474,7 +476,7 @@ class MultiTurnRollout:
         probability against the group's other correct candidates (0.5 when it is the only
         one; ``ranker/select.py``).  The LM ranker reads the problem id as ``cudaperf data
         pairs`` names an optimize run's (``<file name>:<function>``, or the file name)."""
-        correct = [s for s in group if s.record.status == "correct"]
+        correct = [s for s in group if s.record.status in VERIFIED]
         if not correct:
             return
         texts = [s.record.source or "" for s in correct]  # a PyTorch record's source is its kernel.cu

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from cudaperf_cli.agent.loop import TurnRecord
-from cudaperf_cli.statuses import DOES_NOT_FIT, VERIFIED
+from cudaperf_cli.statuses import DOES_NOT_FIT, SLOW, VERIFIED
 
 #: ``stage(name)``: the evaluation says which stage it is in (the live table's spinner).
 StageFn = Callable[[str], None]
@@ -332,7 +332,14 @@ class Evaluation(ABC):
         if self.refusal is not None:
             record.status, record.message = DOES_NOT_FIT, self.refusal
         else:
+            best, base = self.best_ms, self.baseline_ms()
             self._evaluate(record, stage, folder)
+            if record.status == SLOW:  # what the slow limit was relative to (feedback, bench)
+                refs = [(v, name) for v, name in ((best, "best"), (base, "baseline"))
+                        if isinstance(v, (int, float)) and v > 0]
+                if refs:
+                    record.slow_ref_ms, record.slow_ref = min(refs)
+                record.slow_factor = self.settings.slow_factor
             self.note(record)
         if record.baseline is None:
             record.baseline = self.baseline_name
