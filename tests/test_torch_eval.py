@@ -849,7 +849,7 @@ def test_host_candidate_far_slower_than_the_limit_is_slow(
     r = _run_host(job, monkeypatch)
     assert r.status == "slow", r.message
     t = r.timing
-    assert t.candidate is None and t.candidate_estimate_ms >= 40 and t.slow_ms == 1.0
+    assert t.candidate.n == 1 and t.candidate_estimate_ms >= 40 and t.slow_ms == 1.0
     assert t.warmup_reps == 1  # stopped after the first call
     assert r.summary["gpu_ms"] == t.candidate_estimate_ms
     assert "timing stopped early" in r.message and "slow limit 1 ms" in r.message

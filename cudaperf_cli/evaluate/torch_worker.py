@@ -2024,7 +2024,8 @@ class TorchWorker:
         self._check_patching("during the timed calls", "default")
         if cargs is not inputs:
             del cargs
-        cand_stats = summarize(reps.samples) if reps.samples else None
+        # A slow candidate's statistics are those of the warm-up calls that gave the estimate.
+        cand_stats = summarize(reps.samples) if reps.samples else summarize(reps.warmup)
 
         eager_stats = compile_stats = None
         compile_error = None
