@@ -1328,3 +1328,41 @@ def test_fast_path_agrees_with_the_exact_rule(monkeypatch: pytest.MonkeyPatch) -
     inf_ref = ref.copy()
     inf_ref[5] = np.inf
     assert not compare_arrays("a", ref.copy(), inf_ref).ok  # finite vs inf: never "within"
+
+
+CTOR_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+  const char *p = getenv("CUDAPERF_TEST_LOADED");
+  if (p) { FILE *f = fopen(p, "a"); if (f) { fputs("loaded\n", f); fclose(f); } }
+  if (getenv("CUDAPERF_TEST_CTOR_CRASH")) *(volatile int *)0 = 1;
+}
+"""
+
+
+def test_candidate_library_is_loaded_only_after_go(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from cudaperf_cli.evaluate.gpu_lock import gpu_lock
+
+    monkeypatch.setenv("CUDAPERF_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDAPERF_GPU_LOCK", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cand = compile_c(CTOR_C + _saxpy(SAXPY_OK), "ctor")
+    marker = tmp_path / "loaded.txt"
+    out: dict[str, EvalResult] = {}
+    with gpu_lock(0):
+        t = threading.Thread(target=lambda: out.setdefault(
+            "r", _host_run(_job(ref_lib, cand), CUDAPERF_TEST_LOADED=str(marker))))
+        t.start()
+        time.sleep(3.0)  # the worker prepares and waits for the lock meanwhile
+        assert not marker.exists()  # its static constructor (candidate code) has not run
+    t.join(60)
+    assert out["r"].status == CORRECT, out["r"].message
+    assert marker.read_text() == "loaded\n"
+    r = _host_run(_job(ref_lib, cand), CUDAPERF_TEST_CTOR_CRASH="1")
+    assert r.status == CRASH and r.signal == "SIGSEGV"
+    assert "while loading the candidate library" in r.message, r.message

@@ -406,6 +406,16 @@ class Worker:
             return self._reference_only_result()
         self.prepare_s = time.monotonic() - self.t0
         self.gate()
+        # The candidate's library only now: its static constructors are candidate code.
+        self.state.set("load_candidate")
+        try:
+            self._load_candidate()
+        except CandidateFailure as exc:
+            self.error = exc.error
+            skipped = [ConfigResult(c.name, dict(c.sizes), "skipped",
+                                    "not run: the candidate library did not load")
+                       for c in self.job.configs]
+            return self._result(RUNTIME_ERROR, str(exc), skipped)
         return self._device_work()
 
     def _device_work(self) -> EvalResult:
