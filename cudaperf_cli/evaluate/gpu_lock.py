@@ -2,10 +2,12 @@
 
 ``cudaperf bench -j N`` runs several ``optimize`` processes at once so that their compiles
 overlap; their *evaluations* (verify + time on the device) must not overlap on one GPU, or
-each kernel's CUDA-event times would include the others' work.  :func:`run_evaluation`
-(``evaluate/runner.py``) therefore holds :func:`gpu_lock` around the worker child of every
-job that runs a candidate (a reference-only job never touches the device and takes no lock;
-nvcc compiles take none either).
+each kernel's CUDA-event times would include the others' work.  The child protocol
+(:func:`cudaperf_cli.evaluate.child.run_child`, with ``gpu`` given) therefore takes
+:func:`gpu_lock` once the worker child has prepared everything that is not device work (its
+``ready`` line) and holds it until the child has exited; the wait is measured
+(``lock_wait_s``) and counts in no time limit.  A reference-only job never touches the
+device and takes no lock; nvcc compiles take none either.
 
 - Lock file: ``$CUDAPERF_GPU_LOCK_DIR/gpu-<id>.lock``; the directory defaults to
   ``<tmp>/cudaperf-gpu-locks-<uid>`` (``<tmp>`` is :func:`tempfile.gettempdir`, usually
