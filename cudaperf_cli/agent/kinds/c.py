@@ -27,7 +27,7 @@ from cudaperf_cli.agent.loop import TurnRecord
 from cudaperf_cli.core import CProblem, CudaperfError, ProblemError, param_to_json, to_jsonable
 
 #: Reference runs for the CPU baseline (median, at most), and their time budget in seconds.
-BASELINE_REPS, BASELINE_BUDGET_S = 7, 20.0
+BASELINE_REPS, BASELINE_BUDGET_S = 7, 10.0
 
 #: The evaluation's measured array roles -> the copies the drop-in wrapper makes.
 ACCESS_OF_ROLE = {"read-only": "read", "write-only": "write", "read-write": "readwrite"}
