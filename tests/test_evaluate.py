@@ -1366,3 +1366,57 @@ def test_candidate_library_is_loaded_only_after_go(
     r = _host_run(_job(ref_lib, cand), CUDAPERF_TEST_CTOR_CRASH="1")
     assert r.status == CRASH and r.signal == "SIGSEGV"
     assert "while loading the candidate library" in r.message, r.message
+
+
+#: A reference whose init function leaves a trace (its n, negated) in $CUDAPERF_TEST_COUNT.
+INIT_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+static void note(int n) {
+  const char *p = getenv("CUDAPERF_TEST_COUNT");
+  if (p) { FILE *f = fopen(p, "a"); if (f) { fprintf(f, "%d\n", n); fclose(f); } }
+}
+void cudaperf_init_saxpy(int n, float *a, void *xv, void *yv) {
+  float *x = xv, *y = yv;
+  note(-n);
+  *a = 1.5f;
+  for (int i = 0; i < n; i++) { x[i] = (float)(i % 7); y[i] = (float)(i % 5); }
+}
+void cudaperf_ref_saxpy(int n, float a, void *xv, void *yv) {
+  const float *x = xv; float *y = yv;
+  for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def test_init_made_inputs_come_from_the_runs_store(
+    compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    """PolyBench's cholesky, lu and ludcmp build their inputs in O(n^3): the baseline job
+    stores the data the init made, and candidate jobs read it instead of running the init."""
+    from cudaperf_cli.core import InitSpec, to_jsonable
+
+    lib = compile_c(INIT_C, "initref")
+    calls = tmp_path / "calls.txt"
+    env = {"CUDAPERF_TEST_COUNT": str(calls)}
+    refs = tmp_path / "refs"
+    init = dict(init=to_jsonable(InitSpec("init_saxpy", ("n", "a", "x", "y"), ("a",))),
+                init_symbol="cudaperf_init_saxpy")
+    base = _host_run(_job(lib, None, configs=SMALL_MAIN, cpu_reps=1, reference_outputs=str(refs), **init), **env)
+    assert base.status == REFERENCE_ONLY, base.message
+    made = [c for c in _calls(calls) if c < 0]
+    assert sorted(made) == [-5000, -100, -100]  # one init per trial
+    assert sorted(p.name for p in refs.glob("*-in-*.npy")) == [
+        "c0-t0-in-x.npy", "c0-t0-in-y.npy", "c0-t1-in-x.npy", "c0-t1-in-y.npy", "c1-t0-in-x.npy", "c1-t0-in-y.npy"]
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    calls.unlink()
+    r = _host_run(_job(lib, cand, configs=SMALL_MAIN, reference_outputs=str(refs), array_roles=base.array_roles,
+                       cpu_baseline_ms={"main": 1.0}, **init), **env)
+    assert r.status == CORRECT, r.message
+    assert _calls(calls) == []  # neither the init nor the reference ran
+    assert r.details.get("inputs_from_store") == 3
+    # a candidate that ignores the coefficient init wrote is still caught
+    bad = compile_c(_saxpy("for (int i = 0; i < n; i++) y[i] = 1.0f * x[i] + y[i]; return 0;"), "bad")
+    r = _host_run(_job(lib, bad, configs=SMALL_MAIN, reference_outputs=str(refs), array_roles=base.array_roles,
+                       cpu_baseline_ms={"main": 1.0}, **init), **env)
+    assert r.status == WRONG, r.message

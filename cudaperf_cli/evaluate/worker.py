@@ -242,23 +242,30 @@ class ReferenceStore:
 
     # -- writing (the baseline job) -----------------------------------------------------
 
+    def _save(self, fname: str, arr: np.ndarray) -> dict[str, Any]:
+        tmp = self.folder / (fname + f".tmp-{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        os.replace(tmp, self.folder / fname)
+        return {"file": fname, "dtype": arr.dtype.name, "shape": list(arr.shape)}
+
     def write(self, ci: int, cfg: ConfigSpec, trial: int, host: HostData,
-              outputs: dict[str, np.ndarray], ref_ms: float) -> None:
-        """Store ``outputs`` (array name -> the reference's result) of one trial."""
+              outputs: dict[str, np.ndarray], ref_ms: float, *, inputs: bool = False) -> None:
+        """Store ``outputs`` (array name -> the reference's result) of one trial; with
+        ``inputs`` also the trial's input arrays (``c<i>-t<t>-in-<array>.npy``): the data an
+        init function made, which candidate jobs then load instead of running the init
+        again (PolyBench's cholesky, lu and ludcmp build their matrices in O(n^3))."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, Any] = {}
-        for name, arr in outputs.items():
-            fname = f"c{ci}-t{trial}-{name}.npy"
-            tmp = self.folder / (fname + f".tmp-{os.getpid()}")
-            with open(tmp, "wb") as fh:
-                np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
-            os.replace(tmp, self.folder / fname)
-            arrays[name] = {"file": fname, "dtype": arr.dtype.name, "shape": list(arr.shape)}
-        self.entries[(ci, trial)] = {
+        arrays = {name: self._save(f"c{ci}-t{trial}-{name}.npy", arr) for name, arr in outputs.items()}
+        entry: dict[str, Any] = {
             "config": cfg.name, "config_index": ci, "trial": trial, "seed": list(host.seed),
             "sizes": dict(cfg.sizes), "scalars": _json_scalars(host.scalars),
             "ref_ms": ref_ms, "arrays": arrays,
         }
+        if inputs:
+            entry["inputs"] = {name: self._save(f"c{ci}-t{trial}-in-{name}.npy", arr)
+                               for name, arr in host.arrays.items()}
+        self.entries[(ci, trial)] = entry
 
     def finish(self) -> None:
         """Write the index (atomically) and remove array files it does not name."""
@@ -268,7 +275,8 @@ class ReferenceStore:
         tmp = self.folder / (REF_INDEX + f".tmp-{os.getpid()}")
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.folder / REF_INDEX)
-        keep = {a["file"] for e in self.entries.values() for a in e["arrays"].values()}
+        keep = {a["file"] for e in self.entries.values()
+                for a in [*e["arrays"].values(), *(e.get("inputs") or {}).values()]}
         for p in self.folder.glob("c*-t*-*.npy"):
             if p.name not in keep:
                 try:
@@ -323,14 +331,28 @@ class ReferenceStore:
                 return None, f"{a.get('file')} is missing"
         return e, None
 
-    def load(self, entry: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The stored arrays of an entry.
+    def load_inputs(self, ci: int, cfg: ConfigSpec, trial: int,
+                    seed: list[int]) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+        """The stored input arrays and scalar values of a trial whose seed and sizes match,
+        or None (no such entry, no inputs stored, or a file that cannot be read)."""
+        e = self.entries.get((ci, trial))
+        if not e or not e.get("inputs"):
+            return None
+        if list(e.get("seed") or []) != list(seed) or e.get("sizes") != dict(cfg.sizes):
+            return None
+        try:
+            return self.load(e, "inputs"), dict(e.get("scalars") or {})
+        except (OSError, ValueError):
+            return None
+
+    def load(self, entry: dict[str, Any], key: str = "arrays") -> dict[str, np.ndarray]:
+        """The stored arrays of an entry (``key``: its outputs, or ``"inputs"``).
 
         Raises:
             OSError, ValueError: a file cannot be read or does not hold what the index says.
         """
         out: dict[str, np.ndarray] = {}
-        for name, a in (entry.get("arrays") or {}).items():
+        for name, a in (entry.get(key) or {}).items():
             arr = np.load(self.folder / str(a["file"]), allow_pickle=False)
             if arr.dtype.name != a["dtype"] or list(arr.shape) != list(a["shape"]):
                 raise ValueError(f"{a['file']} does not hold a {a['dtype']} {a['shape']} array")
@@ -379,6 +401,7 @@ class Worker:
         self.tol_table = resolve_tolerances(overrides=job.tolerances)
         self.store: ReferenceStore | None = None
         self.store_usable = False
+        self.inputs_from_store = 0  #: trials whose init-made data came from the store
         #: (config index, trial-0 host data, the reference's outputs on it, ms) of the
         #: classification run, reused as that trial's data and output.
         self.classified: tuple[int, HostData, dict[str, np.ndarray], float] | None = None
@@ -488,6 +511,7 @@ class Worker:
             footprint_bytes=footprint,
             tolerances=tolerances_used([p.dtype for p in self.arrays], self.job.tolerances),
             warnings=self.warnings,
+            details={"inputs_from_store": self.inputs_from_store} if self.inputs_from_store else {},
             summary=summarize_result(configs, self.job.baseline_label),
         )
 
@@ -564,6 +588,9 @@ class Worker:
     def _host_data(self, ci: int, cfg: ConfigSpec, trial: int) -> HostData:
         seed = [int(self.job.seed), ci, trial]
         self.state.set("data", cfg.name, trial)
+        stored = self._stored_inputs(ci, cfg, trial, seed)
+        if stored is not None:
+            return stored
         rng = np.random.default_rng(np.random.SeedSequence(seed))
         arrays: dict[str, np.ndarray] = {}
         for p in self.arrays:
@@ -590,6 +617,33 @@ class Worker:
         if self.init is not None:
             self._run_init(data, cfg)
         return data
+
+    def _stored_inputs(self, ci: int, cfg: ConfigSpec, trial: int, seed: list[int]) -> HostData | None:
+        """A candidate job's trial data made by the init function, read from the run's
+        reference-outputs folder (the baseline job stored it) instead of running the init
+        again; None when there is no usable copy (the init then runs)."""
+        if (self.init is None or self.job.cand_lib is None or not self.store_usable
+                or self.store is None):
+            return None
+        got = self.store.load_inputs(ci, cfg, trial, seed)
+        if got is None:
+            return None
+        arrays, stored_scalars = got
+        for p in self.arrays:
+            a = arrays.get(p.name)
+            if a is None or a.dtype != np.dtype(p.dtype) or tuple(a.shape) != tuple(p.shape(cfg.sizes)):
+                return None
+        scalars: dict[str, Any] = {}
+        for p in self.params:
+            if isinstance(p, ScalarParam):
+                if p.kind is ScalarKind.SIZE:
+                    scalars[p.name] = int(cfg.sizes[p.name])
+                elif p.name in stored_scalars:
+                    scalars[p.name] = float(np.dtype(p.dtype).type(stored_scalars[p.name]))
+                else:
+                    return None
+        self.inputs_from_store += 1
+        return HostData({p.name: arrays[p.name] for p in self.arrays}, scalars, seed)
 
     def _run_init(self, data: HostData, cfg: ConfigSpec) -> None:
         assert self.init is not None and self.init_fn is not None
@@ -744,7 +798,8 @@ class Worker:
                     if baseline:
                         if self.store is not None:
                             self.state.set("reference_outputs", cfg.name, trial)
-                            self.store.write(ci, cfg, trial, host, out, ms)
+                            self.store.write(ci, cfg, trial, host, out, ms,
+                                             inputs=self.init is not None)
                         del out
                     else:
                         tp.ref = out
