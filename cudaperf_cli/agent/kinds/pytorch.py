@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +73,27 @@ def cuda_source_of(files: dict[str, str]) -> str | None:
     return next((text for name, text in files.items() if name.endswith(".cu")), None)
 
 
+#: What a PyTorch result folder holds (a candidate's files); ``--force`` replaces a folder
+#: only when it holds nothing else.
+RESULT_SUFFIXES = (".py", ".cu", ".cuh")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def resolve_torch_output(opts: Any) -> Path:
-    """The result folder (default ``./<stem>_cuda/``); refuses an existing non-empty folder
-    without ``--force``, a file, or the problem's own folder.
+    """The result folder (default ``./<stem>_cuda/``), checked before any work.
+
+    Refused (exit 2): a file; a folder holding the problem file or the run folder, or the
+    current directory, the home directory or ``/`` (a result replaces its whole folder);
+    an existing non-empty folder without ``--force``; with ``--force``, a folder holding
+    anything but a candidate's files (``*.py``, ``*.cu``, ``*.cuh``, no subfolders): only an
+    earlier result is replaced.
 
     Raises:
         CudaperfError: exit code 2.
@@ -82,10 +101,20 @@ def resolve_torch_output(opts: Any) -> Path:
     out = Path(opts.output) if opts.output else Path.cwd() / f"{opts.file.stem}_cuda"
     if out.exists() and not out.is_dir():
         raise CudaperfError(f"the output {out} is a file; a PyTorch result is a folder (-o DIR)")
-    if out.resolve() == opts.file.resolve().parent:
-        raise CudaperfError(f"the output {out} is the problem's own folder; choose another with -o")
-    if out.is_dir() and any(out.iterdir()) and not opts.force:
-        raise CudaperfError(f"{out} exists and is not empty; pass --force to overwrite it, or -o DIR")
+    run_root = Path(getattr(opts, "run_root", "cudaperf-runs"))
+    if (_inside(opts.file, out) or _inside(run_root, out)
+            or any(out.resolve() == p.resolve() for p in (Path.cwd(), Path.home(), Path("/")))):
+        raise CudaperfError(
+            f"the output {out} holds the problem file, the run folder or your working folders; "
+            "a PyTorch result replaces its whole folder: choose a new one with -o DIR")
+    if out.is_dir() and any(out.iterdir()):
+        if not opts.force:
+            raise CudaperfError(f"{out} exists and is not empty; pass --force to overwrite it, or -o DIR")
+        other = [p.name for p in out.iterdir() if not (p.is_file() and p.suffix in RESULT_SUFFIXES)]
+        if other:
+            raise CudaperfError(
+                f"{out} holds more than an earlier result ({', '.join(sorted(other)[:3])}); --force "
+                "replaces only a folder of a candidate's files: choose another with -o DIR")
     return out
 
 
@@ -414,11 +443,19 @@ class TorchKind(ProblemKind):
 
     def write(self, best: TurnRecord, evaluation: Evaluation, out: Path, opts: Any) -> list[str]:
         src = Path(best.build_dir or "")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
         try:
+            # The new folder is complete before the old one (an earlier result, checked by
+            # resolve_torch_output) goes away.
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             if out.exists():
-                shutil.rmtree(out)
-            shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise CudaperfError(f"cannot write {out}: {exc.strerror or exc}",
                                 hint=f"the candidate stays in {src}") from None
         fmt = "fast (model.py + kernel.cu)" if (out / "kernel.cu").exists() else "load_inline (model.py)"
