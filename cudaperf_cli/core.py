@@ -381,6 +381,28 @@ def kill_process_group(proc: "subprocess.Popen[Any]") -> None:
         pass
 
 
+def terminate_process_groups(procs: "list[subprocess.Popen[Any]]", grace_s: float = 10.0) -> None:
+    """Stop children that run cudaperf commands: SIGTERM to each one's process group, up to
+    ``grace_s`` seconds for them to exit, then SIGKILL.  The grace lets a command kill its own
+    children, which run in sessions of their own (the PyTorch loader, the evaluation
+    worker, nvcc) and would outlive a SIGKILL of its group alone."""
+    import time
+
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: killed below
+            pass
+    for proc in procs:
+        kill_process_group(proc)
+
+
 # ---------------------------------------------------------------------------------------
 # JSON
 # ---------------------------------------------------------------------------------------
@@ -437,6 +459,7 @@ __all__ = [
     "dtype_of",
     "eval_int_expr",
     "kill_process_group",
+    "terminate_process_groups",
     "normalize_ctype",
     "param_from_json",
     "param_to_json",

@@ -46,7 +46,7 @@ from typing import AbstractSet, Any, Callable
 from cudaperf_cli import statuses as S
 from cudaperf_cli.bench import metrics as M
 from cudaperf_cli.bench.suite import BenchProblem, Suite
-from cudaperf_cli.core import CudaperfError, kill_process_group
+from cudaperf_cli.core import CudaperfError, terminate_process_groups
 
 #: Version of the problem-result, candidates.jsonl and report.json formats (docs/bench.md).
 #: 2: ``correct`` means verified (``correct`` or ``slow``); problem statuses
@@ -435,7 +435,7 @@ class SuiteRun:
                 rc: int | None = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                kill_process_group(proc)
+                terminate_process_groups([proc])  # optimize kills its own children first
                 rc = proc.wait()
             finally:
                 try:  # the worker of a finished optimize, if any, dies with its group
@@ -539,8 +539,7 @@ class SuiteRun:
         with self._lock:
             self._stop.set()
             procs = list(self._procs.values())
-        for proc in procs:
-            kill_process_group(proc)
+        terminate_process_groups(procs)
 
     def problem_file(self, problem: BenchProblem) -> Path:
         return self.out / "problems" / f"{problem.safe_name}.json"
