@@ -628,3 +628,18 @@ def test_a_loader_past_its_memory_bound_is_killed_with_a_message(tmp_path: Path,
     (tmp_path / "a.py").write_text(textwrap.dedent(GOOD))
     with pytest.raises(ToolchainError, match="the loader passed .* GB of host memory"):
         load_torch_problems(tmp_path, timeout_s=30)
+
+
+def test_a_problem_that_forks_at_import_does_not_hang_the_loader(tmp_path: Path) -> None:
+    """A forked process of the problem keeps the answer pipe open: the loader stops reading
+    once every file has answered instead of waiting for the end of the pipe."""
+    pytest.importorskip("torch")
+    (tmp_path / "forker.py").write_text(textwrap.dedent(GOOD) + textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        """))
+    t0 = time.monotonic()
+    p = load_torch_problem(tmp_path / "forker.py", timeout_s=60)
+    assert p.name == "forker" and time.monotonic() - t0 < 90

@@ -565,6 +565,11 @@ def _talk(
                     job.error = (str(doc.get("error")), doc.get("hint"))
                 current = None
                 deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                if all(j.result is not None or j.error is not None for j in by_index.values()):
+                    # Every file answered: do not wait for the end of the pipe, which a
+                    # process the problem forked may hold open (its group is killed).
+                    eof = True
+                    break
     # End of output: the child exited (normally after the last file, or it died).
     try:
         rc = proc.wait(timeout=30)
