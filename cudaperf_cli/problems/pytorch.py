@@ -138,11 +138,15 @@ class TorchProblem:
         alt_inputs: the inputs under ``alt_shapes`` (``None`` with it).
         alt_outputs: the outputs under ``alt_shapes`` (``None`` with it).
         alt_note: why ``alt_shapes`` is ``None`` (empty otherwise).
-        footprint: bytes at the main configuration, from the meta device (no data):
+        footprint: bytes at the main configuration, from fake tensors (no data):
             ``{"inputs_bytes", "outputs_bytes", "params_bytes", "buffers_bytes",
-            "total_bytes"}``; the evaluation's memory plan is made from it.
+            "total_bytes"}``; the evaluation's memory plan is made from it.  A model that
+            runs only on data (``.item()``, an operator without a fake-tensor kernel) and is
+            too large for a data run here gets the probe run's footprint scaled by the ratio
+            of the inputs' bytes (main / probe, the main inputs drawn as fake tensors), with
+            ``"estimated": 1`` and a warning.
         outputs_at_main: ``outputs`` and ``footprint`` are the main configuration's (False
-            when the model does not run on the meta device and the main configuration was too
+            when the model does not run without data and the main configuration was too
             large for a data run: they are then the probe constants').
         probe_constants: the constants at which the data checks ran (seeds differ, forward
             deterministic, finite, depends on the inputs), when the main configuration was too

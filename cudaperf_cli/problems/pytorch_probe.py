@@ -335,6 +335,9 @@ class _Probe:
         torch = self.torch
         path = str(spec["path"])
         self.warnings: list[str] = []
+        self.main_input_specs: list[dict[str, Any]] | None = None  # per file
+        self.main_input_bytes: int | None = None
+        self.probe_path = []
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
 
@@ -394,19 +397,52 @@ class _Probe:
             )
         else:
             self.emit({"event": "phase", "index": index, "phase": "init"})
-            old = apply_constants(module, probe or {})
-            try:
-                checked = self.check_on_data(index, module, path)
-            finally:
-                apply_constants(module, old)
+            tries = [probe] + list(reversed(self.probe_path)) if probe else [probe]
+            first: ProbeError | None = None
+            for consts in tries:
+                old = apply_constants(module, consts or {})
+                self.where = f" at {_fmt(consts)}" if consts else ""
+                try:
+                    checked = self.check_on_data(index, module, path)
+                    probe = consts
+                    break
+                except ProbeError as exc:
+                    # Constants that run without data can still break on data (an index
+                    # buffer sized for the main constants): try the larger ones tried before.
+                    if first is None:
+                        first = exc
+                finally:
+                    apply_constants(module, old)
+            if checked is None:
+                assert first is not None
+                if probe:
+                    raise ProbeError(f"{first} (at the probe constants {_fmt(probe)}: the file's own "
+                                     "sizes are too large to check here)", first.hint)
+                raise first
+            self.where = f" at {_fmt(probe)}" if probe else ""
+        shapes_from_probe = False
         if meta is None:  # shapes only from the data run (at the probe constants when shrunk)
             assert checked is not None
-            if probe:
-                self.warnings.append(
-                    f"output shapes at the main sizes are unknown ({meta_note}); "
-                    f"the data checks ran at {_fmt(probe)}"
-                )
             meta = checked["shapes"]
+            shapes_from_probe = bool(probe)
+            if probe:
+                main_in = getattr(self, "main_input_bytes", None)
+                probe_in = meta["footprint"]["inputs_bytes"]
+                ratio = (main_in / probe_in) if main_in and probe_in else None
+                if ratio:
+                    fp = {k: int(v * ratio) for k, v in meta["footprint"].items()}
+                    fp["inputs_bytes"] = int(main_in)
+                    fp["total_bytes"] = sum(v for k, v in fp.items() if k != "total_bytes")
+                    fp["estimated"] = 1
+                    meta = {**meta, "footprint": fp}
+                if getattr(self, "main_input_specs", None):
+                    meta = {**meta, "inputs": self.main_input_specs}  # known without data
+                self.warnings.append(
+                    f"output shapes at the main sizes are unknown ({meta_note}); the data checks ran "
+                    f"at {_fmt(probe)}"
+                    + (f", and the footprint at the main sizes ({fp['total_bytes'] / 1e9:.3g} GB) is "
+                       "that run's scaled by the inputs' bytes" if ratio else "")
+                )
         if checked is None:
             checked = {"init_inputs": meta["init_inputs"], "shapes": None, "degenerate": False,
                        "modifies_inputs": False}
@@ -419,7 +455,7 @@ class _Probe:
             "param_count": meta["param_count"],
             "buffer_count": meta["buffer_count"],
             "footprint": meta["footprint"],
-            "outputs_at_main": not (probe and meta is checked["shapes"]),
+            "outputs_at_main": not shapes_from_probe,
             "probe_constants": probe,
             "degenerate": checked["degenerate"],
             "modifies_inputs": checked["modifies_inputs"],
@@ -457,8 +493,13 @@ class _Probe:
         def phase(name: str) -> None:
             self.emit({"event": "phase", "index": self.index, "phase": name})
 
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
         try:
-            with torch.device("meta"):
+            # Fake tensors: shapes, dtypes and devices without storage, also for tensors a
+            # problem creates with an explicit device='cpu' (the meta device would not catch
+            # those, and would allocate them).
+            with FakeTensorMode(allow_non_fake_inputs=True):
                 phase("meta.init")
                 torch.manual_seed(INIT_SEED)
                 init = self._call(lambda: module.get_init_inputs(), path, "get_init_inputs() (meta device)")
@@ -475,9 +516,9 @@ class _Probe:
                         f"get_inputs() returned a {type(inputs).__name__}, not a list",
                         "return the forward arguments as a list, e.g. [torch.randn(batch_size, dim)]",
                     )
-                real = [k for k, v in enumerate(inputs) if isinstance(v, torch.Tensor) and v.device.type != "meta"]
+                real = [k for k, v in enumerate(inputs) if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor)]
                 if real:
-                    raise ProbeError(f"get_inputs() item {real[0]} is created on '{inputs[real[0]].device}' explicitly")
+                    raise ProbeError(f"get_inputs() item {real[0]} is a tensor made before get_inputs() ran")
                 flop = None
                 phase("meta.forward")
                 with torch.no_grad():
@@ -529,14 +570,17 @@ class _Probe:
             return m["footprint"]["total_bytes"] <= PROBE_BYTES and (flop is None or flop <= PROBE_FLOP)
 
         self.probe_size = None if meta is None else meta["footprint"]["total_bytes"]
-        if meta is not None and small(meta):
+        self.probe_path: list[dict[str, int]] = []  # larger constants tried on the way down
+        if meta is None:
+            return self._probe_by_inputs(module, path, names)
+        if small(meta):
             return None
         if not names:
             return None
         cur = {n: int(getattr(module, n)) for n in names}
         cur_m = meta
         for _ in range(200):
-            if cur_m is not None and small(cur_m):
+            if small(cur_m):
                 break
             stepped = False
             for n in sorted(cur, key=lambda k: -cur[k]):
@@ -547,20 +591,67 @@ class _Probe:
                     m = self.shapes_at(module, path, cand)
                 except ProbeError:
                     continue
-                if cur_m is None or m["footprint"]["total_bytes"] < cur_m["footprint"]["total_bytes"] or (
+                if m["footprint"]["total_bytes"] < cur_m["footprint"]["total_bytes"] or (
                         (m.get("flop") or 0) < (cur_m.get("flop") or 0)):
+                    if m["footprint"]["total_bytes"] <= DATA_LIMIT_BYTES:
+                        self.probe_path.append(cur)
                     cur, cur_m, stepped = cand, m, True
                     break
             if not stepped:
                 break
-        if cur_m is None:  # nothing runs on the meta device: halve everything blindly
-            cur = {n: max(1, int(getattr(module, n)) // 64) for n in names}
-            self.probe_size = None
-        else:
-            self.probe_size = cur_m["footprint"]["total_bytes"]
+        self.probe_size = cur_m["footprint"]["total_bytes"]
         if cur == {n: int(getattr(module, n)) for n in names}:
             return None
         return cur
+
+    def input_bytes_at(self, module: ModuleType, path: str, constants: Mapping[str, int]) -> int | None:
+        """Bytes of ``get_inputs()``'s tensors at ``constants``, drawn as fake tensors (no
+        storage); None when ``get_inputs()`` cannot run that way."""
+        torch = self.torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        old = apply_constants(module, constants)
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                torch.manual_seed(INPUT_SEEDS[0])
+                inputs = module.get_inputs()
+                if not constants:
+                    self.main_input_specs = [self.describe_value(v, f"get_inputs() item {k}")
+                                             for k, v in enumerate(inputs)]
+            return sum(_nbytes(v) for v in inputs if isinstance(v, torch.Tensor))
+        except Exception:  # noqa: BLE001 - user code; the data run reports it
+            return None
+        finally:
+            apply_constants(module, old)
+
+    def _probe_by_inputs(self, module: ModuleType, path: str, names: Sequence[str]) -> dict[str, int] | None:
+        """Probe constants of a model that does not run without data (``.item()``, an op
+        without a fake kernel): the main sizes when their inputs are small (<= 1/4 of
+        :data:`PROBE_BYTES`), else the input constants halved (the largest first) until the
+        inputs are; ``probe_size`` is then unknown."""
+        self.main_input_bytes = self.input_bytes_at(module, path, {})
+        limit = PROBE_BYTES // 4
+        if self.main_input_bytes is None or self.main_input_bytes <= limit or not names:
+            return None
+        cur = {n: int(getattr(module, n)) for n in names}
+        size = self.main_input_bytes
+        for _ in range(200):
+            if size <= limit:
+                break
+            for n in sorted(cur, key=lambda k: -cur[k]):
+                if cur[n] <= 1:
+                    continue
+                cand = {**cur, n: max(1, cur[n] // 2)}
+                b = self.input_bytes_at(module, path, cand)
+                if b is not None and b < size:
+                    if b <= DATA_LIMIT_BYTES:
+                        self.probe_path.append(cur)
+                    cur, size = cand, b
+                    break
+            else:
+                break
+        self.probe_input_bytes = size
+        return None if cur == {n: int(getattr(module, n)) for n in names} else cur
 
     # -- checks on real data (CPU unless device='cuda') -----------------------------------
 
