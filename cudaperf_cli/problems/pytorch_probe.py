@@ -416,8 +416,8 @@ class _Probe:
             if checked is None:
                 assert first is not None
                 if probe:
-                    raise ProbeError(f"{first} (at the probe constants {_fmt(probe)}: the file's own "
-                                     "sizes are too large to check here)", first.hint)
+                    raise ProbeError(f"{first} (checked at the probe constants {_fmt(probe)}: the "
+                                     "file's own sizes are too large to run on data here)", first.hint)
                 raise first
             self.where = f" at {_fmt(probe)}" if probe else ""
         shapes_from_probe = False
