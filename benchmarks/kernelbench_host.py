@@ -45,33 +45,15 @@ def _natural(p: Path) -> list[Any]:
 
 def shrunk_copy(path: Path, constants: dict[str, int], folder: Path) -> Path:
     """``path`` with ``constants`` written into its module-level assignments (a new file;
-    ``a = b = 16`` is split into one assignment per name first, as the worker does)."""
+    ``a = b = 16`` and ``h, w = 32, 32`` are split into one assignment per name first, as
+    the worker does: ``cudaperf_cli.problems.pytorch.override_constants``)."""
     import ast
 
-    tree = ast.parse(path.read_text(), path.name)
-    body: list[ast.stmt] = []
-    seen: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in constants
-                                                for t in node.targets):
-            for t in node.targets:
-                value = node.value
-                if isinstance(t, ast.Name) and t.id in constants:
-                    value = ast.Constant(int(constants[t.id]))
-                    seen.add(t.id)
-                body.append(ast.Assign(targets=[t], value=value, lineno=node.lineno))
-            continue
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and node.target.id in constants):
-            node.value = ast.Constant(int(constants[node.target.id]))
-            seen.add(node.target.id)
-        body.append(node)
-    missing = sorted(set(constants) - seen)
-    if missing:
-        raise ValueError(f"no assignment of {', '.join(missing)} in {path.name}")
-    tree.body = body
+    from cudaperf_cli.problems.pytorch import override_constants
+
+    tree = override_constants(path.read_text(), constants, path.name)
     out = folder / path.name
-    out.write_text(ast.unparse(ast.fix_missing_locations(tree)) + "\n")
+    out.write_text(ast.unparse(tree) + "\n")
     return out
 
 

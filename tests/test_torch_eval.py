@@ -48,6 +48,7 @@ from cudaperf_cli.evaluate.torch_worker import (
     lower_precision_verdict,
     profile_verdict,
 )
+from cudaperf_cli.problems.pytorch import read_constants
 
 DATA = Path(__file__).parent / "data"
 PROBLEM = DATA / "torch_problems" / "scaled_relu.py"
@@ -159,6 +160,20 @@ def test_constant_overrides_reach_derived_values() -> None:
     assert (ns["batch_size"], ns["dim"], ns["total"], ns["rows"], ns["cols"]) == (3, 5, 15, 4, 9)
     with pytest.raises(ValueError, match="no module-level assignment of missing"):
         apply_constant_overrides(src, {"missing": 1}, "p.py")
+
+
+def test_constant_overrides_reach_tuple_assignments() -> None:
+    # KernelBench level 2 (e.g. 11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm) sets
+    # `height = width = 2048` and later `height, width = 32, 32`: the last binding counts.
+    src = "height = width = 2048\nheight, width = 32, 32\nbatch = 4\narea = height * width\n"
+    ns: dict[str, Any] = {}
+    exec(apply_constant_overrides(src, {"height": 7}, "p.py"), ns)  # noqa: S102
+    assert (ns["height"], ns["width"], ns["area"], ns["batch"]) == (7, 32, 224, 4)
+    # a swap reads the names it binds: left as it is (and a, b are no constants after it)
+    code = apply_constant_overrides("a, b = 1, 2\na, b = b, a\n", {"a": 5}, "p.py")
+    exec(code, ns)  # noqa: S102
+    assert (ns["a"], ns["b"]) == (2, 5)
+    assert read_constants("a, b = 1, 2\na, b = b, a\n") == {}
 
 
 def test_tolerances_and_seeds() -> None:

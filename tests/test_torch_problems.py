@@ -86,6 +86,20 @@ def test_read_constants_takes_int_literals_only():
     assert read_constants(src) == {"batch_size": 32, "dim": 4096}
 
 
+def test_read_constants_follows_every_binding_as_python_runs_it():
+    src = textwrap.dedent(
+        """
+        height = width = 2048
+        height, width = 32, 32
+        depth, (rows, cols) = 8, (3, 5)
+        a, b = divmod(7, 2)
+        n = 4
+        n += 1
+        """
+    )
+    assert read_constants(src) == {"height": 32, "width": 32, "depth": 8, "rows": 3, "cols": 5}
+
+
 def test_input_constant_names_follow_helpers():
     src = textwrap.dedent(
         """

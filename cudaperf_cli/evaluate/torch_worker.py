@@ -20,7 +20,6 @@ helpers here (:func:`analyze_profile`, :func:`profile_verdict`,
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import importlib.util
 import inspect
@@ -206,38 +205,17 @@ def _one_line(exc: BaseException, limit: int = 600) -> str:
 
 def apply_constant_overrides(source: str, overrides: Mapping[str, int], filename: str) -> Any:
     """Compile a problem's source with module-level constants replaced in their assignments
-    (``batch_size = 16`` -> ``batch_size = 7``), so constants derived from them follow.
-    ``a = b = 16`` is split into one assignment per name first.
+    (``batch_size = 16`` -> ``batch_size = 7``; ``h, w = 32, 32`` and ``a = b = 16`` split
+    into one assignment per name first), so constants derived from them follow
+    (:func:`cudaperf_cli.problems.pytorch.override_constants`).
 
     Raises:
         ValueError: an override names no module-level assignment.
         SyntaxError: the source does not parse.
     """
-    tree = ast.parse(source, filename)
-    seen: set[str] = set()
-    body: list[ast.stmt] = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id in overrides for t in node.targets
-        ):
-            for t in node.targets:
-                value = node.value
-                if isinstance(t, ast.Name) and t.id in overrides:
-                    value = ast.copy_location(ast.Constant(int(overrides[t.id])), node.value)
-                    seen.add(t.id)
-                body.append(ast.copy_location(ast.Assign(targets=[t], value=value), node))
-            continue
-        if (isinstance(node, ast.AnnAssign) and node.value is not None
-                and isinstance(node.target, ast.Name) and node.target.id in overrides):
-            node.value = ast.copy_location(ast.Constant(int(overrides[node.target.id])), node.value)
-            seen.add(node.target.id)
-        body.append(node)
-    missing = sorted(set(overrides) - seen)
-    if missing:
-        raise ValueError(f"no module-level assignment of {', '.join(missing)} in {filename}")
-    tree.body = body
-    ast.fix_missing_locations(tree)
-    return compile(tree, filename, "exec")
+    from cudaperf_cli.problems.pytorch import override_constants
+
+    return compile(override_constants(source, overrides, filename), filename, "exec")
 
 
 def load_problem_module(path: str, overrides: Mapping[str, int], tag: str) -> types.ModuleType:

@@ -17,6 +17,7 @@ Public API::
     load_torch_problems(path_or_dir, *, timeout_s=120, device="cpu", alt_shapes=True,
                         constants=None) -> tuple[list[TorchProblem], list[TorchLoadError]]
     read_constants(source) -> dict[str, int]                       # no execution
+    override_constants(source, overrides) -> ast.Module            # the file, constants replaced
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ __all__ = [
     "input_constant_names",
     "load_torch_problem",
     "load_torch_problems",
+    "assignment_bindings",
+    "override_constants",
     "read_constants",
 ]
 
@@ -326,12 +329,45 @@ def _parse(source: str, filename: str) -> ast.Module:
         raise ProblemError(f"{filename}: syntax error at line {exc.lineno}: {exc.msg}") from None
 
 
+def assignment_bindings(node: ast.stmt) -> list[tuple[str, ast.expr | None]]:
+    """The names a module-level statement binds and the expression each gets: ``a = b = v``
+    -> ``[(a, v), (b, v)]``; ``a, b = 1, 2`` (a tuple or list of names and one of values of
+    the same length) -> ``[(a, 1), (b, 2)]``; ``NAME: T = v`` -> ``[(NAME, v)]``; a binding
+    whose value cannot be told apart (``a, b = f()``, ``a += 1``, ``*a, b = ...``) has
+    None.  Statements that bind no module-level name this way give ``[]``."""
+    out: list[tuple[str, ast.expr | None]] = []
+
+    def bind(target: ast.expr, value: ast.expr | None) -> None:
+        if isinstance(target, ast.Name):
+            out.append((target.id, value))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            elts = target.elts
+            if (isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts)
+                    and not any(isinstance(e, ast.Starred) for e in (*elts, *value.elts))):
+                for t, v in zip(elts, value.elts):
+                    bind(t, v)
+            else:
+                for t in elts:
+                    bind(t.value if isinstance(t, ast.Starred) else t, None)
+
+    if isinstance(node, ast.Assign):
+        for t in node.targets:
+            bind(t, node.value)
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        bind(node.target, node.value)
+    elif isinstance(node, ast.AugAssign):
+        bind(node.target, None)
+    return out
+
+
 def read_constants(source: str, filename: str = "<problem>") -> dict[str, int]:
     """Module-level int constants of a problem file, read with :mod:`ast` (never run).
 
     A constant is a top-level ``NAME = <int>`` (or an expression of int literals such as
-    ``16 * 1024``, or ``NAME: int = ...``); the last assignment wins; bools and values
-    computed from other names are not constants.
+    ``16 * 1024``, ``NAME: int = ...``, ``a = b = 16``, or an element of ``h, w = 32, 32``);
+    the last binding wins, as when the file runs (KernelBench's level-2 files set
+    ``height = width = 2048`` and then ``height, width = 32, 32``); bools, values computed
+    from other names and names rebound otherwise (``n += 1``) are not constants.
 
     Raises:
         ProblemError: the source has a syntax error (message names the line).
@@ -339,22 +375,51 @@ def read_constants(source: str, filename: str = "<problem>") -> dict[str, int]:
     tree = _parse(source, filename)
     out: dict[str, int] = {}
     for node in tree.body:
-        targets: list[ast.expr] = []
-        value: ast.AST | None = None
-        if isinstance(node, ast.Assign):
-            targets, value = list(node.targets), node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        else:
-            continue
-        v = _const_int(value)
-        for t in targets:
-            if isinstance(t, ast.Name):
-                if v is None:
-                    out.pop(t.id, None)
-                else:
-                    out[t.id] = v
+        for name, value in assignment_bindings(node):
+            v = None if value is None else _const_int(value)
+            if v is None:
+                out.pop(name, None)
+            else:
+                out[name] = v
     return out
+
+
+def override_constants(source: str, overrides: Mapping[str, int], filename: str = "<problem>") -> ast.Module:
+    """The problem's module with every module-level binding of an overridden constant given
+    the new value (``batch_size = 16`` -> ``batch_size = 7``), so constants derived from it
+    follow.  A statement binding several names (``a = b = 16``, ``h, w = 32, 32``) is split
+    into one assignment per name first (only when none of its values reads a name it binds,
+    where splitting would change what runs).
+
+    Raises:
+        SyntaxError: the source does not parse.
+        ValueError: an override names no module-level binding of an int constant.
+    """
+    tree = ast.parse(source, filename)
+    seen: set[str] = set()
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        pairs = assignment_bindings(node)
+        names = {n for n, _ in pairs}
+        if not any(n in overrides for n in names) or isinstance(node, ast.AugAssign):
+            body.append(node)
+            continue
+        if any(v is None for _, v in pairs) or any(
+            isinstance(x, ast.Name) and x.id in names for _, v in pairs for x in ast.walk(v)  # type: ignore[arg-type]
+        ):
+            body.append(node)  # not split: the later check reports a missing constant
+            continue
+        for name, value in pairs:
+            if name in overrides:
+                value = ast.copy_location(ast.Constant(int(overrides[name])), value)  # type: ignore[arg-type]
+                seen.add(name)
+            body.append(ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node))
+    missing = sorted(set(overrides) - seen)
+    if missing:
+        raise ValueError(f"no module-level assignment of {', '.join(missing)} in {filename}")
+    tree.body = body
+    return ast.fix_missing_locations(tree)
 
 
 def _top_functions(tree: ast.Module) -> dict[str, ast.AST]:
