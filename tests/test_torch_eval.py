@@ -349,6 +349,52 @@ def test_profile_decoy_kernel_plus_pytorch_is_torch_fallback() -> None:
     assert profile_verdict(analyze_profile(_profile(*fwd), allowed_ops=["mm"])) is None
 
 
+def test_profile_work_inside_allowed_convolutions_is_the_librarys() -> None:
+    # KernelBench level 2 (19_ConvTranspose2d_GELU_GroupNorm, 24_Conv3d_Min_Softmax): cuDNN's
+    # transposed convolution adds its bias with aten::add_ inside aten::convolution, and its
+    # FFT algorithms run on cuDNN's own streams; the candidate's kernel follows on stream 7.
+    conv = [
+        _rec("cpu_op", "aten::conv_transpose2d", 20, 101, 140),
+        _rec("cpu_op", "aten::convolution", 21, 102, 139),
+        _rec("cpu_op", "aten::cudnn_convolution_transpose", 22, 103, 130),
+        _rec("runtime", "cudaLaunchKernel", 1003, 104, 105),
+        _rec("kernel", "void fft2d_r2c_32x32<float, false, 0u, false>(float2*, float const*)", 1003, 150, 152,
+             stream=13),
+        _rec("runtime", "cudaLaunchKernel", 1004, 106, 107),
+        _rec("kernel", "void fft2d_c2r_32x32<float, false>(float*, float2 const*)", 1004, 153, 155,
+             stream=14, linked=22),
+        _rec("cpu_op", "aten::add_", 23, 131, 138),
+        _rec("runtime", "cudaLaunchKernel", 1005, 132, 133),
+        _rec("kernel", "void at::native::vectorized_elementwise_kernel<add>", 1005, 156, 157, stream=7),
+    ]
+    fwd = [*conv, _rec("runtime", "cudaLaunchKernel", 1006, 150, 151),
+           _rec("kernel", "gelu_groupnorm_kernel(float const*, float*)", 1006, 160, 170, stream=7)]
+    rep = analyze_profile(_profile(*fwd), allow_torch_ops=True)
+    assert rep["disallowed_ops"] == [] and rep["side_stream_launches"] == []
+    assert any("aten::add_" in n for n in rep["notes"]) and any("own stream(s) [13, 14]" in n for n in rep["notes"])
+    assert profile_verdict(rep, allow_torch_ops=True) is None
+    # the same add_ outside the convolution is the candidate's PyTorch fallback
+    outside = [*fwd, _rec("cpu_op", "aten::add_", 30, 175, 180),
+               _rec("runtime", "cudaLaunchKernel", 1007, 176, 177),
+               _rec("kernel", "void at::native::vectorized_elementwise_kernel<add>", 1007, 185, 186, stream=7)]
+    rep2 = analyze_profile(_profile(*outside), allow_torch_ops=True)
+    assert rep2["disallowed_ops"] == ["add_"]
+    # a kernel of the candidate's own on another stream is still a side stream, next to a
+    # convolution or not; without allow_torch_ops cuDNN's streams count too
+    own_side = [*fwd, _rec("runtime", "cudaLaunchKernel", 1008, 181, 182),
+                _rec("kernel", "my_kernel", 1008, 190, 5000, stream=21)]
+    rep3 = analyze_profile(_profile(*own_side), allow_torch_ops=True)
+    assert rep3["side_stream_launches"] == [{"name": "my_kernel", "stream": 21}]
+    # cuDNN's kernels still running when the candidate's kernel starts were not waited
+    # for (a convolution on a side stream, outside the timed events): side stream
+    late = [dict(r, end_us=165) if r["name"].startswith("void fft2d_c2r") else r for r in fwd]
+    rep5 = analyze_profile(_profile(*late), allow_torch_ops=True)
+    assert [s["stream"] for s in rep5["side_stream_launches"]] == [14]
+    rep4 = analyze_profile(_profile(*fwd))
+    assert {s["stream"] for s in rep4["side_stream_launches"]} == {13, 14}
+    assert rep4["disallowed_ops"] == ["add_", "conv_transpose2d", "convolution", "cudnn_convolution_transpose"]
+
+
 def test_profile_library_kernel_names_are_not_custom() -> None:
     # cuBLAS called directly from the candidate's own code: no aten op around the launch,
     # but the name is a library's.

@@ -908,6 +908,14 @@ def analyze_profile(
     thread).  The current stream is the stream of the marker kernels
     launched in :data:`MARKER_ANNOTATION` windows just before and after the forward.
 
+    With ``allow_torch_ops`` (matmul and convolution left to cuBLAS/cuDNN), what those ops
+    do inside is theirs, not the candidate's: an ``aten`` op nested in one (on the same
+    thread) is not a disallowed op, and a library kernel (:data:`LIBRARY_KERNEL_RE`) launched
+    inside one may run on another stream when the current stream waited for it (it ended
+    before the first current-stream activity launched after that op: cuDNN's FFT
+    convolutions use streams of their own and join them to the caller's, so the events
+    around the forward time them); both are listed in ``notes``.
+
     Returns:
         ``{"gpu_activities": n, "kernels": [{"name", "stream", "owner", "custom"}],
         "custom_kernels": [names],
@@ -986,18 +994,59 @@ def analyze_profile(
     ]
     torch_ops = Counter(_base_op(o["name"]) for o in ops if o["name"].startswith("aten::"))
     allowed = set(ALLOWED_ATEN_OPS) | set(allowed_ops)
+    library_ops: list[Mapping[str, Any]] = []
     if allow_torch_ops:
         allowed |= MATMUL_CONV_OPS
-    disallowed = sorted(n for n in torch_ops if n not in allowed)
+        library_ops = [o for o in ops if o["name"].startswith("aten::") and _base_op(o["name"]) in MATMUL_CONV_OPS]
+
+    def in_library_op(o: Mapping[str, Any]) -> bool:
+        """``o`` is an allowed matmul/convolution op or runs inside one (cuDNN's transposed
+        convolution adds its bias with ``aten::add_``): the library's own work."""
+        return any(
+            c is o or (c["start_us"] <= o["start_us"] and o["end_us"] <= c["end_us"]
+                       and (c.get("thread") is None or o.get("thread") is None or c["thread"] == o["thread"]))
+            for c in library_ops
+        )
+
+    internal = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
+                       and _base_op(o["name"]) not in allowed and in_library_op(o)})
+    if internal:
+        notes.append("inside allowed matmul/convolution ops (their own work, not the candidate's): "
+                     + ", ".join("aten::" + n for n in internal))
+    disallowed = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
+                         and _base_op(o["name"]) not in allowed and not in_library_op(o)})
     dtoh = [
         g for g in fwd
         if g["kind"] == "memcpy" and "DtoH" in g["name"] and owner(g) != "aten::_local_scalar_dense"
     ]
-    side = [
-        {"name": g["name"], "stream": g.get("stream")}
-        for g in fwd
-        if current and g.get("stream") is not None and g["stream"] not in current
-    ]
+
+    def launched_at(g: Mapping[str, Any]) -> float:
+        r = runtime.get(g.get("id"))
+        if r is not None:
+            return float(r["start_us"])
+        op = linked_op(g)
+        return float(op["start_us"]) if op is not None else float(g["start_us"])
+
+    def library_internal_stream(g: Mapping[str, Any]) -> bool:
+        """A library kernel launched by an allowed matmul/convolution op (cuDNN's FFT
+        algorithms run on streams of their own) that the caller's stream waited for: it
+        ended before the first current-stream activity launched after that op began."""
+        op = linked_op(g)
+        if op is None:
+            r = runtime.get(g.get("id"))
+            around = [o for o in ops if r is not None and contains(o, r["start_us"])]
+            op = min(around, key=lambda o: o["end_us"] - o["start_us"]) if around else None
+        if op is None or not library_ops or not in_library_op(op) or not LIBRARY_KERNEL_RE.search(g["name"]):
+            return False
+        later = [k for k in gpu if k.get("stream") in current and launched_at(k) >= op["end_us"]]
+        return bool(later) and g["end_us"] <= min(k["start_us"] for k in later)
+
+    off_stream = [g for g in fwd if current and g.get("stream") is not None and g["stream"] not in current]
+    exempt = [g for g in off_stream if library_internal_stream(g)]
+    if exempt:
+        notes.append(f"{len(exempt)} library kernel(s) of allowed matmul/convolution ops ran on the "
+                     f"library's own stream(s) {sorted({g['stream'] for g in exempt})}")
+    side = [{"name": g["name"], "stream": g.get("stream")} for g in off_stream if g not in exempt]
     return {
         "gpu_activities": len(gpu),
         "kernels": kernels,
