@@ -1295,6 +1295,35 @@ def test_bitwise_equal_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not verify.bitwise_equal(a, a.astype(np.float32).astype(np.float64)[:50])
 
 
+def test_repetitions_fit_the_budget_even_for_long_calls() -> None:
+    from cudaperf_cli.evaluate.timing import plan_reps, time_repetitions
+
+    ts = TimingSettings()  # 100 ms wanted, 2 s at most, [10, 1000] repetitions
+    assert plan_reps(0.01, ts) == 1000 and plan_reps(5.0, ts) == 20 and plan_reps(150.0, ts) == 10 and plan_reps(400.0, ts) == 5
+    assert plan_reps(765.0, ts) == 2 and plan_reps(15_000.0, ts) == 1
+
+    def calls_of(ms: float) -> tuple[list[int], Any]:
+        asked: list[int] = []
+
+        def run(k: int) -> list[float]:
+            asked.append(k)
+            return [ms] * k
+
+        return asked, run
+
+    asked, run = calls_of(15_000.0)  # PolyBench correlation's 15 s candidate
+    rt = time_repetitions(run, ts, warm=True)
+    assert asked == [1] and rt.samples == [15_000.0] and rt.warmup == [] and rt.planned == 1
+    asked, run = calls_of(15_000.0)
+    rt = time_repetitions(run, ts)  # not warm (torch.compile's first call): one more call
+    assert asked == [1, 1] and rt.samples == [15_000.0] and rt.warmup == [15_000.0]
+    asked, run = calls_of(765.0)
+    rt = time_repetitions(run, ts, warm=True)
+    assert asked == [1, 2] and len(rt.samples) == 2
+    asked, run = calls_of(15_000.0)
+    assert time_repetitions(run, ts, slow_ms=10_000.0, warm=True).slow and asked == [1]
+
+
 def test_fit_reps() -> None:
     from cudaperf_cli.evaluate.timing import fit_reps
 

@@ -84,12 +84,12 @@ class RepTiming:
 def plan_reps(estimate_ms: float, settings: TimingSettings) -> int:
     """Timed repetitions for a call of about ``estimate_ms``: enough to sum to
     ``min_total_ms`` (do_bench's ``rep / estimate``), within ``[min_reps, max_reps]``, and
-    never planned past ``max_total_ms`` except that at least 3 run (fewer only when
-    ``max_reps`` or ``min_reps`` is smaller)."""
+    never planned past ``max_total_ms``; at least 1 (do_bench's ``max(1, rep / estimate)``:
+    a 765 ms PolyBench kernel gets 2 repetitions in 2 s, a 15 s one 1)."""
     est = max(float(estimate_ms), 1e-4)
     lo, hi = max(int(settings.min_reps), 1), max(int(settings.max_reps), 1)
     n = min(max(math.ceil(settings.min_total_ms / est), lo), hi)
-    cap = max(min(3, lo, hi), math.floor(settings.max_total_ms / est))
+    cap = math.floor(settings.max_total_ms / est)
     return max(min(n, cap), 1)
 
 
@@ -98,6 +98,7 @@ def time_repetitions(
     settings: TimingSettings,
     *,
     slow_ms: float | None = None,
+    warm: bool = False,
 ) -> RepTiming:
     """The one timing loop of both workers (C and PyTorch).
 
@@ -109,11 +110,17 @@ def time_repetitions(
         settings: :class:`~cudaperf_cli.evaluate.job.TimingSettings`.
         slow_ms: stop after the warm-up when the estimate of one call passes this (the
             candidate is then ``slow``); None: never.
+        warm: the callable already ran in this process (verification called the candidate:
+            its module is loaded, nothing is compiled on the first call).  Then a first call
+            that alone fills ``max_total_ms`` is the one sample; never for torch.compile,
+            whose first call compiles.
 
     Order: one call alone (its time includes lazy module loading); if shorter than
     ``warmup_ms``, :data:`ESTIMATE_CALLS` more estimate a call (their median), then
     warm-up calls until ``warmup_ms`` is spent (at least ``warmup_reps``, at most
-    ``max_reps``); then :func:`plan_reps` repetitions in batches of :data:`BATCH`.
+    ``max_reps``); then :func:`plan_reps` repetitions in batches of :data:`BATCH`.  With
+    ``warm``, a first call that alone fills ``max_total_ms`` is the one sample (a second
+    call of a 15 s kernel would only double the time the GPU lock is held).
 
     Returns:
         :class:`RepTiming`.  Exceptions raised by ``run`` (a CUDA error) propagate.
@@ -124,6 +131,9 @@ def time_repetitions(
     slow = slow_ms is not None and slow_ms > 0
     if slow and out.estimate_ms > slow_ms:
         out.slow = True
+        return out
+    if warm and out.estimate_ms >= settings.max_total_ms > 0:
+        out.samples, out.warmup, out.planned = out.warmup, [], 1
         return out
     if out.estimate_ms < settings.warmup_ms or len(out.warmup) < settings.warmup_reps:
         out.warmup += run(ESTIMATE_CALLS)

@@ -1985,10 +1985,11 @@ class TorchWorker:
     # -- timing ------------------------------------------------------------------------
 
     def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str,
-                 slow_ms: float | None = None) -> tuple[RepTiming, Any]:
+                 slow_ms: float | None = None, warm: bool = False) -> tuple[RepTiming, Any]:
         """CUDA events on the current stream around each call, the flush buffer written
         before each, repetitions planned by :func:`~cudaperf_cli.evaluate.timing.
-        time_repetitions` (the C worker's loop).  Returns (the repetitions, the last output)."""
+        time_repetitions` (the C worker's loop; ``warm``: ``fn`` ran before, in
+        verification).  Returns (the repetitions, the last output)."""
         torch = self.torch
         self.state.set(phase, "default")
         Event, record, elapsed = self._orig_event, self._orig_record, self._orig_elapsed
@@ -2012,7 +2013,7 @@ class TorchWorker:
                     k -= m
             return out_ms
 
-        reps = time_repetitions(run, self.job.timing, slow_ms=slow_ms)
+        reps = time_repetitions(run, self.job.timing, slow_ms=slow_ms, warm=warm)
         return reps, last[0]
 
     def _time(self, ctx: _Context) -> str:
@@ -2029,7 +2030,8 @@ class TorchWorker:
 
         cargs = self._args_for_candidate(ctx, inputs)
         try:
-            reps, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms)
+            reps, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms,
+                                           warm=True)
             sync_stats = None
             if not reps.slow:
                 self.state.set("timing.candidate", "default")
