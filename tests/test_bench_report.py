@@ -82,11 +82,13 @@ elif stem == "degen":  # outputs independent of the inputs: evaluated, flagged
     records = [rec(0, "correct", gpu_ms=1.0, k=2.0, eval_s=2.0, wait=0.0, peak=3 * GB, foot=GB),
                rec(1, "slow", gpu_ms=50.0, k=0.04, eval_s=4.0, wait=2.0, peak=GB, foot=GB)]
 elif stem == "huge":
-    records = [rec(0, "correct", gpu_ms=0.01, k=1450.0, eval_s=10.0, wait=6.0, peak=GB // 2, foot=GB)]
+    records = [rec(0, "correct", gpu_ms=0.01, k=1450.0, eval_s=10.0, wait=6.0, peak=GB // 2, foot=GB,
+                   phase_s={"startup": 1.0, "timing": 3.0})]
 elif stem == "guard":
     records = [rec(0, "compile_error"), rec(1, "guard_rejected", message="a decoy kernel")]
 else:
-    records = [rec(0, "correct", gpu_ms=2.0, k=5.0, eval_s=1.0, wait=0.5, peak=GB, foot=GB)]
+    records = [rec(0, "correct", gpu_ms=2.0, k=5.0, eval_s=1.0, wait=0.5, peak=GB, foot=GB,
+                   phase_s={"startup": 2.0})]
 doc["footprint_bytes"] = GB
 doc["memory"] = {"footprint_bytes": GB, "gpu_bytes": 3 * GB, "host_bytes": GB, "flush_bytes": GB // 2}
 with open(run_dir / "turns.jsonl", "w") as fh:
@@ -189,6 +191,9 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
     assert c["eval_s"]["p90"] == pytest.approx(4 + 0.6 * (10 - 4))  # position 3.6 of [1,2,3,4,10]
     assert c["excl_lock_s"]["median"] == 2.0 and c["excl_lock_s"]["p90"] == pytest.approx(2 + 0.6 * 2)
     assert c["lock_wait_s"]["median"] == 1.0 and c["lock_wait_s"]["p90"] == pytest.approx(2 + 0.6 * 4)
+    # the worker's seconds per phase (huge and ok report them), the largest median first
+    assert list(c["phases"]) == ["timing", "startup"]
+    assert c["phases"]["startup"]["n"] == 2 and c["phases"]["startup"]["median"] == 1.5
 
     # report.md: the tables and the reasons
     md = (out / "report.md").read_text()
@@ -196,6 +201,7 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
     assert "| does not fit (`does_not_fit`) | 2 |" in md
     assert "- typedef.c: typedef.c: unsupported element type 'base'" in md
     assert "Degenerate problems" in md and "(degen.c)" in md
+    assert "Median seconds by phase of the worker, C: timing 3, startup 1.5." in md
     assert "| typedef.c | refused_at_load: typedef.c: unsupported element type 'base' |" in md
     assert "| big.c | does_not_fit: big.c needs 150.0 GB" in md
     assert "| degen.c | correct (degenerate) |" in md

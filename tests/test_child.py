@@ -235,3 +235,21 @@ def test_group_members_lists_a_session(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_state_adds_up_seconds_per_phase(tmp_path, monkeypatch) -> None:
+    import time as _time
+
+    from cudaperf_cli.evaluate.child import SPAWN_TIME_ENV, State
+
+    monkeypatch.setenv(SPAWN_TIME_ENV, repr(_time.time() - 0.5))
+    st = State(str(tmp_path / "state.json"))
+    st.set("device")
+    _time.sleep(0.05)
+    st.set("timing.gpu", "main", 0)
+    _time.sleep(0.05)
+    st.set("timing.e2e", "main", 0)
+    st.set("device")  # a phase entered twice adds up
+    s = st.phase_seconds()
+    assert s["startup"] >= 0.5 and s["device"] >= 0.05 and s["timing"] >= 0.05
+    assert set(s) == {"startup", "start", "device", "timing"}

@@ -415,6 +415,8 @@ def test_host_correct_saxpy_with_timing(ref_lib: Path, compile_c: Callable[..., 
     assert t.cpu_total_s == pytest.approx(sum([t.cpu.mean_ms * t.cpu.n]) / 1e3)
     assert r.prepare_s is not None and 0 < r.prepare_s < r.elapsed_s
     assert r.lock_wait_s >= 0 and r.footprint_bytes == 2 * 20000 * 4
+    phases = r.details["phase_s"]  # where the worker's time went
+    assert {"startup", "timing", "gpu_wait"} <= set(phases) and sum(phases.values()) <= r.elapsed_s + 0.5
     assert r.tolerances == {"float32": {"atol": 1e-4, "rtol": 1e-4}}
     # device bytes held at once: the main arrays with their guards, y's pristine copy, the flush
     assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * 4096) + 20000 * 4 + (1 << 16)

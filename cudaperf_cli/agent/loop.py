@@ -56,6 +56,9 @@ class TurnRecord:
     #: seconds of the evaluation's preparation before it (imports, CUDA context, loading).
     lock_wait_s: float | None = None
     prepare_s: float | None = None
+    #: Of ``eval_s``: seconds in each phase of the worker (``startup``, ``device``,
+    #: ``load_problem``, ``gpu_wait``, ``timing``, ...), where the evaluation's time went.
+    phase_s: dict[str, float] = field(default_factory=dict)
     #: Peak device memory of the evaluation (bytes, the worker's allocations as the driver
     #: or PyTorch's allocator reports them) and the problem's footprint (bytes: inputs,
     #: outputs, parameters and buffers at the main configuration).

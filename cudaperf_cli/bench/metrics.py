@@ -497,14 +497,18 @@ def eval_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     - ``excl_lock_s``: ``eval_s - lock_wait_s`` (the evaluation's own time; a row without
       ``lock_wait_s`` counts its whole ``eval_s``);
     - ``lock_wait_s``: the wait for the GPU lock (rows that report it);
-    - ``prepare_s``: the preparation before the lock (rows that report it).
+    - ``prepare_s``: the preparation before the lock (rows that report it);
+    - ``phases``: ``{phase: spread}`` of the worker's seconds per phase (``phase_s``:
+      ``startup``, ``device``, ``load_problem``, ``gpu_wait``, ``verify``, ``timing``, ...)
+      over the rows that report it.
 
     Returns:
-        ``{kind: {"eval_s", "excl_lock_s", "lock_wait_s", "prepare_s"}}`` for each kind
-        present (``"c"``, ``"torch"``) and ``"all"``; each ``{"n", "median", "p90",
-        "max"}`` in seconds (None when n = 0); p90 by :func:`quantile`.
+        ``{kind: {"eval_s", "excl_lock_s", "lock_wait_s", "prepare_s", "phases"}}`` for each
+        kind present (``"c"``, ``"torch"``) and ``"all"``; each spread ``{"n", "median",
+        "p90", "max"}`` in seconds (None when n = 0); p90 by :func:`quantile`.
     """
     groups: dict[str, dict[str, list[float]]] = {}
+    phases: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         total = _finite(r.get("eval_s"))
         if total is None:
@@ -520,8 +524,15 @@ def eval_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 g["lock_wait_s"].append(wait)
             if prep is not None:
                 g["prepare_s"].append(prep)
+            for name, sec in (r.get("phase_s") or {}).items():
+                v = _finite(sec)
+                if v is not None:
+                    phases.setdefault(kind, {}).setdefault(str(name), []).append(v)
     order = sorted(k for k in groups if k != "all") + (["all"] if "all" in groups else [])
-    return {k: {name: _spread(vals) for name, vals in groups[k].items()} for k in order}
+    return {k: {**{name: _spread(vals) for name, vals in groups[k].items()},
+                "phases": {p: _spread(v) for p, v in sorted(phases.get(k, {}).items(),
+                                                            key=lambda kv: -(quantile(kv[1], 0.5) or 0))}}
+            for k in order}
 
 
 def suite_curves(

@@ -302,6 +302,11 @@ def eval_seconds_section(m: dict[str, Any]) -> list[str]:
                  "and timing), lock wait included; excl. lock wait: minus the wait for the GPU lock "
                  "(another evaluation held the GPU). p90: linear interpolation between order "
                  "statistics."), ""]
+    for kind, g in e.items():
+        if (kind == "all" and len(e) == 2) or not g.get("phases"):
+            continue
+        parts = ", ".join(f"{p} {fmt_s(s['median'])}" for p, s in g["phases"].items() if s["median"])
+        out += [f"Median seconds by phase of the worker, {KIND_NAMES.get(kind, kind)}: {parts}.", ""]
     return out
 
 

@@ -284,6 +284,7 @@ def candidate_row(
         "eval_s": rec.get("eval_s"),
         "lock_wait_s": rec.get("lock_wait_s"),
         "prepare_s": rec.get("prepare_s"),
+        "phase_s": rec.get("phase_s") or {},
         "peak_gpu_bytes": rec.get("peak_gpu_bytes"),
         "footprint_bytes": (rec.get("footprint_bytes") if rec.get("footprint_bytes") is not None
                             else problem.get("footprint_bytes")),

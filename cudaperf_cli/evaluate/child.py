@@ -50,6 +50,8 @@ from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 STATE_ENV = "CUDAPERF_WORKER_STATE"
 #: ``1``: the child asks for the GPU (``ready``) and waits for ``go`` before device work.
 GATE_ENV = "CUDAPERF_GPU_GATE"
+#: The parent's ``time.time()`` just before it spawned the child (``State``'s ``startup``).
+SPAWN_TIME_ENV = "CUDAPERF_SPAWN_TIME"
 #: Characters of the child's stderr kept in results.
 STDERR_TAIL_CHARS = 4000
 #: The line a gated child writes on its result channel once it is prepared.
@@ -271,6 +273,7 @@ def _run_process(
     if env:
         full_env.update(env)
     full_env[STATE_ENV] = state_path
+    full_env[SPAWN_TIME_ENV] = repr(time.time())
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     gated = gpu is not None
     if gated:
@@ -523,7 +526,9 @@ def run_child(
 class State:
     """The phase file (``$CUDAPERF_WORKER_STATE``) the parent reads after a crash or a kill:
     ``{"phase", "config", "trial", "candidate_started", "configs": [finished configs],
-    "pid"}``, rewritten in place at every change."""
+    "pid"}``, rewritten in place at every change.  It also adds up the seconds spent in
+    each phase (:meth:`phase_seconds`), with ``startup`` (from the parent's spawn,
+    :data:`SPAWN_TIME_ENV`, to this object: the interpreter and the worker's imports)."""
 
     def __init__(self, path: str | None):
         self.fd: int | None = None
@@ -540,11 +545,31 @@ class State:
             "configs": [],
             "pid": os.getpid(),
         }
+        self.seconds: dict[str, float] = {}
+        try:
+            self.seconds["startup"] = max(time.time() - float(os.environ[SPAWN_TIME_ENV]), 0.0)
+        except (KeyError, ValueError):
+            pass
+        self._since = time.monotonic()
 
     def set(self, phase: str, config: str | None = None, trial: int | None = None) -> None:
         """Enter ``phase`` (at ``config``/``trial`` when given)."""
+        self._tick()
         self.data.update(phase=phase, config=config, trial=trial)
         self._flush()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        name = str(self.data["phase"]).split(".", 1)[0]  # "timing.gpu" counts as "timing"
+        self.seconds[name] = self.seconds.get(name, 0.0) + (now - self._since)
+        self._since = now
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds spent in each phase so far (sub-phases ``a.b`` summed under ``a``),
+        rounded to ms: where an evaluation's time went (``start`` is the worker's own
+        set-up before its first phase)."""
+        self._tick()
+        return {k: round(v, 3) for k, v in self.seconds.items()}
 
     def mark_candidate(self) -> None:
         """Record that candidate code is about to run (failures from now on are its)."""
@@ -670,6 +695,7 @@ __all__ = [
     "GO_LINE",
     "MEMORY_POLL_S",
     "READY_EVENT",
+    "SPAWN_TIME_ENV",
     "STATE_ENV",
     "STDERR_TAIL_CHARS",
     "State",

@@ -1222,6 +1222,7 @@ class TorchWorker:
             degenerate=self.degenerate,
             warnings=list(dict.fromkeys(self.warnings)),
             summary=summarize_torch_result(self.configs, self.timing),
+            details={"phase_s": self.state.phase_seconds()},
         )
 
     def _guard_on(self, gid: str) -> bool:

@@ -511,7 +511,8 @@ class Worker:
             footprint_bytes=footprint,
             tolerances=tolerances_used([p.dtype for p in self.arrays], self.job.tolerances),
             warnings=self.warnings,
-            details={"inputs_from_store": self.inputs_from_store} if self.inputs_from_store else {},
+            details={"phase_s": self.state.phase_seconds(),
+                     **({"inputs_from_store": self.inputs_from_store} if self.inputs_from_store else {})},
             summary=summarize_result(configs, self.job.baseline_label),
         )
 

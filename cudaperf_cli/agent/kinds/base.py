@@ -218,8 +218,9 @@ def slow_limit_ms(slow_factor: float, best_ms: float | None, baseline_ms: float 
 def fill_outcome(record: TurnRecord, data: dict[str, Any], tolerances: dict[str, Any] | None = None) -> None:
     """Copy the fields every evaluation result shares (:class:`~cudaperf_cli.evaluate.outcome.Outcome`,
     as JSON in ``data``) into ``record``: ``lock_wait_s``, ``prepare_s`` (seconds),
-    ``peak_gpu_bytes``, ``footprint_bytes`` (bytes) and ``tolerances`` (the values the
-    worker used; ``tolerances``, the job's table, when it reported none)."""
+    ``peak_gpu_bytes``, ``footprint_bytes`` (bytes), ``phase_s`` (the worker's seconds per
+    phase, from ``details``) and ``tolerances`` (the values the worker used; ``tolerances``,
+    the job's table, when it reported none)."""
     for key in ("lock_wait_s", "prepare_s"):
         value = data.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -228,6 +229,10 @@ def fill_outcome(record: TurnRecord, data: dict[str, Any], tolerances: dict[str,
         value = data.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             setattr(record, key, int(value))
+    phases = (data.get("details") or {}).get("phase_s")
+    if isinstance(phases, dict):
+        record.phase_s = {str(k): float(v) for k, v in phases.items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
     used = data.get("tolerances")
     record.tolerances = dict(used) if isinstance(used, dict) and used else dict(tolerances or {})
 
