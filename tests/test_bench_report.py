@@ -78,6 +78,7 @@ elif stem == "slowonly":  # verified, but only slow candidates
                    slow_ref="baseline", slow_ref_ms=10.0, slow_factor=10.0)]
 elif stem == "degen":  # outputs independent of the inputs: evaluated, flagged
     doc["degenerate"] = True
+    doc["reference_peak_gpu_bytes"] = int(2.5 * GB)  # the baseline job: the reference alone
     doc["warnings"] = ["degenerate: the outputs do not depend on the inputs"]
     records = [rec(0, "correct", gpu_ms=1.0, k=2.0, eval_s=2.0, wait=0.0, peak=3 * GB, foot=GB),
                rec(1, "slow", gpu_ms=50.0, k=0.04, eval_s=4.0, wait=2.0, peak=GB, foot=GB)]
@@ -180,7 +181,11 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
         ("degen.c", 3.0), ("slowonly.c", 2.0), ("ok.c", 1.0), ("huge.c", 0.5)]
     top = mem["worst"][0]
     assert (top["turn"], top["sample"], top["peak_gpu_bytes"], top["footprint_bytes"]) == (1, 1, 3 * GB, GB)
-    assert top["bound_bytes"] == int(3 * GB + GB // 2) and top["within_bound"] is True
+    # bound: max(3 x footprint + flush, the reference alone + 2 x footprint) = max(3.5, 4.5) GB
+    assert top["reference_peak_gpu_bytes"] == int(2.5 * GB) and top["over_reference_bytes"] == GB // 2
+    assert top["bound_bytes"] == int(4.5 * GB) and top["within_bound"] is True
+    second = mem["worst"][1]  # no baseline peak: 3 x footprint + flush
+    assert second["reference_peak_gpu_bytes"] is None and second["bound_bytes"] == int(3 * GB + GB // 2)
 
     # seconds per candidate evaluation: eval_s [1, 2, 4, 10, 3] (ok, degen x2, huge, slowonly)
     # and lock waits [0.5, 0, 2, 6, 1]; eval - wait = [0.5, 2, 2, 4, 2]
@@ -205,7 +210,8 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
     assert "| typedef.c | refused_at_load: typedef.c: unsupported element type 'base' |" in md
     assert "| big.c | does_not_fit: big.c needs 150.0 GB" in md
     assert "| degen.c | correct (degenerate) |" in md
-    assert "| degen.c | turn 1.1 | 3 | 1 | 3 | 3.5 | yes |" in md
+    assert "| degen.c | turn 1.1 | 3 | 1 | 3 | 2.5 | 0.5 | 4.5 | yes |" in md
+    assert "| slowonly.c | turn 1.1 | 2 | 1 | 2 | - | - | 3.5 | yes |" in md
     assert "| C | 5 | 3 | 7.6 | 2 | 3.2 | 1 | 4.4 |" in md
     assert "1450x (!)" in md and "e+03" not in md
     assert "## Warnings" in md and "- degen.c: degenerate: the outputs" in md

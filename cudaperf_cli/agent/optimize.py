@@ -353,6 +353,9 @@ def make_summary(
     - ``problem_status``: None, or ``"does_not_fit"`` (nothing ran; ``message`` says why);
     - ``degenerate``: the problem's outputs do not depend on its inputs;
     - ``footprint_bytes`` (bytes) and ``memory`` (the plan's ``to_json()``, or None);
+    - ``reference_peak_gpu_bytes``: the most device memory the reference alone held in the
+      run's baseline job (PyTorch: its inputs, forward intermediates, library workspace,
+      the flush buffer; bytes), None when no baseline job used the device;
     - ``tolerances``: dtype -> ``{"atol", "rtol"}`` of every job; ``warnings``: lines;
     - ``device``: the evaluation device as probed (free and total bytes, L2 bytes).
     """
@@ -382,6 +385,7 @@ def make_summary(
         "degenerate": degenerate,
         "footprint_bytes": footprint,
         "memory": None if plan.memory is None else plan.memory.to_json(),
+        "reference_peak_gpu_bytes": getattr(getattr(evaluation, "baseline", None), "peak_gpu_bytes", None),
         "tolerances": settings.tolerances,
         "slow_factor": settings.slow_factor,
         "warnings": list(warnings),

@@ -440,19 +440,28 @@ def memory_ratios(problems: Sequence[Mapping[str, Any]], worst: int = MEMORY_WOR
     evaluation with the highest ratio ``peak_gpu_bytes / footprint_bytes`` stands for it;
     the ``worst`` problems by that ratio are listed.  ``bound_bytes`` =
     :data:`MEMORY_BOUND_FACTOR` x footprint + the L2-flush buffer (the problem's
-    ``memory.flush_bytes``), None when the flush size is not recorded.
+    ``memory.flush_bytes``), None when the flush size is not recorded.  The footprint
+    (inputs, outputs, parameters, buffers) leaves out what the reference itself needs while
+    it runs: KernelBench's ``23_Conv3d_GroupNorm_Mean`` has a 38 MB footprint and a
+    convolution output, cuDNN workspace and flush buffer that took the reference alone to
+    793 MB on an H200.  Where the problem's ``reference_peak_gpu_bytes`` (the baseline job:
+    the reference alone) is known, ``over_reference_bytes`` = peak - that, the evaluation's
+    own addition, and the bound is the larger of the above and that peak +
+    (MEMORY_BOUND_FACTOR - 1) x footprint (the candidate's outputs and a stored copy).
 
     Returns:
         ``{"evaluations": n counted, "problems": problems with one, "max_ratio", "worst":
         [{"problem", "kind", "turn", "sample" (1-based), "peak_gpu_bytes",
-        "footprint_bytes", "ratio", "flush_bytes", "bound_bytes", "within_bound"}]}``;
-        bytes are bytes, ratios dimensionless.
+        "footprint_bytes", "ratio", "flush_bytes", "reference_peak_gpu_bytes",
+        "over_reference_bytes", "bound_bytes", "within_bound"}]}``; bytes are bytes, ratios
+        dimensionless.
     """
     per_problem: list[dict[str, Any]] = []
     n = 0
     for pr in problems:
         memory = pr.get("memory") if isinstance(pr.get("memory"), Mapping) else {}
         flush = _finite(memory.get("flush_bytes"))
+        ref_peak = _positive(pr.get("reference_peak_gpu_bytes"))
         top: dict[str, Any] | None = None
         for c in pr.get("candidates") or []:
             peak = _positive(c.get("peak_gpu_bytes"))
@@ -463,11 +472,15 @@ def memory_ratios(problems: Sequence[Mapping[str, Any]], worst: int = MEMORY_WOR
             ratio = peak / foot
             if top is None or ratio > top["ratio"]:
                 bound = None if flush is None else MEMORY_BOUND_FACTOR * foot + flush
+                if ref_peak is not None:
+                    bound = max(bound or 0.0, ref_peak + (MEMORY_BOUND_FACTOR - 1) * foot)
                 top = {
                     "problem": pr.get("id"), "kind": pr.get("kind"),
                     "turn": int(c.get("turn") or 0) + 1, "sample": int(c.get("sample") or 0) + 1,
                     "peak_gpu_bytes": int(peak), "footprint_bytes": int(foot), "ratio": ratio,
                     "flush_bytes": None if flush is None else int(flush),
+                    "reference_peak_gpu_bytes": None if ref_peak is None else int(ref_peak),
+                    "over_reference_bytes": None if ref_peak is None else int(peak - ref_peak),
                     "bound_bytes": None if bound is None else int(bound),
                     "within_bound": None if bound is None else peak <= bound,
                 }

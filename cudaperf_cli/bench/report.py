@@ -317,16 +317,21 @@ def memory_section(m: dict[str, Any]) -> list[str]:
         return []
     out = [f"## Peak GPU memory against footprint (worst {len(mem['worst'])} of "
            f"{mem['problems']} problem(s), {mem['evaluations']} evaluation(s))", "",
-           "| problem | candidate | peak GB | footprint GB | ratio | bound GB | within bound |",
-           "|---|---|---:|---:|---:|---:|---|"]
+           ("| problem | candidate | peak GB | footprint GB | ratio | reference alone GB | over "
+            "reference GB | bound GB | within bound |"),
+           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for w in mem["worst"]:
         within = "-" if w["within_bound"] is None else ("yes" if w["within_bound"] else "**no**")
         out.append(f"| {w['problem']} | turn {w['turn']}.{w['sample']} | {fmt_gb(w['peak_gpu_bytes'])} | "
                    f"{fmt_gb(w['footprint_bytes'])} | {fmt_num(w['ratio'])} | "
+                   f"{fmt_gb(w.get('reference_peak_gpu_bytes'))} | {fmt_gb(w.get('over_reference_bytes'))} | "
                    f"{fmt_gb(w['bound_bytes'])} | {within} |")
+    m1 = M.MEMORY_BOUND_FACTOR - 1
     out += ["", (f"GB = 1e9 bytes. Footprint: the problem's inputs, outputs, parameters and buffers "
-                 f"at its main size. Bound: {M.MEMORY_BOUND_FACTOR:g} x footprint + the L2-flush "
-                 "buffer."), ""]
+                 f"at its main size. Reference alone: the peak of the run's baseline job (PyTorch: "
+                 f"the reference's intermediates and library workspace included). Bound: "
+                 f"{M.MEMORY_BOUND_FACTOR:g} x footprint + the L2-flush buffer, or the reference "
+                 f"alone + {m1:g} x footprint when that is larger."), ""]
     return out
 
 

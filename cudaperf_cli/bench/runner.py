@@ -503,6 +503,7 @@ class SuiteRun:
             "degenerate": bool(doc.get("degenerate")),
             "footprint_bytes": doc.get("footprint_bytes"),
             "memory": doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
+            "reference_peak_gpu_bytes": doc.get("reference_peak_gpu_bytes"),
             "tolerances": doc.get("tolerances") if isinstance(doc.get("tolerances"), dict) else {},
             "warnings": [str(w) for w in doc.get("warnings") or []] if isinstance(doc.get("warnings"), list) else [],
             "cpu_baseline_ms": cpu_ms[0] if cpu_ms else None,
