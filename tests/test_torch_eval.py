@@ -379,6 +379,10 @@ def test_profile_work_inside_allowed_convolutions_is_the_librarys() -> None:
                _rec("kernel", "void at::native::vectorized_elementwise_kernel<add>", 1007, 185, 186, stream=7)]
     rep2 = analyze_profile(_profile(*outside), allow_torch_ops=True)
     assert rep2["disallowed_ops"] == ["add_"]
+    # only bias additions are the library's: a softmax "inside" a convolution (a tensor
+    # subclass's __torch_dispatch__) is the candidate's PyTorch fallback
+    inside = [*fwd, _rec("cpu_op", "aten::_softmax", 31, 135, 137)]
+    assert analyze_profile(_profile(*inside), allow_torch_ops=True)["disallowed_ops"] == ["_softmax"]
     # a kernel of the candidate's own on another stream is still a side stream, next to a
     # convolution or not; without allow_torch_ops cuDNN's streams count too
     own_side = [*fwd, _rec("runtime", "cudaLaunchKernel", 1008, 181, 182),
@@ -683,6 +687,9 @@ def test_host_correct_candidate_is_verified_and_timed(
     assert t.baselines["eager"] == "PyTorch eager (fp32, TF32 off)"
     assert r.summary["speedup_eager"] == t.speedup_eager
     assert "profiler guards not run: host test backend (no CUDA)" in r.warnings
+    phases = r.details["phase_s"]  # where the worker's time went
+    print("phase_s", phases)
+    assert {"startup", "device", "load_problem", "timing"} <= set(phases)
 
 
 def test_host_wrong_candidate_reports_the_worst_index(

@@ -126,6 +126,11 @@ MATMUL_CONV_OPS = frozenset(
         "slow_conv2d_forward", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
     }
 )
+#: ``aten`` ops PyTorch's matmul and convolution run inside themselves (cuDNN's transposed
+#: convolution adds its bias with ``aten::add_``): allowed nested in one of
+#: :data:`MATMUL_CONV_OPS` with ``allow_torch_ops``, and only there (a tensor subclass's
+#: ``__torch_dispatch__`` can run any op "inside" a convolution).
+NESTED_LIBRARY_OPS = frozenset({"add", "add_"})
 #: CPU ops whose kernels count as PyTorch's own (the op that launched a kernel).
 TORCH_OP_PREFIXES = ("aten::", "prim::", "quantized::", "torchvision::", "inductor::")
 #: Kernel names of PyTorch, cuBLAS(Lt), cuDNN, CUTLASS inside those, and Inductor's Triton
@@ -909,8 +914,8 @@ def analyze_profile(
     launched in :data:`MARKER_ANNOTATION` windows just before and after the forward.
 
     With ``allow_torch_ops`` (matmul and convolution left to cuBLAS/cuDNN), what those ops
-    do inside is theirs, not the candidate's: an ``aten`` op nested in one (on the same
-    thread) is not a disallowed op, and a library kernel (:data:`LIBRARY_KERNEL_RE`) launched
+    do inside is theirs, not the candidate's: a bias addition (:data:`NESTED_LIBRARY_OPS`)
+    nested in one (on the same thread) is not a disallowed op, and a library kernel (:data:`LIBRARY_KERNEL_RE`) launched
     inside one may run on another stream when the current stream waited for it (it ended
     before the first current-stream activity launched after that op: cuDNN's FFT
     convolutions use streams of their own and join them to the caller's, so the events
@@ -1008,13 +1013,16 @@ def analyze_profile(
             for c in library_ops
         )
 
+    def library_internal(o: Mapping[str, Any]) -> bool:
+        return _base_op(o["name"]) in NESTED_LIBRARY_OPS and in_library_op(o)
+
     internal = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
-                       and _base_op(o["name"]) not in allowed and in_library_op(o)})
+                       and _base_op(o["name"]) not in allowed and library_internal(o)})
     if internal:
         notes.append("inside allowed matmul/convolution ops (their own work, not the candidate's): "
                      + ", ".join("aten::" + n for n in internal))
     disallowed = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
-                         and _base_op(o["name"]) not in allowed and not in_library_op(o)})
+                         and _base_op(o["name"]) not in allowed and not library_internal(o)})
     dtoh = [
         g for g in fwd
         if g["kind"] == "memcpy" and "DtoH" in g["name"] and owner(g) != "aten::_local_scalar_dense"
