@@ -388,3 +388,23 @@ def test_cli_layer_reads_optimize_flags() -> None:
     flags = optimize_flags()
     for flag in ("--policy", "--atol", "--rtol", "--slow-factor", "--yes", "--no-compile-baseline"):
         assert flag in flags
+
+
+def test_policy_refusals_are_listed_by_reason() -> None:
+    from cudaperf_cli.bench import metrics as M
+    from cudaperf_cli.bench.report import status_cell, verdict_section
+
+    conv = "nothing to fuse: conv2d is left to cuDNN"
+    probs = [{"id": f"{i}_conv.py", "kind": "torch", "status": "refused", "message": conv} for i in range(5)]
+    probs += [{"id": "51_Argmax.py", "kind": "torch", "status": "refused",
+               "message": "cannot port torch.argmax (node 'argmax')"},
+              {"id": "19_ReLU.py", "kind": "torch", "status": "correct", "message": ""}]
+    v = M.verdicts(probs)
+    assert v["grouped"]["refused"] == [
+        {"message": conv, "count": 5, "problems": [f"{i}_conv.py" for i in range(5)]},
+        {"message": "cannot port torch.argmax (node 'argmax')", "count": 1, "problems": ["51_Argmax.py"]}]
+    md = "\n".join(verdict_section({"verdicts": v}))
+    assert "refused (policy), by reason:" in md
+    assert f"- 5 x {conv} (0_conv.py, 1_conv.py, 2_conv.py and 2 more)" in md
+    assert "- 1 x cannot port torch.argmax (node 'argmax') (51_Argmax.py)" in md
+    assert status_cell(probs[0]) == f"refused: {conv}"

@@ -159,3 +159,10 @@ def test_a_problem_without_get_inputs_is_one_line(workdir):
     proc = cli("optimize", "bad.py", cwd=workdir)
     lines = error_lines(proc)
     assert proc.returncode == 2 and "get_inputs" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_baseline_names_are_the_workers() -> None:
+    from cudaperf_cli.agent.kinds.pytorch import BASELINE_COMPILE_NAME, BASELINE_EAGER_NAME
+    from cudaperf_cli.evaluate.torch_job import BASELINE_COMPILE, BASELINE_EAGER
+
+    assert (BASELINE_EAGER_NAME, BASELINE_COMPILE_NAME) == (BASELINE_EAGER, BASELINE_COMPILE)

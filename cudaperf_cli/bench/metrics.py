@@ -71,7 +71,10 @@ VERDICT_ORDER: tuple[str, ...] = (
     tuple(n for n in reversed(S.NAMES) if n != S.PENDING) + (S.PENDING, *BENCH_STATUSES))
 #: Problem statuses whose ``message`` is the verdict's reason (listed in the reports).
 WITH_REASON = frozenset({REFUSED_AT_LOAD, DOES_NOT_FIT, PROBLEM_ERROR, PROBLEM_TIMEOUT,
-                         NO_CANDIDATE, S.REFERENCE_ERROR})
+                         NO_CANDIDATE, S.REFERENCE_ERROR, S.REFUSED})
+#: Of those, the statuses whose reasons the reports group by message (KernelBench level 1:
+#: 65 policy refusals, most of them "nothing to fuse: conv2d is left to cuDNN").
+GROUPED_REASONS = frozenset({S.REFUSED})
 #: The thresholds p of fast_p reported for every suite.
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 #: Worst memory ratios listed (:func:`memory_ratios`).
@@ -393,6 +396,14 @@ def quantile(values: Iterable[float], q: float) -> float | None:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
+def _group_reasons(items: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    groups: dict[str, list[str]] = {}
+    for it in items:
+        groups.setdefault(it["message"] or "(no message)", []).append(it["problem"])
+    return [{"message": msg, "count": len(ids), "problems": ids}
+            for msg, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
 def verdicts(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """How many problems end in each status, in :data:`VERDICT_ORDER` (``correct``,
     ``slow``, ``wrong`` ... then ``refused_at_load``, ``problem_timeout``, ``error``).
@@ -401,6 +412,8 @@ def verdicts(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ``{"order": [statuses present, in order], "counts": {status: n}, "labels": {status:
         label}, "by_kind": {kind: {status: n}} ("c", "torch"), "reasons": {status:
         [{"problem": id, "message": one line}]} for the statuses of :data:`WITH_REASON`,
+        "grouped": {status: [{"message", "count", "problems": [ids]}]} for those of
+        :data:`GROUPED_REASONS` (most frequent message first),
         "degenerate": problems flagged degenerate (outputs independent of the inputs),
         "degenerate_problems": [ids]}``.
     """
@@ -427,6 +440,7 @@ def verdicts(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "labels": {st: status_label(st) for st in order},
         "by_kind": {k: {st: v[st] for st in order if st in v} for k, v in sorted(by_kind.items())},
         "reasons": {st: reasons[st] for st in order if st in reasons},
+        "grouped": {st: _group_reasons(reasons[st]) for st in order if st in reasons and st in GROUPED_REASONS},
         "degenerate": len(degenerate),
         "degenerate_problems": degenerate,
     }

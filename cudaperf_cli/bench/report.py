@@ -274,6 +274,14 @@ def verdict_section(m: dict[str, Any]) -> list[str]:
                 f"suites ship them): {v['degenerate']}"
             + (f" ({', '.join(v['degenerate_problems'])})" if v["degenerate_problems"] else "") + "."]
     for st, items in v["reasons"].items():
+        grouped = (v.get("grouped") or {}).get(st)
+        if grouped:
+            out += ["", f"{v['labels'][st]}, by reason:", ""]
+            for g in grouped:
+                ids = g["problems"]
+                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+                out.append(f"- {g['count']} x {_cell(g['message'])} ({shown})")
+            continue
         out += ["", f"{v['labels'][st]}:", ""]
         out += [f"- {it['problem']}: {_cell(it['message']) or '(no message)'}" for it in items]
     out.append("")

@@ -597,6 +597,7 @@ _REFERENCE_PHASES = {"load_problem", "reference", "inputs", "reference.fp64"}
 _PHASE_WORDS = {
     "start": "while starting",
     "gpu_wait": "while waiting for the GPU",
+    "import_torch": "while importing PyTorch",
     "device": "while opening the CUDA device",
     "load_problem": "while loading the problem",
     "import_candidate": "while importing the candidate",

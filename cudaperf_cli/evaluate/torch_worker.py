@@ -1395,11 +1395,12 @@ class TorchWorker:
     # -- device ------------------------------------------------------------------------
 
     def _open_device(self) -> Any:
-        self.state.set("device")
+        self.state.set("import_torch")
         try:
             import torch
         except Exception as exc:  # noqa: BLE001
             raise Stop(NO_DEVICE, f"no CUDA device: PyTorch cannot be imported ({_one_line(exc)})") from None
+        self.state.set("device")
         if self.host:
             self.torch, self.dev = torch, torch.device("cpu")
             self._no_tf32(torch)

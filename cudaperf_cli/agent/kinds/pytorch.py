@@ -28,8 +28,12 @@ from cudaperf_cli.agent.kinds.base import (
 from cudaperf_cli.agent.loop import TurnRecord
 from cudaperf_cli.core import CudaperfError, ProblemError, to_jsonable
 
-#: Name of the baseline of ``TurnRecord.speedup_kernel`` for PyTorch problems.
-BASELINE_EAGER_NAME = "PyTorch eager"
+#: Name of the baseline of ``TurnRecord.speedup_kernel`` for PyTorch problems: the worker's
+#: (``evaluate.torch_job.BASELINE_EAGER``, not imported here to keep the CLI's start fast),
+#: so a suite's report names one baseline, not "PyTorch eager, PyTorch eager (fp32, TF32 off)".
+BASELINE_EAGER_NAME = "PyTorch eager (fp32, TF32 off)"
+#: The same for ``speedup_compile`` (``evaluate.torch_job.BASELINE_COMPILE``).
+BASELINE_COMPILE_NAME = "torch.compile (mode=default, fp32, TF32 off)"
 
 
 @dataclass(frozen=True)
@@ -473,11 +477,11 @@ class TorchKind(ProblemKind):
             "constants": problem.constants,
             "alt_shapes": problem.alt_shapes,
             "baseline": BASELINE_EAGER_NAME,
-            "baselines": {"eager": BASELINE_EAGER_NAME, "compile": "torch.compile (default mode)"},
+            "baselines": {"eager": BASELINE_EAGER_NAME, "compile": BASELINE_COMPILE_NAME},
             "torch_baseline": None if baseline is None else to_jsonable(baseline),
         }
 
 
-__all__ = ["BASELINE_EAGER_NAME", "TorchBaseline", "TorchEvaluation", "TorchKind", "baseline_from_result",
+__all__ = ["BASELINE_COMPILE_NAME", "BASELINE_EAGER_NAME", "TorchBaseline", "TorchEvaluation", "TorchKind", "baseline_from_result",
            "candidate_format", "cuda_source_of", "fill_from_torch_result", "output_digest",
            "resolve_torch_output"]
