@@ -257,8 +257,8 @@ def test_need_more_reps() -> None:
     assert need_more_reps(10, 10.0, ts)  # below min total time
     assert not need_more_reps(10, 50.0, ts)
     assert not need_more_reps(100, 1.0, ts)  # max reps caps
-    assert not need_more_reps(3, 1500.0, ts)  # a slow kernel: max total time caps
-    assert need_more_reps(2, 1500.0, ts)  # ... but at least 3 reps
+    assert not need_more_reps(1, 1500.0, ts)  # a slow kernel: max total time caps
+    assert need_more_reps(0, 1500.0, ts)  # ... after at least 1 rep
 
 
 def test_flush_size_and_speedup() -> None:
@@ -1129,6 +1129,19 @@ def test_e2e_and_sync_repetitions_fit_the_time_budget(ref_lib: Path, compile_c: 
     t = r.configs[0].timing
     assert t.gpu.n == 3  # never planned past max_total_ms, except that 3 run
     assert 1 <= t.sync_call.n <= 3 and 1 <= t.e2e.n <= 3  # ~30 ms each in a 100 ms budget
+
+
+def test_a_call_longer_than_the_budget_is_timed_once(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("usleep(30000);\n" + SAXPY_OK, "#include <unistd.h>\n"), "nap30b")
+    ts = TimingSettings(warmup_reps=1, warmup_ms=0.0, min_reps=10, max_reps=100, min_total_ms=1.0,
+                        max_total_ms=20.0, e2e_reps=10, sync_reps=10, flush_bytes=1 << 12)
+    r = _host_run(_job(ref_lib, cand, configs=[ConfigSpec("main", {"n": 100}, trials=1, time=True)],
+                       timing=ts, cpu_baseline_ms={"main": 1.0}))
+    assert r.status == CORRECT, r.message
+    t = r.configs[0].timing
+    assert t.gpu.n == 1 and t.warmup_reps == 0 and t.planned_reps == 1  # its first call is the sample
+    assert t.e2e.n == 1 and t.sync_call.n == 1
+    assert r.summary["gpu_ms"] >= 25 and r.summary["gpu_ms_iqr"] is None  # no spread from 1 sample
 
 
 def test_cpu_baseline_adapts_its_run_count(counting: tuple[Path, Path]) -> None:

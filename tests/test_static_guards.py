@@ -373,6 +373,20 @@ def test_problem_module_import_counts_as_the_reference():
     assert "inherits_model" in guards(src, problem=problem)
 
 
+def test_cpp_profiler_events_are_refused():
+    # RECORD_FUNCTION("aten::mm") would forge an op name the profiler guards trust
+    cu = (
+        "#include <torch/extension.h>\n"
+        "// RECORD_FUNCTION in a comment is fine\n"
+        "torch::Tensor f(torch::Tensor x) {\n"
+        "  RECORD_FUNCTION(\"aten::mm\", std::vector<c10::IValue>({x}));\n"
+        "  nvtxRangePushA(\"x\");\n"
+        "  return x;\n}\n"
+    )
+    found = [(v.guard, v.line) for v in check_cuda_source(cu, file="kernel.cu")]
+    assert found == [("patching", 4), ("patching", 5)]
+
+
 def test_cuda_file_checks_report_the_file_and_line():
     cu = (
         "#include <cuda_fp16.h>  // included but unused: fine\n"

@@ -169,11 +169,20 @@ def test_constant_overrides_reach_tuple_assignments() -> None:
     ns: dict[str, Any] = {}
     exec(apply_constant_overrides(src, {"height": 7}, "p.py"), ns)  # noqa: S102
     assert (ns["height"], ns["width"], ns["area"], ns["batch"]) == (7, 32, 224, 4)
-    # a swap reads the names it binds: left as it is (and a, b are no constants after it)
-    code = apply_constant_overrides("a, b = 1, 2\na, b = b, a\n", {"a": 5}, "p.py")
-    exec(code, ns)  # noqa: S102
-    assert (ns["a"], ns["b"]) == (2, 5)
-    assert read_constants("a, b = 1, 2\na, b = b, a\n") == {}
+    # every statement binding an overridden name runs as written (its other targets, its
+    # calls) and is followed by the override
+    ns = {}
+    src2 = "D = {}\nbatch = D['b'] = 16\nn, (k, j) = 8, divmod(7, 2)\nm = n * 2\n"
+    exec(apply_constant_overrides(src2, {"batch": 7, "n": 3}, "p.py"), ns)  # noqa: S102
+    assert (ns["batch"], ns["D"], ns["n"], ns["k"], ns["j"], ns["m"]) == (7, {"b": 16}, 3, 3, 1, 6)
+    assert read_constants("a, b = 1, 2\na, b = b, a\n") == {}  # a swap: no constants
+
+
+def test_names_bound_by_what_runs_are_not_constants() -> None:
+    src = ("batch_size = 16\nif True:\n    batch_size = 256\nn = 4\nfor n in range(3):\n    pass\n"
+           "import math as k\nk = 3\nw = 2\n[w := 5 for _ in range(1)]\ng = 1\n"
+           "def f():\n    global g\n    g = 2\nshift = 1 >> -1\ndim = 64\n")
+    assert read_constants(src) == {"dim": 64}
 
 
 def test_tolerances_and_seeds() -> None:
@@ -394,6 +403,21 @@ def test_profile_work_inside_allowed_convolutions_is_the_librarys() -> None:
     late = [dict(r, end_us=165) if r["name"].startswith("void fft2d_c2r") else r for r in fwd]
     rep5 = analyze_profile(_profile(*late), allow_torch_ops=True)
     assert [s["stream"] for s in rep5["side_stream_launches"]] == [14]
+    assert rep["library_stream_launches"] and rep3["library_stream_launches"]
+    # a matmul's kernels on the candidate's own stream, joined or not, are a side stream
+    # (cuBLAS does not run on streams of its own: `with torch.cuda.stream(s): x @ w`)
+    mm = [_rec("cpu_op", "aten::mm", 40, 101, 120),
+          _rec("runtime", "cudaLaunchKernel", 1010, 102, 103),
+          _rec("kernel", "nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NNT", 1010, 130, 140, stream=21),
+          _rec("runtime", "cudaLaunchKernel", 1011, 150, 151),
+          _rec("kernel", "bias_relu_kernel(float const*, float*)", 1011, 160, 170, stream=7)]
+    assert [s["stream"] for s in analyze_profile(_profile(*mm), allow_torch_ops=True)["side_stream_launches"]] == [21]
+    # a launch from another thread while a convolution runs is not the convolution's
+    other = [*conv, _rec("runtime", "cudaLaunchKernel", 1012, 108, 109, thread=2),
+             _rec("kernel", "cutlass_my_gemm", 1012, 150, 151, stream=22),
+             _rec("runtime", "cudaLaunchKernel", 1013, 150, 151),
+             _rec("kernel", "gelu_groupnorm_kernel(float const*, float*)", 1013, 160, 170, stream=7)]
+    assert [s["stream"] for s in analyze_profile(_profile(*other), allow_torch_ops=True)["side_stream_launches"]] == [22]
     rep4 = analyze_profile(_profile(*fwd))
     assert {s["stream"] for s in rep4["side_stream_launches"]} == {13, 14}
     assert rep4["disallowed_ops"] == ["add_", "conv_transpose2d", "convolution", "cudnn_convolution_transpose"]

@@ -116,6 +116,11 @@ class ConfigSpec:
         return cls(**kw)
 
 
+#: Timed samples below which a result's IQR (``gpu_ms_iqr``, ``candidate_ms_iqr``) is
+#: reported as None: the quartiles of one or two samples are not a spread.
+MIN_IQR_SAMPLES = 3
+
+
 @dataclass
 class TimingSettings:
     """How to time (see docs/evaluation.md, "Timing"); every time in ms.
@@ -130,8 +135,8 @@ class TimingSettings:
         min_reps: at least this many timed repetitions ...
         max_reps: ... at most this many (warm-up calls are capped by it too) ...
         min_total_ms: ... planned so that they sum to about this (do_bench's ``rep``: 100 ms).
-        max_total_ms: the timed repetitions never plan past this sum, except that at least
-            3 run: a 765 ms kernel is timed 3 times, not ``min_reps`` times.
+        max_total_ms: the timed repetitions never plan past this sum; at least 1 runs: a
+            765 ms kernel is timed twice, not ``min_reps`` times, a 15 s one once.
         flush_l2: write a flush buffer before every repetition.
         flush_bytes: flush buffer size, bytes; None: max(2 x L2 size, 256 MiB).
         e2e_reps: repetitions of the end-to-end measurement (one more is run as warm-up).
@@ -616,7 +621,8 @@ def summarize_result(configs: Sequence[ConfigResult], baseline: str = DEFAULT_BA
         out["baseline"] = t.baseline
         if t.gpu is not None:
             out["gpu_ms"] = t.gpu.median_ms
-            out["gpu_ms_iqr"] = t.gpu.iqr_ms
+            # an IQR of 1-2 samples says nothing about the noise (the ranker reads it as such)
+            out["gpu_ms_iqr"] = t.gpu.iqr_ms if t.gpu.n >= MIN_IQR_SAMPLES else None
         if t.e2e is not None:
             out["e2e_ms"] = t.e2e.median_ms
         out["cpu_ms"] = t.cpu_median_ms
@@ -765,6 +771,7 @@ def plan_c_memory(
 
 
 __all__ = [
+    "MIN_IQR_SAMPLES",
     "ArrayCheck",
     "CORRECT",
     "CRASH",

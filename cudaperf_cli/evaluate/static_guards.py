@@ -20,7 +20,9 @@ Guard ids (stable; :data:`GUARD_IDS`):
                          (timers, streams, functions the reference uses), ``time``,
                          ``sys`` (``sys.modules``), ``builtins``, ``cudaperf_cli``, the
                          reference ``Model``; ``sys.settrace``/``setprofile``; imports of
-                         ``cudaperf_cli`` other than ``cudaperf_cli.torch_runtime``.
+                         ``cudaperf_cli`` other than ``cudaperf_cli.torch_runtime``;
+                         profiler events written by C++ (``RECORD_FUNCTION``, NVTX
+                         ranges), which would forge the op names the dynamic guards read.
 ``lower_precision``      ``.half()``, ``.bfloat16()``, ``torch.float16``/``bfloat16``/
                          ``float8_*``, ``autocast``, ``allow_tf32 = True``,
                          ``set_float32_matmul_precision`` other than ``"highest"``,
@@ -332,6 +334,12 @@ _LP_CUDA_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\.(?:f16|bf16|f16x2|bf16x2|e4m3|e5m2|tf32)\b"), "PTX half/bf16/fp8/tf32 types"),
 ]
 _HALF_WORD = re.compile(r"\bhalf\b")
+#: Profiler events written by the candidate's C++ (``RECORD_FUNCTION("aten::mm", {})``): the
+#: dynamic guards read the profiler's op names, which such an event would forge.
+_CPP_PROFILER_EVENT = re.compile(
+    r"\b(RECORD_FUNCTION\w*|RECORD_USER_SCOPE\w*|RECORD_EDGE_SCOPE\w*|RecordFunction\w*|"
+    r"record_function\w*|profiler\s*::|pushRange|popRange|nvtxRange\w*|nvtxMark\w*)"
+)
 _CPP_TORCH_CALL = re.compile(r"\b(torch|at)::((?:\w+::)*)(\w+)\s*(?:<[^<>;]*>)?\s*\(")
 _CPP_TENSOR_DECL = re.compile(
     r"\b(?:torch|at)::Tensor\s*(?:const\s*)?&?\s*([A-Za-z_]\w*)|\bauto\s*&?\s*([A-Za-z_]\w*)\s*=\s*(?:torch|at)::"
@@ -404,7 +412,8 @@ def check_cuda_source(
             minus one).
 
     Returns:
-        ``lower_precision`` and ``torch_fallback`` violations, by line.
+        ``lower_precision``, ``torch_fallback`` and ``patching`` (profiler events written by
+        the C++: ``RECORD_FUNCTION``, NVTX ranges) violations, by line.
     """
     code = _strip_c_comments(cuda_source)
     out: list[GuardViolation] = []
@@ -433,6 +442,16 @@ def check_cuda_source(
                     file,
                 )
             )
+    for m in _CPP_PROFILER_EVENT.finditer(code):
+        out.append(
+            _v(
+                "patching",
+                line_of(m.start()),
+                f"C++ code writes profiler events ({m.group(1).strip()}): the evaluator reads the "
+                "profiler to see which kernels and operators ran; do not annotate it",
+                file,
+            )
+        )
     for m in _CPP_TORCH_CALL.finditer(code):
         ns, path, name = m.group(1), m.group(2), m.group(3)
         if any(path.startswith(p) for p in _CPP_NAMESPACE_OK) or name[:1].isupper():

@@ -45,12 +45,12 @@ def need_more_reps(n: int, total_ms: float, settings: TimingSettings) -> bool:
     """Whether to run another timed repetition after ``n`` reps summing to ``total_ms``.
 
     Keep going until at least ``min_reps`` reps *and* ``min_total_ms`` of timed time; never
-    more than ``max_reps``; stop early once ``max_total_ms`` is reached with >= 3 reps (or
-    >= ``min_reps`` if that is smaller).
+    more than ``max_reps``; stop once ``max_total_ms`` is reached (at least 1 rep, as
+    :func:`plan_reps`).
     """
     if n >= settings.max_reps:
         return False
-    if total_ms >= settings.max_total_ms and n >= min(3, max(settings.min_reps, 1)):
+    if total_ms >= settings.max_total_ms and n >= 1:
         return False
     return n < settings.min_reps or total_ms < settings.min_total_ms
 

@@ -33,6 +33,7 @@ from cudaperf_cli.core import to_jsonable
 from cudaperf_cli.evaluate.job import (
     CORRECT,
     CRASH,
+    MIN_IQR_SAMPLES,
     NO_DEVICE,
     REFERENCE_ERROR,
     REFERENCE_ONLY,
@@ -574,7 +575,8 @@ def summarize_torch_result(
     if timing is not None:
         if timing.candidate is not None:
             out["candidate_ms"] = timing.candidate.median_ms
-            out["candidate_ms_iqr"] = timing.candidate.iqr_ms
+            out["candidate_ms_iqr"] = (timing.candidate.iqr_ms if timing.candidate.n >= MIN_IQR_SAMPLES
+                                       else None)
         if timing.candidate_estimate_ms is not None and timing.slow_ms is not None and (
                 timing.candidate_estimate_ms > timing.slow_ms):
             out["candidate_ms"] = timing.candidate_estimate_ms

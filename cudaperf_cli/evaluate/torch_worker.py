@@ -126,8 +126,8 @@ MATMUL_CONV_OPS = frozenset(
         "slow_conv2d_forward", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
     }
 )
-#: ``aten`` ops PyTorch's matmul and convolution run inside themselves (cuDNN's transposed
-#: convolution adds its bias with ``aten::add_``): allowed nested in one of
+#: ``aten`` ops PyTorch's convolutions run inside themselves (cuDNN's transposed convolution
+#: adds its bias with ``aten::add_``): allowed nested in a convolution op of
 #: :data:`MATMUL_CONV_OPS` with ``allow_torch_ops``, and only there (a tensor subclass's
 #: ``__torch_dispatch__`` can run any op "inside" a convolution).
 NESTED_LIBRARY_OPS = frozenset({"add", "add_"})
@@ -209,9 +209,9 @@ def _one_line(exc: BaseException, limit: int = 600) -> str:
 
 
 def apply_constant_overrides(source: str, overrides: Mapping[str, int], filename: str) -> Any:
-    """Compile a problem's source with module-level constants replaced in their assignments
-    (``batch_size = 16`` -> ``batch_size = 7``; ``h, w = 32, 32`` and ``a = b = 16`` split
-    into one assignment per name first), so constants derived from them follow
+    """Compile a problem's source with module-level constants given new values where they
+    are bound (``batch_size = 16`` is followed by ``batch_size = 7``; ``h, w = 32, 32`` by
+    ``h = 7``), so constants derived from them follow
     (:func:`cudaperf_cli.problems.pytorch.override_constants`).
 
     Raises:
@@ -239,6 +239,9 @@ def load_problem_module(path: str, overrides: Mapping[str, int], tag: str) -> ty
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(mod, n)]
     if missing:
         raise ValueError(f"the problem file defines no {', '.join(missing)}")
+    lost = [f"{k}={getattr(mod, k, None)!r} (not {v})" for k, v in overrides.items() if getattr(mod, k, None) != v]
+    if lost:  # something after the assignment rebound it: the shapes would not be the planned ones
+        raise ValueError(f"the file rebinds {', '.join(lost)} after its assignment")
     return mod
 
 
@@ -913,19 +916,24 @@ def analyze_profile(
     thread).  The current stream is the stream of the marker kernels
     launched in :data:`MARKER_ANNOTATION` windows just before and after the forward.
 
-    With ``allow_torch_ops`` (matmul and convolution left to cuBLAS/cuDNN), what those ops
-    do inside is theirs, not the candidate's: a bias addition (:data:`NESTED_LIBRARY_OPS`)
-    nested in one (on the same thread) is not a disallowed op, and a library kernel (:data:`LIBRARY_KERNEL_RE`) launched
-    inside one may run on another stream when the current stream waited for it (it ended
-    before the first current-stream activity launched after that op: cuDNN's FFT
-    convolutions use streams of their own and join them to the caller's, so the events
-    around the forward time them); both are listed in ``notes``.
+    With ``allow_torch_ops`` (matmul and convolution left to cuBLAS/cuDNN), what a
+    convolution op does inside is cuDNN's, not the candidate's: a bias addition
+    (:data:`NESTED_LIBRARY_OPS`) nested in one (on the same thread) is not a disallowed op,
+    and a library kernel (:data:`LIBRARY_KERNEL_RE`) launched inside one may run on another
+    stream when the current stream waited for it (it ended before the first current-stream
+    activity launched after that op: cuDNN's FFT convolutions use streams of their own and
+    join them to the caller's); both are listed in ``notes``, the kernels also in
+    ``library_stream_launches``, and the worker then times the candidate with a device
+    synchronize before each repetition, so that work on another stream cannot overlap the
+    flush or the previous repetition outside the events.  The op names come from the
+    profiler; the static guards refuse candidates that write profiler events themselves.
 
     Returns:
         ``{"gpu_activities": n, "kernels": [{"name", "stream", "owner", "custom"}],
         "custom_kernels": [names],
         "torch_ops": {aten op: count}, "disallowed_ops": [names], "dtoh_copies": n,
-        "side_stream_launches": [{"name", "stream"}], "current_streams": [ids], "notes"}``.
+        "side_stream_launches": [{"name", "stream"}], "library_stream_launches": [{"name",
+        "stream"}], "current_streams": [ids], "notes"}``.
 
     Raises:
         ValueError: the records hold no forward window.
@@ -1002,11 +1010,12 @@ def analyze_profile(
     library_ops: list[Mapping[str, Any]] = []
     if allow_torch_ops:
         allowed |= MATMUL_CONV_OPS
-        library_ops = [o for o in ops if o["name"].startswith("aten::") and _base_op(o["name"]) in MATMUL_CONV_OPS]
+        library_ops = [o for o in ops if o["name"].startswith("aten::")
+                       and _base_op(o["name"]) in MATMUL_CONV_OPS and "conv" in _base_op(o["name"])]
 
     def in_library_op(o: Mapping[str, Any]) -> bool:
-        """``o`` is an allowed matmul/convolution op or runs inside one (cuDNN's transposed
-        convolution adds its bias with ``aten::add_``): the library's own work."""
+        """``o`` is an allowed convolution op or runs inside one on the same thread (cuDNN's
+        transposed convolution adds its bias with ``aten::add_``): the library's own work."""
         return any(
             c is o or (c["start_us"] <= o["start_us"] and o["end_us"] <= c["end_us"]
                        and (c.get("thread") is None or o.get("thread") is None or c["thread"] == o["thread"]))
@@ -1042,7 +1051,8 @@ def analyze_profile(
         op = linked_op(g)
         if op is None:
             r = runtime.get(g.get("id"))
-            around = [o for o in ops if r is not None and contains(o, r["start_us"])]
+            around = [o for o in ops if r is not None and contains(o, r["start_us"])
+                      and (o.get("thread") is None or r.get("thread") is None or o["thread"] == r["thread"])]
             op = min(around, key=lambda o: o["end_us"] - o["start_us"]) if around else None
         if op is None or not library_ops or not in_library_op(op) or not LIBRARY_KERNEL_RE.search(g["name"]):
             return False
@@ -1052,8 +1062,9 @@ def analyze_profile(
     off_stream = [g for g in fwd if current and g.get("stream") is not None and g["stream"] not in current]
     exempt = [g for g in off_stream if library_internal_stream(g)]
     if exempt:
-        notes.append(f"{len(exempt)} library kernel(s) of allowed matmul/convolution ops ran on the "
-                     f"library's own stream(s) {sorted({g['stream'] for g in exempt})}")
+        notes.append(f"{len(exempt)} library kernel(s) of allowed convolution ops ran on the "
+                     f"library's own stream(s) {sorted({g['stream'] for g in exempt})}: timed with "
+                     "a synchronize before each repetition")
     side = [{"name": g["name"], "stream": g.get("stream")} for g in off_stream if g not in exempt]
     return {
         "gpu_activities": len(gpu),
@@ -1063,6 +1074,7 @@ def analyze_profile(
         "disallowed_ops": disallowed,
         "dtoh_copies": len(dtoh),
         "side_stream_launches": side,
+        "library_stream_launches": [{"name": g["name"], "stream": g.get("stream")} for g in exempt],
         "current_streams": current,
         "notes": notes,
     }
@@ -1995,11 +2007,14 @@ class TorchWorker:
     # -- timing ------------------------------------------------------------------------
 
     def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str,
-                 slow_ms: float | None = None, warm: bool = False) -> tuple[RepTiming, Any]:
+                 slow_ms: float | None = None, warm: bool = False,
+                 sync_each: bool = False) -> tuple[RepTiming, Any]:
         """CUDA events on the current stream around each call, the flush buffer written
         before each, repetitions planned by :func:`~cudaperf_cli.evaluate.timing.
         time_repetitions` (the C worker's loop; ``warm``: ``fn`` ran before, in
-        verification).  Returns (the repetitions, the last output)."""
+        verification; ``sync_each``: a device synchronize between the flush and each start
+        event, when the profile let library kernels run on other streams).  Returns (the
+        repetitions, the last output)."""
         torch = self.torch
         self.state.set(phase, "default")
         Event, record, elapsed = self._orig_event, self._orig_record, self._orig_elapsed
@@ -2015,6 +2030,8 @@ class TorchWorker:
                     for i in range(m):
                         if flush is not None:
                             flush.zero_()
+                        if sync_each:
+                            self._sync()
                         record(starts[i])
                         last[0] = fn(*args)
                         record(ends[i])
@@ -2040,8 +2057,9 @@ class TorchWorker:
 
         cargs = self._args_for_candidate(ctx, inputs)
         try:
-            reps, cand_out = self._time_fn(ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms,
-                                           warm=True)
+            reps, cand_out = self._time_fn(
+                ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms, warm=True,
+                sync_each=bool((self.profile or {}).get("library_stream_launches")))
             sync_stats = None
             if not reps.slow:
                 self.state.set("timing.candidate", "default")

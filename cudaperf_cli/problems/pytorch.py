@@ -315,9 +315,9 @@ def _const_int(node: ast.AST) -> int | None:
                 return a**b
             if isinstance(op, ast.LShift) and 0 <= b <= 64:
                 return a << b
-            if isinstance(op, ast.RShift):
+            if isinstance(op, ast.RShift) and b >= 0:
                 return a >> b
-        except (ZeroDivisionError, OverflowError):
+        except (ZeroDivisionError, OverflowError, ValueError):
             return None
     return None
 
@@ -360,14 +360,70 @@ def assignment_bindings(node: ast.stmt) -> list[tuple[str, ast.expr | None]]:
     return out
 
 
+def _bound_elsewhere(tree: ast.Module) -> set[str]:
+    """Module-level names bound by anything but a plain top-level assignment: inside
+    ``if``/``for``/``while``/``with``/``try``/``match`` blocks, by ``import``, ``def``,
+    ``class``, ``del``, a walrus anywhere at module level (comprehensions included), a
+    ``for`` or ``with ... as`` target, or a function's ``global`` declaration.  Their value
+    depends on what runs, so none of them is a constant."""
+    out: set[str] = set()
+
+    def targets(node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                out.add(n.id)
+
+    def scan(stmts: list[ast.stmt], top: bool) -> None:
+        for node in stmts:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+                for n in ast.walk(node):
+                    if isinstance(n, (ast.Global, ast.Nonlocal)):
+                        out.update(n.names)
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out.update((a.asname or a.name).split(".")[0] for a in node.names)
+                continue
+            if isinstance(node, ast.Delete) or (not top and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))):
+                targets(node)
+                continue
+            if isinstance(node, (ast.For, ast.AsyncFor)):
+                targets(node.target)
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        targets(item.optional_vars)
+            if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                for h in node.handlers:  # type: ignore[attr-defined]
+                    if h.name:
+                        out.add(h.name)
+            for n in ast.walk(node):  # walrus at module level, in any expression
+                if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+                    out.add(n.target.id)
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    scan(inner, False)
+            for h in getattr(node, "handlers", []) or []:
+                scan(h.body, False)
+            for case in getattr(node, "cases", []) or []:
+                targets(case.pattern)
+                scan(case.body, False)
+
+    scan(tree.body, True)
+    return out
+
+
 def read_constants(source: str, filename: str = "<problem>") -> dict[str, int]:
     """Module-level int constants of a problem file, read with :mod:`ast` (never run).
 
     A constant is a top-level ``NAME = <int>`` (or an expression of int literals such as
     ``16 * 1024``, ``NAME: int = ...``, ``a = b = 16``, or an element of ``h, w = 32, 32``);
     the last binding wins, as when the file runs (KernelBench's level-2 files set
-    ``height = width = 2048`` and then ``height, width = 32, 32``); bools, values computed
-    from other names and names rebound otherwise (``n += 1``) are not constants.
+    ``height = width = 2048`` and then ``height, width = 32, 32``).  Not constants: bools,
+    values computed from other names, and names also bound any other way at module level
+    (``n += 1``, inside an ``if`` or ``for``, by an import, a walrus, a ``global``
+    declaration: :func:`_bound_elsewhere`), whose value depends on what runs.
 
     Raises:
         ProblemError: the source has a syntax error (message names the line).
@@ -381,40 +437,35 @@ def read_constants(source: str, filename: str = "<problem>") -> dict[str, int]:
                 out.pop(name, None)
             else:
                 out[name] = v
+    for name in _bound_elsewhere(tree):
+        out.pop(name, None)
     return out
 
 
 def override_constants(source: str, overrides: Mapping[str, int], filename: str = "<problem>") -> ast.Module:
-    """The problem's module with every module-level binding of an overridden constant given
-    the new value (``batch_size = 16`` -> ``batch_size = 7``), so constants derived from it
-    follow.  A statement binding several names (``a = b = 16``, ``h, w = 32, 32``) is split
-    into one assignment per name first (only when none of its values reads a name it binds,
-    where splitting would change what runs).
+    """The problem's module with the overridden constants given their new values where they
+    are bound: after every top-level statement that binds one (``batch_size = 16``,
+    ``a = b = 16``, ``h, w = 32, 32``), an assignment ``name = <new value>`` follows, so the
+    statement itself still runs as written (its other targets, its calls) and constants
+    derived later follow the new value.
 
     Raises:
         SyntaxError: the source does not parse.
-        ValueError: an override names no module-level binding of an int constant.
+        ValueError: an override names no top-level binding of the file.
     """
     tree = ast.parse(source, filename)
     seen: set[str] = set()
     body: list[ast.stmt] = []
     for node in tree.body:
-        pairs = assignment_bindings(node)
-        names = {n for n, _ in pairs}
-        if not any(n in overrides for n in names) or isinstance(node, ast.AugAssign):
-            body.append(node)
+        body.append(node)
+        if isinstance(node, ast.AugAssign):
             continue
-        if any(v is None for _, v in pairs) or any(
-            isinstance(x, ast.Name) and x.id in names for _, v in pairs for x in ast.walk(v)  # type: ignore[arg-type]
-        ):
-            body.append(node)  # not split: the later check reports a missing constant
-            continue
-        for name, value in pairs:
-            if name in overrides:
-                value = ast.copy_location(ast.Constant(int(overrides[name])), value)  # type: ignore[arg-type]
-                seen.add(name)
-            body.append(ast.copy_location(
-                ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node))
+        names = [n for n, _ in assignment_bindings(node) if n in overrides]
+        for name in dict.fromkeys(names):
+            seen.add(name)
+            body.append(ast.copy_location(ast.Assign(
+                targets=[ast.Name(id=name, ctx=ast.Store())],
+                value=ast.Constant(int(overrides[name]))), node))
     missing = sorted(set(overrides) - seen)
     if missing:
         raise ValueError(f"no module-level assignment of {', '.join(missing)} in {filename}")

@@ -187,23 +187,73 @@ def import_problem_module(path: str, module_name: str) -> ModuleType:
     return module
 
 
-def apply_constants(module: ModuleType, constants: Mapping[str, int]) -> dict[str, int]:
-    """Set module-level int constants (``batch_size = 16`` -> 4); returns the old values.
+#: Module attribute holding the constants a problem module was last run with.
+OVERRIDES_ATTR = "__cudaperf_overrides__"
 
-    ``get_inputs``/``get_init_inputs`` read module globals when called, so the new values
-    take effect from their next call.
+
+def apply_constants(module: ModuleType, constants: Mapping[str, int]) -> dict[str, int]:
+    """Give module-level int constants new values (``batch_size = 16`` -> 4); returns the
+    old values (``apply_constants(module, old)`` restores them).
+
+    The file runs again, in the module's own namespace, with the new values written where
+    the constants are bound (:func:`cudaperf_cli.problems.pytorch.override_constants`, as the
+    evaluation worker does), so values derived from them follow (KernelBench's
+    ``groups = in_channels``, ``bias_shape = (out_channels, 1, 1)``); ``Model``,
+    ``get_inputs`` and ``get_init_inputs`` are the new run's.
 
     Raises:
-        ProbeError: a name is not a module-level int of the file.
+        ProbeError: a name is not a module-level int constant of the file, or the file
+            raises when run with the new values.
     """
+    from cudaperf_cli.problems.pytorch import override_constants
+
     old: dict[str, int] = {}
-    for name, value in constants.items():
+    for name in constants:
         cur = getattr(module, name, None)
         if not isinstance(cur, int) or isinstance(cur, bool):
             raise ProbeError(f"'{name}' is not a module-level int constant of the file")
         old[name] = cur
-        setattr(module, name, int(value))
+    if not constants or all(int(v) == old[k] for k, v in constants.items()):
+        return old
+    path = str(getattr(module, "__file__", "") or "")
+    before = dict(getattr(module, OVERRIDES_ATTR, {}))
+    overrides = {**before, **{k: int(v) for k, v in constants.items()}}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+        code = compile(override_constants(source, overrides, os.path.basename(path)), path, "exec")
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ProbeError(f"cannot set {_fmt(dict(constants))} in {os.path.basename(path)}: {exc}") from None
+    try:
+        _rerun(module, code, path, overrides)
+    except BaseException as exc:  # noqa: BLE001 - user code: report, never die
+        err = describe_exception(exc, path, f"running the file with {_fmt(dict(constants))}")
+        try:  # the module as it was, so that callers can go on (and restore)
+            _rerun(module, compile(override_constants(source, before, os.path.basename(path)), path, "exec"),
+                   path, before)
+        except BaseException:  # noqa: BLE001
+            pass
+        raise err from None
     return old
+
+
+def _rerun(module: ModuleType, code: Any, path: str, overrides: Mapping[str, int]) -> None:
+    """Run ``code`` (the problem file, constants overridden) again in ``module``'s namespace."""
+    ns = module.__dict__
+    keep = {k: ns[k] for k in ("__name__", "__file__", "__loader__", "__spec__", "__package__",
+                               "__builtins__", "__cached__") if k in ns}
+    ns.clear()
+    ns.update(keep)
+    ns[OVERRIDES_ATTR] = dict(overrides)
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        exec(code, ns)  # noqa: S102 - the user's own problem file, as at import
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
 
 
 # ---------------------------------------------------------------------------------------
