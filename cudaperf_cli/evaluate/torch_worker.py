@@ -1028,7 +1028,7 @@ def analyze_profile(
     internal = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
                        and _base_op(o["name"]) not in allowed and library_internal(o)})
     if internal:
-        notes.append("inside allowed matmul/convolution ops (their own work, not the candidate's): "
+        notes.append("inside allowed convolution ops (their own work, not the candidate's): "
                      + ", ".join("aten::" + n for n in internal))
     disallowed = sorted({_base_op(o["name"]) for o in ops if o["name"].startswith("aten::")
                          and _base_op(o["name"]) not in allowed and not library_internal(o)})
@@ -1045,9 +1045,9 @@ def analyze_profile(
         return float(op["start_us"]) if op is not None else float(g["start_us"])
 
     def library_internal_stream(g: Mapping[str, Any]) -> bool:
-        """A library kernel launched by an allowed matmul/convolution op (cuDNN's FFT
+        """A library kernel launched inside an allowed convolution op (cuDNN's FFT
         algorithms run on streams of their own) that the caller's stream waited for: it
-        ended before the first current-stream activity launched after that op began."""
+        ended before the first current-stream activity launched after that op ended."""
         op = linked_op(g)
         if op is None:
             r = runtime.get(g.get("id"))
