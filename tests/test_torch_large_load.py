@@ -22,79 +22,37 @@ from cudaperf_cli.problems.pytorch import load_torch_problem  # noqa: E402
 
 GB = 1e9
 
-#: 4096 x 393216 float32: 6.44 GB an input (KernelBench level 1's elementwise problems).
-RELU = """
-import torch
-import torch.nn as nn
+def problem(forward: str, draw: str = "rand") -> str:
+    """A KernelBench-format file at level 1's elementwise sizes (4096 x 393216 float32:
+    6.44 GB an input) whose forward body is ``forward``."""
+    return (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n" + textwrap.indent(textwrap.dedent(forward).strip("\n"), "        ") + "\n"
+        "batch_size = 4096\ndim = 393216\n\n"
+        f"def get_inputs():\n    return [torch.{draw}(batch_size, dim)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
 
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
 
-    def forward(self, x):
-        return torch.relu(x)
-
-batch_size = 4096
-dim = 393216
-
-def get_inputs():
-    return [torch.rand(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-"""
-
+RELU = problem("return torch.relu(x)\n")
 #: Makes a full-size tensor on an explicit device='cpu' in forward: the meta device would
 #: not catch it (6.4 GB allocated in the loader), fake tensors do.
-EXPLICIT_CPU = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        bias = torch.ones(x.shape, device="cpu") * 0.5
-        return x * 2.0 + bias
-
-batch_size = 4096
-dim = 393216
-
-def get_inputs():
-    return [torch.rand(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-"""
-
+EXPLICIT_CPU = problem("""
+    bias = torch.ones(x.shape, device="cpu") * 0.5
+    return x * 2.0 + bias
+""")
 #: Data-dependent (``.item()``): runs neither on the meta device nor on fake tensors.
-ITEM = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        scale = float(x.abs().max().item()) + 1.0
-        return x / scale
-
-batch_size = 4096
-dim = 393216
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-"""
+ITEM = problem("""
+    scale = float(x.abs().max().item()) + 1.0
+    return x / scale
+""", draw="randn")
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
+    path.write_text(text)
     return path
 
 

@@ -433,6 +433,13 @@ class TimingStats:
     def iqr_ms(self) -> float:
         return self.p75_ms - self.p25_ms
 
+    @property
+    def reported_iqr_ms(self) -> float | None:
+        """The IQR a result reports (``gpu_ms_iqr``, ``candidate_ms_iqr``): None below
+        :data:`MIN_IQR_SAMPLES` samples, whose quartiles are not a spread (the ranker reads
+        the IQR as the noise of a time)."""
+        return self.iqr_ms if self.n >= MIN_IQR_SAMPLES else None
+
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "TimingStats | None":
         return cls(**_pick(cls, d)) if d else None
@@ -621,8 +628,7 @@ def summarize_result(configs: Sequence[ConfigResult], baseline: str = DEFAULT_BA
         out["baseline"] = t.baseline
         if t.gpu is not None:
             out["gpu_ms"] = t.gpu.median_ms
-            # an IQR of 1-2 samples says nothing about the noise (the ranker reads it as such)
-            out["gpu_ms_iqr"] = t.gpu.iqr_ms if t.gpu.n >= MIN_IQR_SAMPLES else None
+            out["gpu_ms_iqr"] = t.gpu.reported_iqr_ms
         if t.e2e is not None:
             out["e2e_ms"] = t.e2e.median_ms
         out["cpu_ms"] = t.cpu_median_ms

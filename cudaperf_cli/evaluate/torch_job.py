@@ -33,7 +33,6 @@ from cudaperf_cli.core import to_jsonable
 from cudaperf_cli.evaluate.job import (
     CORRECT,
     CRASH,
-    MIN_IQR_SAMPLES,
     NO_DEVICE,
     REFERENCE_ERROR,
     REFERENCE_ONLY,
@@ -575,8 +574,7 @@ def summarize_torch_result(
     if timing is not None:
         if timing.candidate is not None:
             out["candidate_ms"] = timing.candidate.median_ms
-            out["candidate_ms_iqr"] = (timing.candidate.iqr_ms if timing.candidate.n >= MIN_IQR_SAMPLES
-                                       else None)
+            out["candidate_ms_iqr"] = timing.candidate.reported_iqr_ms
         if timing.candidate_estimate_ms is not None and timing.slow_ms is not None and (
                 timing.candidate_estimate_ms > timing.slow_ms):
             out["candidate_ms"] = timing.candidate_estimate_ms

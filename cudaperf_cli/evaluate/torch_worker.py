@@ -971,17 +971,25 @@ def analyze_profile(
             return placed
         return g["start_us"] >= win["start_us"]  # nothing to place it: ran after forward began
 
-    def owner(g: Mapping[str, Any]) -> str | None:
+    def same_thread(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        return a.get("thread") is None or b.get("thread") is None or a["thread"] == b["thread"]
+
+    def owner_op(g: Mapping[str, Any], pool: Sequence[Mapping[str, Any]] = cpu,
+                 thread: bool = False) -> Mapping[str, Any] | None:
+        """The op that launched ``g``: its linked op, else the innermost of ``pool`` around
+        its launch record (on the launching thread with ``thread``)."""
         op = linked_op(g)
         if op is not None:
-            return op["name"]
+            return op
         r = runtime.get(g.get("id"))
         if r is None:
             return None
-        around = [o for o in cpu if contains(o, r["start_us"])]
-        if not around:
-            return None
-        return min(around, key=lambda o: o["end_us"] - o["start_us"])["name"]
+        around = [o for o in pool if contains(o, r["start_us"]) and (not thread or same_thread(o, r))]
+        return min(around, key=lambda o: o["end_us"] - o["start_us"]) if around else None
+
+    def owner(g: Mapping[str, Any]) -> str | None:
+        op = owner_op(g)
+        return None if op is None else op["name"]
 
     if gpu and not any(runtime.get(g.get("id")) or linked_op(g) for g in gpu):
         notes.append("no launch records or correlation links: GPU work placed by its start time")
@@ -1016,11 +1024,8 @@ def analyze_profile(
     def in_library_op(o: Mapping[str, Any]) -> bool:
         """``o`` is an allowed convolution op or runs inside one on the same thread (cuDNN's
         transposed convolution adds its bias with ``aten::add_``): the library's own work."""
-        return any(
-            c is o or (c["start_us"] <= o["start_us"] and o["end_us"] <= c["end_us"]
-                       and (c.get("thread") is None or o.get("thread") is None or c["thread"] == o["thread"]))
-            for c in library_ops
-        )
+        return any(c is o or (c["start_us"] <= o["start_us"] and o["end_us"] <= c["end_us"] and same_thread(c, o))
+                   for c in library_ops)
 
     def library_internal(o: Mapping[str, Any]) -> bool:
         return _base_op(o["name"]) in NESTED_LIBRARY_OPS and in_library_op(o)
@@ -1048,12 +1053,7 @@ def analyze_profile(
         """A library kernel launched inside an allowed convolution op (cuDNN's FFT
         algorithms run on streams of their own) that the caller's stream waited for: it
         ended before the first current-stream activity launched after that op ended."""
-        op = linked_op(g)
-        if op is None:
-            r = runtime.get(g.get("id"))
-            around = [o for o in ops if r is not None and contains(o, r["start_us"])
-                      and (o.get("thread") is None or r.get("thread") is None or o["thread"] == r["thread"])]
-            op = min(around, key=lambda o: o["end_us"] - o["start_us"]) if around else None
+        op = owner_op(g, ops, thread=True)
         if op is None or not library_ops or not in_library_op(op) or not LIBRARY_KERNEL_RE.search(g["name"]):
             return False
         later = [k for k in gpu if k.get("stream") in current and launched_at(k) >= op["end_us"]]

@@ -37,13 +37,14 @@ the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import sys
 import traceback
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 #: Seed set before ``get_init_inputs()`` and ``Model(...)`` (parameters are drawn then).
 INIT_SEED = 0
@@ -172,19 +173,37 @@ def import_problem_module(path: str, module_name: str) -> ModuleType:
         raise ProbeError(f"cannot import {os.path.basename(path)} as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(module)
+        with _folder_on_path(path):
+            spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - user code: report, never die
         sys.modules.pop(module_name, None)
         raise describe_exception(exc, path, "importing the file") from None
+    return module
+
+
+def fake_tensors() -> Any:
+    """A context in which tensors have shapes, dtypes and devices but no storage
+    (``FakeTensorMode``; tensors made outside it are accepted as inputs).  Unlike
+    ``torch.device("meta")`` it also covers tensors a problem makes with an explicit
+    ``device="cpu"``, which would otherwise be allocated (6.4 GB at KernelBench's sizes)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+@contextlib.contextmanager
+def _folder_on_path(path: str) -> Iterator[None]:
+    """The problem file's folder first on ``sys.path`` while it runs (sibling imports)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        yield
     finally:
         try:
             sys.path.remove(folder)
         except ValueError:
             pass
-    return module
 
 
 #: Module attribute holding the constants a problem module was last run with.
@@ -245,15 +264,8 @@ def _rerun(module: ModuleType, code: Any, path: str, overrides: Mapping[str, int
     ns.clear()
     ns.update(keep)
     ns[OVERRIDES_ATTR] = dict(overrides)
-    folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)
-    try:
+    with _folder_on_path(path):
         exec(code, ns)  # noqa: S102 - the user's own problem file, as at import
-    finally:
-        try:
-            sys.path.remove(folder)
-        except ValueError:
-            pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -385,9 +397,11 @@ class _Probe:
         torch = self.torch
         path = str(spec["path"])
         self.warnings: list[str] = []
-        self.main_input_specs: list[dict[str, Any]] | None = None  # per file
+        # per file: the inputs at the main sizes (fake tensors) when the model needs data,
+        # and the larger probe constants tried on the way down
+        self.main_input_specs: list[dict[str, Any]] | None = None
         self.main_input_bytes: int | None = None
-        self.probe_path = []
+        self.probe_path: list[dict[str, int]] = []
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
 
@@ -476,7 +490,7 @@ class _Probe:
             meta = checked["shapes"]
             shapes_from_probe = bool(probe)
             if probe:
-                main_in = getattr(self, "main_input_bytes", None)
+                main_in = self.main_input_bytes
                 probe_in = meta["footprint"]["inputs_bytes"]
                 ratio = (main_in / probe_in) if main_in and probe_in else None
                 if ratio:
@@ -485,7 +499,7 @@ class _Probe:
                     fp["total_bytes"] = sum(v for k, v in fp.items() if k != "total_bytes")
                     fp["estimated"] = 1
                     meta = {**meta, "footprint": fp}
-                if getattr(self, "main_input_specs", None):
+                if self.main_input_specs:
                     meta = {**meta, "inputs": self.main_input_specs}  # known without data
                 self.warnings.append(
                     f"output shapes at the main sizes are unknown ({meta_note}); the data checks ran "
@@ -543,13 +557,10 @@ class _Probe:
         def phase(name: str) -> None:
             self.emit({"event": "phase", "index": self.index, "phase": name})
 
-        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensor
 
         try:
-            # Fake tensors: shapes, dtypes and devices without storage, also for tensors a
-            # problem creates with an explicit device='cpu' (the meta device would not catch
-            # those, and would allocate them).
-            with FakeTensorMode(allow_non_fake_inputs=True):
+            with fake_tensors():
                 phase("meta.init")
                 torch.manual_seed(INIT_SEED)
                 init = self._call(lambda: module.get_init_inputs(), path, "get_init_inputs() (meta device)")
@@ -620,7 +631,6 @@ class _Probe:
             return m["footprint"]["total_bytes"] <= PROBE_BYTES and (flop is None or flop <= PROBE_FLOP)
 
         self.probe_size = None if meta is None else meta["footprint"]["total_bytes"]
-        self.probe_path: list[dict[str, int]] = []  # larger constants tried on the way down
         if meta is None:
             return self._probe_by_inputs(module, path, names)
         if small(meta):
@@ -658,11 +668,9 @@ class _Probe:
         """Bytes of ``get_inputs()``'s tensors at ``constants``, drawn as fake tensors (no
         storage); None when ``get_inputs()`` cannot run that way."""
         torch = self.torch
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         old = apply_constants(module, constants)
         try:
-            with FakeTensorMode(allow_non_fake_inputs=True):
+            with fake_tensors():
                 torch.manual_seed(INPUT_SEEDS[0])
                 inputs = module.get_inputs()
                 if not constants:
@@ -700,7 +708,6 @@ class _Probe:
                     break
             else:
                 break
-        self.probe_input_bytes = size
         return None if cur == {n: int(getattr(module, n)) for n in names} else cur
 
     # -- checks on real data (CPU unless device='cuda') -----------------------------------

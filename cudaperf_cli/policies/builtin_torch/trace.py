@@ -776,6 +776,7 @@ def _run_job(job: Mapping[str, Any], torch: Any) -> dict[str, Any]:
         ProbeError,
         apply_constants,
         describe_exception,
+        fake_tensors,
         import_problem_module,
     )
 
@@ -793,12 +794,7 @@ def _run_job(job: Mapping[str, Any], torch: Any) -> dict[str, Any]:
     first_error: dict[str, Any] | None = None
     for k_set, consts in enumerate(sets):
         meta = bool(job.get("meta_last")) and k_set == len(sets) - 1
-        if meta:  # shapes without storage (explicit device='cpu' tensors too)
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            ctx: Any = FakeTensorMode(allow_non_fake_inputs=True)
-        else:
-            ctx = contextlib.nullcontext()
+        ctx = fake_tensors() if meta else contextlib.nullcontext()  # shapes without storage
         try:
             apply_constants(module, {k: int(v) for k, v in consts.items()})
         except ProbeError as exc:
