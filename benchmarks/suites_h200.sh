@@ -9,7 +9,8 @@
 # (seconds; default 540).  Groups run one after the other, each as soon as the one before
 # it ended; a group ending in '&' (`'gpu-tests:900&'`) starts and is not waited for (it runs
 # beside the groups after it, and the script waits for it at the end).  Stages:
-#   gpu-tests  every GPU test (python -m pytest -m gpu tests/)
+#   gpu-tests  the GPU tests (python -m pytest -m gpu ${GPU_TESTS:-tests} $GPU_TESTS_ARGS; e.g.
+#              GPU_TESTS_ARGS='-n 8 --durations=30': pytest-xdist, the GPU lock serialises device work)
 #   kb1 / kb2  KernelBench level 1 / level 2, --turns 1, -j $KB_JOBS (default 8)
 #   pb8 / pb1  PolyBench/C 4.2.1 LARGE (benchmarks/polybench.py manifest), --turns 3, -j 8 / -j 1
 #   ex         the bundled examples (examples/bench.toml: C and PyTorch), --turns 3, -j 8
@@ -69,7 +70,7 @@ stage() {  # stage NAME LIMIT_S
   local limit=$2 t0
   case $1 in
     gpu-tests) t0=$(date +%s)
-               timeout -k 10 "$limit" python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider \
+               timeout -k 10 "$limit" python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -rs -p no:cacheprovider ${GPU_TESTS_ARGS:-} \
                  > "$RESULTS/gpu_tests.log" 2>&1
                echo "gpu-tests: exit $? after $(( $(date +%s) - t0 )) s" >> "$RESULTS/stages.txt" ;;
     kb1) bench kb1 "$limit" "$KB/level1" --turns 1 -j "${KB_JOBS:-8}" --no-compile-baseline ;;

@@ -23,6 +23,7 @@ from cudaperf_cli.evaluate.child import (
     ChildRun,
     group_members,
     run_child,
+    start_child,
 )
 from cudaperf_cli.evaluate.gpu_lock import gpu_lock
 
@@ -124,6 +125,45 @@ def test_hang_before_ready_is_killed_at_the_prepare_deadline(tmp_path: Path) -> 
     assert run.prepare_s == pytest.approx(run.elapsed_s)
     (_, pid, _), = _events(log)
     assert _gone(pid)
+
+
+def test_started_ahead_the_child_prepares_then_waits_for_go(tmp_path: Path) -> None:
+    """start_child: the child prepares while the caller works (the build), waits at ready
+    without the lock or any deadline running, and takes the lock only after go()."""
+    log = tmp_path / "log"
+    pending = start_child(FAKE, [], {"log": str(log), "prepare_s": 0.2, "run_s": 0.1},
+                          env=ENV, timeout_s=0.5, gpu=0)
+    time.sleep(1.5)  # the caller's work: longer than the run deadline
+    assert [e for e, _, _ in _events(log)] == ["start"]  # ready, holding
+    t_go = time.monotonic()
+    run = pending.go()
+    assert run.result is not None and run.result["status"] == "ok" and not run.timed_out, run
+    assert not run.cancelled and run.ready
+    assert run.held_s >= 1.0 and run.lock_wait_s < 1.0
+    ev = {e: t for e, _, t in _events(log)}
+    assert ev["go"] >= t_go
+
+
+@pytest.mark.parametrize("when", ["preparing", "ready"])
+def test_started_ahead_a_cancelled_child_is_killed_without_the_lock(tmp_path: Path, when: str) -> None:
+    log = tmp_path / "log"
+    prepare = 30 if when == "preparing" else 0.1
+    with _held(8):
+        pending = start_child(FAKE, [], {"log": str(log), "prepare_s": prepare}, env=ENV,
+                              timeout_s=30, gpu=0)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        run = pending.cancel()
+        assert time.monotonic() - t0 < 5  # the lock is still held by the thread above
+    assert run.cancelled and run.result is None and run.lock_wait_s == 0.0
+    assert run.ready == (when == "ready")
+    (_, pid, _), = _events(log)
+    assert _gone(pid)
+
+
+def test_start_child_needs_a_gate() -> None:
+    with pytest.raises(ValueError, match="gated"):
+        start_child(FAKE, [], {}, env=ENV, timeout_s=1, gpu=None)
 
 
 def test_exit_before_ready_never_takes_the_lock(tmp_path: Path) -> None:

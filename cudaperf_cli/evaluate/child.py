@@ -18,6 +18,10 @@ group).  The protocol (``docs/evaluation.md`` §3):
   (:func:`cudaperf_cli.evaluate.gpu_lock.gpu_lock`; the wait is measured and counted in
   no limit), writes ``go``, and only then starts the run deadline.  The lock is held
   until the child has exited.  A child that exits before ``ready`` never takes the lock.
+* **Hold** (parent side only): a gated child can be started before the caller's other work
+  for it is done (the candidate's build): its preparation then overlaps that work.  At
+  ``ready`` the parent waits for the caller (:class:`Hold`) before it takes the lock; a
+  caller that cancels gets the child's process group killed (:func:`start_child`).
 * **Deadlines**: before ``ready``, ``prepare_timeout_s`` from the start; after ``go``,
   ``timeout_s``.  Without a gate one deadline, ``timeout_s`` from the start.  Past a
   deadline the process group gets SIGKILL.
@@ -40,6 +44,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -102,6 +107,10 @@ class ChildRun:
         gated: the GPU gate was on.
         ready: the child wrote ``ready``.
         timeout_limit_s: the limit of the deadline that was passed, seconds (None if none).
+        held_s: seconds from ``ready`` until the :class:`Hold` released the child (0.0
+            without a hold); not part of ``lock_wait_s`` nor of any deadline.
+        cancelled: the caller cancelled the run (:meth:`Hold.release` with ``go=False``, or
+            :meth:`PendingChild.cancel`) and the child's process group was killed.
     """
 
     returncode: int | None
@@ -122,6 +131,39 @@ class ChildRun:
     gated: bool = False
     ready: bool = False
     timeout_limit_s: float | None = None
+    held_s: float = 0.0
+    cancelled: bool = False
+
+
+class Hold:
+    """Holds a gated child at ``ready`` until the caller releases it (thread-safe).
+
+    The child prepares (imports, CUDA context, the problem) while the caller finishes what
+    the child's GPU work needs (the candidate's build); then :meth:`release` lets it take
+    the GPU lock (``go=True``) or ends it (``go=False``: its process group is killed, the
+    run is ``cancelled``)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._go = False
+
+    def release(self, go: bool = True) -> None:
+        """Let the child go on (``go``) or cancel it; only the first call counts."""
+        if not self._event.is_set():
+            self._go = go
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the caller has cancelled the run."""
+        return self._event.is_set() and not self._go
+
+    def wait(self, timeout_s: float) -> bool | None:
+        """Wait up to ``timeout_s`` for :meth:`release`: True (go), False (cancelled), or
+        None (not released yet)."""
+        if not self._event.wait(timeout_s):
+            return None
+        return self._go
 
 
 def tail_of(path: str, limit: int = STDERR_TAIL_CHARS) -> str:
@@ -266,9 +308,13 @@ def _run_process(
     state_path: str,
     err_path: str,
     host_memory_limit_bytes: int | None,
+    hold: Hold | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> ChildRun:
     """The protocol's parent loop (see the module docstring); the state and stderr files
-    are the caller's (read and removed there)."""
+    are the caller's (read and removed there).  ``hold``: wait for it at ``ready`` (a
+    cancel at any time kills the child); ``started``: called with the child's pid (its
+    process group) once it runs."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -292,6 +338,8 @@ def _run_process(
         )
         assert proc.stdin is not None and proc.stdout is not None
         in_fd, out_fd = proc.stdin.fileno(), proc.stdout.fileno()
+        if started is not None:
+            started(proc.pid)
         try:
             os.set_blocking(in_fd, False)
             os.set_blocking(out_fd, False)
@@ -358,6 +406,20 @@ def _run_process(
 
             text_parts: list[str] = []
 
+            def wait_for_hold() -> bool:
+                """At ``ready``: wait for the caller's release, watching the child (a child
+                that dies meanwhile ends the wait); False when cancelled or dead."""
+                t_hold = time.monotonic()
+                try:
+                    while True:
+                        go = hold.wait(0.1)  # type: ignore[union-attr]
+                        if go is not None:
+                            return go
+                        if _exited(proc.pid):
+                            return False
+                finally:
+                    out.held_s = time.monotonic() - t_hold
+
             def handle_lines() -> None:
                 nonlocal phase, deadline, limit, go_at
                 while lines:
@@ -367,6 +429,8 @@ def _run_process(
                         if gated and not out.ready:
                             out.ready = True
                             out.prepare_s = time.monotonic() - t0
+                            if hold is not None and not wait_for_hold():
+                                continue  # cancelled (the loop kills the group) or dead
                             waited = held.enter_context(gpu_lock(gpu))  # type: ignore[arg-type]
                             out.lock_wait_s = float(waited)
                             write_stdin(GO_LINE)
@@ -396,6 +460,9 @@ def _run_process(
                 if not eof:
                     read_some()
                 handle_lines()
+                if hold is not None and hold.cancelled:
+                    out.cancelled = True
+                    break
                 if _exited(proc.pid):
                     break
                 now = time.monotonic()
@@ -471,6 +538,8 @@ def run_child(
     env: Mapping[str, str] | None = None,
     host_memory_limit_bytes: int | None = None,
     tail_chars: int = STDERR_TAIL_CHARS,
+    hold: Hold | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> ChildRun:
     """Run ``<this python> -m module *args`` under the protocol (module docstring).
 
@@ -488,6 +557,9 @@ def run_child(
         host_memory_limit_bytes: kill the child's process group when its summed resident
             memory passes this, bytes; None: not bounded.
         tail_chars: characters of stderr kept.
+        hold: (gated only) at ``ready``, wait for this :class:`Hold` before taking the
+            lock; its cancel kills the child at any time (:func:`start_child`).
+        started: called with the child's pid (also its process group id) once it runs.
 
     Returns:
         A :class:`ChildRun`.  Every outcome of the child is a field, never an exception.
@@ -507,7 +579,7 @@ def run_child(
             [sys.executable, "-m", module, *args], data, keep_stdin_open=job_doc is not None,
             gpu=gpu, timeout_s=timeout_s, prepare_timeout_s=prepare_timeout_s, env=env,
             state_path=state_path, err_path=err_path,
-            host_memory_limit_bytes=host_memory_limit_bytes,
+            host_memory_limit_bytes=host_memory_limit_bytes, hold=hold, started=started,
         )
         run.state = read_state(state_path)
         run.stderr_tail = tail_of(err_path, tail_chars)
@@ -516,6 +588,71 @@ def run_child(
         for p in (state_path, err_path):
             with contextlib.suppress(OSError):
                 os.unlink(p)
+
+
+class PendingChild:
+    """A gated child started ahead of time (:func:`start_child`): it prepares while the
+    caller works; :meth:`go` lets it run and returns its :class:`ChildRun`, :meth:`cancel`
+    ends it."""
+
+    def __init__(self, hold: Hold):
+        self.hold = hold
+        self.pid: int | None = None
+        self._run: ChildRun | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _started(self, pid: int) -> None:
+        self.pid = pid
+
+    def _finish(self) -> ChildRun:
+        assert self._thread is not None
+        try:
+            while self._thread.is_alive():
+                self._thread.join(0.2)
+        except BaseException:  # Ctrl-C while the child runs: end it, then re-raise
+            self.hold.release(False)
+            if self.pid is not None:
+                _killpg(self.pid)
+            raise
+        if self._error is not None:
+            raise self._error
+        assert self._run is not None
+        return self._run
+
+    def go(self) -> ChildRun:
+        """Release the child (it takes the GPU lock at ``ready``) and wait for its end."""
+        self.hold.release(True)
+        return self._finish()
+
+    def cancel(self) -> ChildRun:
+        """End the child (its process group is killed, ``cancelled`` is set) and wait."""
+        self.hold.release(False)
+        return self._finish()
+
+
+def start_child(module: str, args: Sequence[str], job_doc: Any, **kw: Any) -> PendingChild:
+    """Start ``run_child(module, args, job_doc, **kw)`` (which must be gated: ``gpu`` set)
+    in a thread with a :class:`Hold`: the child prepares now, and waits at ``ready`` until
+    the caller calls :meth:`PendingChild.go` or :meth:`PendingChild.cancel`.
+
+    Raises:
+        ValueError: ``gpu`` is None (an ungated child has no ``ready`` to wait at).
+    """
+    if kw.get("gpu") is None:
+        raise ValueError("start_child needs a gated child (gpu=<ordinal>)")
+    pending = PendingChild(Hold())
+
+    def target() -> None:
+        try:
+            pending._run = run_child(module, args, job_doc, hold=pending.hold,
+                                     started=pending._started, **kw)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            pending._error = exc
+
+    pending._thread = threading.Thread(target=target, name=f"cudaperf-child-{module}", daemon=True)
+    pending._thread.start()
+    return pending
 
 
 # ---------------------------------------------------------------------------------------
@@ -693,7 +830,9 @@ __all__ = [
     "EXIT_PARENT_GONE",
     "GATE_ENV",
     "GO_LINE",
+    "Hold",
     "MEMORY_POLL_S",
+    "PendingChild",
     "READY_EVENT",
     "SPAWN_TIME_ENV",
     "STATE_ENV",
@@ -708,6 +847,7 @@ __all__ = [
     "result_channel",
     "run_child",
     "signal_name",
+    "start_child",
     "tail_of",
     "wait_for_gpu",
     "where",

@@ -21,6 +21,7 @@ the time limit.  Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import time
@@ -43,7 +44,7 @@ from cudaperf_cli.evaluate.job import (
     TimingStats,
     _pick,
 )
-from cudaperf_cli.evaluate.child import ChildRun, run_child, where as _where
+from cudaperf_cli.evaluate.child import ChildRun, run_child, start_child, where as _where
 from cudaperf_cli.evaluate.memory import MemoryPlan
 from cudaperf_cli.evaluate.timing import flush_size
 
@@ -930,11 +931,22 @@ def run_torch_evaluation(
     child_env = _child_env(job, arch)
     if env:
         child_env.update(env)
-    if job.format == FAST:
-        bstatus, bmsg, build = _build_fast(job, arch)
-    else:
-        bstatus, bmsg, build = _build_inline(job, arch, child_env)
+    # The evaluation worker starts now: its preparation (importing torch, the CUDA context,
+    # the problem's module: seconds) overlaps the build; it waits at `ready` for the build.
+    worker = start_child(TORCH_WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s, gpu=job.device,
+                         env=child_env, host_memory_limit_bytes=host_memory_limit(footprint_bytes),
+                         prepare_timeout_s=PREPARE_TIMEOUT_S)
+    try:
+        if job.format == FAST:
+            bstatus, bmsg, build = _build_fast(job, arch)
+        else:
+            bstatus, bmsg, build = _build_inline(job, arch, child_env)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            worker.cancel()
+        raise
     if bstatus != "ok":
+        worker.cancel()
         errors = build.get("errors") or ""
         message = bmsg if not errors or errors in bmsg else f"{bmsg}:\n{errors}"
         return done(TorchEvalResult(
@@ -946,18 +958,21 @@ def run_torch_evaluation(
             warnings=warnings,
         ))
 
-    return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done)
+    return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done,
+                              run=worker.go())
 
 
 def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[str, str],
                        build: dict[str, Any], warnings: list[str], footprint_bytes: int | None,
-                       done: Any) -> TorchEvalResult:
+                       done: Any, run: ChildRun | None = None) -> TorchEvalResult:
     """The evaluation worker, its outcome as a :class:`TorchEvalResult` (``done`` stamps
-    the elapsed time and the summary)."""
+    the elapsed time and the summary); ``run``: the worker's run when it was started ahead
+    (:func:`start_child`), else it runs now."""
     # The GPU gate: the worker prepares (imports torch, opens the device, loads the problem)
     # without the per-GPU lock, then asks for it; the time limit starts once it holds it.
-    run = _run_child([], job, timeout_s, child_env, gpu=job.device,
-                     host_memory_limit_bytes=host_memory_limit(footprint_bytes))
+    if run is None:
+        run = _run_child([], job, timeout_s, child_env, gpu=job.device,
+                         host_memory_limit_bytes=host_memory_limit(footprint_bytes))
     rc, state, tail = run.returncode, run.state, run.stderr_tail
     partial = [TorchConfigResult.from_json(c) for c in state.get("configs", [])]
     phase = state.get("phase")
@@ -997,6 +1012,8 @@ def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[s
             result.prepare_s = run.prepare_s
             result.lock_wait_s = run.lock_wait_s
             result.details.setdefault("eval_s", run.elapsed_s)
+            if run.held_s:  # prepared before the build ended, then waited for it
+                result.details["build_wait_s"] = round(run.held_s, 3)
             if rc:
                 result.warnings.append(
                     f"the worker wrote its result, then exited with status {rc}"

@@ -776,6 +776,7 @@ def patch_targets(torch: Any) -> list[tuple[str, Any, str]]:
         ("torch.nn.Module.state_dict", torch.nn.Module, "state_dict"),
         ("torch.nn.Module.to", torch.nn.Module, "to"),
         ("torch.profiler.profile", torch.profiler, "profile"),
+        ("torch.autograd.profiler.profile", torch.autograd.profiler, "profile"),
         ("torch.autograd.profiler.record_function", torch.autograd.profiler, "record_function"),
         ("torch.compile", torch, "compile"),
         ("json.dumps", json, "dumps"),
@@ -790,13 +791,20 @@ def patch_targets(torch: Any) -> list[tuple[str, Any, str]]:
     return targets
 
 
-def snapshot_patchables(torch: Any, module: types.ModuleType | None = None) -> dict[str, tuple[Any, str, Any]]:
+def snapshot_patchables(torch: Any, module: types.ModuleType | None = None, *,
+                        import_dynamo: bool = False) -> dict[str, tuple[Any, str, Any]]:
     """``{label: (owner, attribute, original object)}`` for :func:`patch_targets` and the
-    functions and classes bound in ``module``'s globals (the worker itself)."""
-    try:  # TorchDynamo rebinds some torch functions (torch.manual_seed) when it is first
-        import torch._dynamo  # noqa: F401  # imported (by the profiler, torch.compile): do it first
-    except Exception:  # noqa: BLE001 - an install without dynamo has nothing to rebind
-        pass
+    functions and classes bound in ``module``'s globals (the worker itself).
+
+    ``import_dynamo``: import TorchDynamo first (a worker that runs ``torch.compile``).  It
+    takes about 5 s on the H200 machine (``docs/evaluation.md`` §3), so only such a worker
+    pays for it; a wrapper TorchDynamo puts around a torch function later is no patch
+    (:func:`find_patches`)."""
+    if import_dynamo:
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - an install without dynamo has nothing to rebind
+            pass
     snap: dict[str, tuple[Any, str, Any]] = {}
     for label, owner, attr in patch_targets(torch):
         if hasattr(owner, attr):
@@ -1258,7 +1266,8 @@ class TorchWorker:
             raise Stop(REFERENCE_ERROR, f"cannot load the problem: {_one_line(exc)}",
                        error=_exc_error(exc, "problem")) from None
 
-        self.snapshot = snapshot_patchables(torch, sys.modules[__name__])
+        compiles = job.compile_baseline and (job.mode == "baseline" or not job.baseline_ms)
+        self.snapshot = snapshot_patchables(torch, sys.modules[__name__], import_dynamo=compiles)
         self.flags = precision_flags(torch)
         if self.host:
             self._orig_event: Any = _HostEvent
@@ -1891,9 +1900,12 @@ class TorchWorker:
         forward_exc: BaseException | None = None
         try:
             from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile, record_function
+            from torch.autograd.profiler import profile, record_function
 
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            # The autograd profiler (what torch.profiler.profile drives, CPU and CUDA
+            # activities through Kineto): torch.profiler.profile's start asks
+            # hasattr(torch, "_inductor"), which imports TorchDynamo (about 5 s).
+            with profile(use_cpu=True, use_device="cuda", use_kineto=True) as prof:
                 with record_function(MARKER_ANNOTATION):
                     marker.add_(1)
                 with record_function(FORWARD_ANNOTATION):
@@ -1905,7 +1917,7 @@ class TorchWorker:
                 with record_function(MARKER_ANNOTATION):
                     marker.add_(1)
                 self._sync()
-            records = profile_records(prof.events(), DeviceType.CUDA)
+            records = profile_records(prof.function_events, DeviceType.CUDA)
             report = analyze_profile(records, allow_torch_ops=job.allow_torch_ops,
                                      allowed_ops=job.allowed_ops)
         except Exception as exc:  # noqa: BLE001 - the profiler's failure, or a CUDA error

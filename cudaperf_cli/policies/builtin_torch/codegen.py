@@ -445,17 +445,26 @@ class _KernelWriter:
             for r in reds:
                 op = _RED_OP[r.op]
                 src = self.operand(r.ins[0], "full")
-                lines.append(f"{ind}float s{r.id} = cp_ident<{op}>();")
-                tails.append(f"s{r.id} = cp_comb<{op}>(s{r.id}, {src});")
+                if op == 0:
+                    # A thread's partial sum runs over up to R / (threads per row or column)
+                    # terms (4096 for a 32768-row column sum): in float that drifts past
+                    # KernelBench's 1e-4; a double partial costs nothing in a memory-bound
+                    # loop.  The tree across threads stays float (log2 of a few hundred).
+                    lines.append(f"{ind}double s{r.id} = 0.0;")
+                    tails.append(f"s{r.id} += (double)({src});")
+                else:
+                    lines.append(f"{ind}float s{r.id} = cp_ident<{op}>();")
+                    tails.append(f"s{r.id} = cp_comb<{op}>(s{r.id}, {src});")
             lines += self.element_loop(prims, tails, tails, [], ind, kind, extra)
             for r in reds:
                 op = _RED_OP[r.op]
+                part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
                 if kind == "col":
-                    lines.append(f"{ind}const float r{r.id} = cp_col_reduce<{op}>(s{r.id}, sm);")
+                    lines.append(f"{ind}const float r{r.id} = cp_col_reduce<{op}>({part}, sm);")
                 elif self.v.warp_rows:
-                    lines.append(f"{ind}const float r{r.id} = WARP ? cp_warp_reduce<{op}>(s{r.id}) : cp_block_reduce<{op}>(s{r.id}, sm);")
+                    lines.append(f"{ind}const float r{r.id} = WARP ? cp_warp_reduce<{op}>({part}) : cp_block_reduce<{op}>({part}, sm);")
                 else:
-                    lines.append(f"{ind}const float r{r.id} = cp_block_reduce<{op}>(s{r.id}, sm);")
+                    lines.append(f"{ind}const float r{r.id} = cp_block_reduce<{op}>({part}, sm);")
             for p in reduced_ew:
                 if self.levels[p.id] != level:
                     continue
