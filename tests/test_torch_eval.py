@@ -1070,3 +1070,35 @@ def test_host_memory_limit_of_the_torch_worker() -> None:
     assert host_memory_limit(0, host_total=64 << 30) == HOST_BASE_BYTES
     assert host_memory_limit(4 << 30, host_total=64 << 30) == HOST_BASE_BYTES + (4 << 30)
     assert host_memory_limit(100 << 30, host_total=24 << 30) == int(0.75 * (24 << 30))
+
+
+def test_float64_check_is_planned_with_the_reference_alone(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """The float64 run at the default configuration counts twice the reference's own peak
+    (its intermediates in float64): KernelBench's 100_HingeLoss (4.3 GB of inputs, 13.2 GB
+    for the reference alone) peaked at 30.1 GB with it.  A small problem still runs it."""
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_worker import TorchWorker
+
+    GB, flush = 10**9, 268_435_456
+
+    def worker(footprint: int, held: int, ref_peak: int | None) -> Any:
+        w = TorchWorker.__new__(TorchWorker)
+        w.torch, w.dev, w.host = torch, None, False
+        w.footprint_bytes, w.device_info, w.warnings = footprint, {"l2_bytes": 0}, []
+        prob = tmp_path / "p.py"
+        prob.write_text("x = 1\n")
+        w.job = TorchEvalJob(problem=str(prob), candidate=[], mode="baseline",
+                             reference_peak_bytes=ref_peak)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: held)
+        return w
+
+    x = torch.zeros(4)  # the run's inputs as the worker holds them (bytes do not matter here)
+    big = worker(int(4.3 * GB), int(4.3 * GB), int(13.2 * GB))
+    assert not big._fp64_fits(torch.nn.Identity(), [x], x, "default")
+    assert "not run at config 'default'" in big.precision_note and "GB" in big.precision_note
+    assert big._fp64_fits(torch.nn.Identity(), [x], x, "alt1")  # the peak is the default's
+    small = worker(8 * 2**20, 8 * 2**20, flush + 12 * 2**20)
+    assert small._fp64_fits(torch.nn.Identity(), [x], x, "default")
+    unknown = worker(int(4.3 * GB), int(4.3 * GB), None)
+    assert unknown._fp64_fits(torch.nn.Identity(), [x], x, "default")

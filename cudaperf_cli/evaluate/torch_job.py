@@ -192,6 +192,10 @@ class TorchEvalJob:
         baseline_ms: ``{"eager": ms, "compile": ms or None}`` measured by the run's baseline
             job; a candidate job then times the candidate alone and states its speedups
             against these.  None: the candidate job times eager (and compile) itself.
+        reference_peak_bytes: the device memory the reference alone held at the default
+            configuration (the baseline job's ``peak_gpu_bytes``; its intermediates and
+            library workspace included), bytes; None: unknown.  The float64 comparison at
+            the default configuration is planned with it (about twice that in float64).
         slow_ms: a verified candidate whose estimated time passes this (ms) stops timing early
             with status ``slow``; None: never.
         modifies_inputs: the problem's forward modifies an input in place (the loader's
@@ -227,6 +231,7 @@ class TorchEvalJob:
     static_guards: bool = True
     mode: str = "candidate"
     baseline_ms: dict[str, float | None] | None = None
+    reference_peak_bytes: int | None = None
     slow_ms: float | None = None
     modifies_inputs: bool = False
     debug_hook: str | None = None

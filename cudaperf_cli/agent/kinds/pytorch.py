@@ -318,6 +318,7 @@ class TorchEvaluation(Evaluation):
             build_timeout_s=s.compile_timeout_s, compile_baseline=s.compile_baseline, device=s.device,
             tolerances=s.tolerances, slow_ms=self.slow_ms(),
             baseline_ms=None if self.baseline is None else self.baseline.baseline_ms,
+            reference_peak_bytes=None if self.baseline is None else self.baseline.peak_gpu_bytes,
             modifies_inputs=bool(getattr(self.problem, "modifies_inputs", False)),
         )
         result = run_torch_evaluation(job, timeout_s=s.eval_timeout_s,
