@@ -507,18 +507,22 @@ def last_line(text: str, limit: int = 300) -> str:
 
 
 @contextlib.contextmanager
-def isolated_child(module: str, *, prefix: str, cpu_only: bool = False) -> Iterator[tuple["subprocess.Popen[bytes]", str]]:
+def isolated_child(module: str, *, prefix: str, cpu_only: bool = False,
+                   env: Mapping[str, str] | None = None) -> Iterator[tuple["subprocess.Popen[bytes]", str]]:
     """``python -m <module>`` in its own session (pipes on stdin/stdout, stderr to a temp
     file): yields ``(process, stderr path)``; on exit its process group is killed and the
-    file removed.  ``cpu_only`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``).  For children
-    that run the user's code (the PyTorch problem probe, the fx trace)."""
+    file removed.  ``cpu_only`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``); ``env``: more
+    environment variables.  For children that run the user's code (the PyTorch problem
+    probe, the fx trace)."""
     import sys
     import tempfile
 
     fd_err, err_path = tempfile.mkstemp(prefix=prefix, suffix=".log")
     os.close(fd_err)
+    extra = dict(env or {})
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra)
     if cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = ""
     try:

@@ -30,7 +30,7 @@ from cudaperf_cli.policies.builtin_torch import (
     trace_problem,
 )
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
-from cudaperf_cli.policies.builtin_torch.trace import SHRINK_ABOVE, trace_constant_sets
+from cudaperf_cli.policies.builtin_torch.trace import SHRINK_ABOVE, TraceChild, trace_constant_sets
 from cudaperf_cli.problems.pytorch import (
     TorchProblem,
     load_torch_problem,
@@ -229,6 +229,43 @@ def test_trace_timeout_kills_the_child(tmp_path: Path) -> None:
     p = load_torch_problem(path, alt_shapes=False)
     with pytest.raises(PolicyRefusal, match=r"slow_init.py: tracing timed out after \d+\.\d s \(limit 2 s\)"):
         trace_problem(p, timeout_s=2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_trace_child_started_ahead_serves_the_first_trace(tmp_path: Path) -> None:
+    """warm_up (what optimize calls before loading) starts the trace child; the first
+    trace uses it, the same graph as a child started then, and it is gone after."""
+    policy = BuiltinTorchPolicy()
+    policy.warm_up()
+    warm = policy._warm
+    assert warm is not None and _alive(warm.proc.pid)
+    p = load_torch_problem(EXAMPLES / "gelu.py", constants={"batch_size": 2, "dim": 3}, alt_shapes=False)
+    graph = policy.graph(p)
+    assert policy._warm is None and not _alive(warm.proc.pid)
+    assert graph.to_json() == trace_problem(p).to_json()
+
+
+def test_an_unused_trace_child_is_ended(tmp_path: Path) -> None:
+    """close() ends a child no trace used; a child whose stdin closes without a job exits."""
+    policy = BuiltinTorchPolicy()
+    policy.warm_up()
+    pid = policy._warm.proc.pid  # type: ignore[union-attr]
+    policy.close()
+    assert policy._warm is None and not _alive(pid)
+    policy.close()  # idempotent
+    child = TraceChild()
+    try:
+        child.proc.stdin.close()  # type: ignore[union-attr]
+        assert child.proc.wait(timeout=120) == 0
+    finally:
+        child.close()
 
 
 # ---------------------------------------------------------------------------------------

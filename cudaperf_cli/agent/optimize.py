@@ -1,7 +1,9 @@
 """``cudaperf optimize FILE``: one driver for every problem kind, stage by stage.
 
 1. options: ``--resume`` read back, the kind's own checks, the output path, the policy and
-   its server (before any work)                                  agent/resume.py, proposals.py
+   its server (before any work); a policy with ``warm_up`` starts its helpers now (the
+   built-in PyTorch policy's trace child imports torch while the problem loads)
+                                                                  agent/resume.py, proposals.py
 2. load the problem                                               kind.load (problems/)
 3. plan: configurations and the memory one evaluation holds; a problem that cannot fit the
    device (or the host) ends here: one line with the bytes, exit 5  kind.plan, kinds/base.py
@@ -88,6 +90,9 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
     if opts.arch is not None:
         check_arch(opts.arch)
     check_policy_ready(policy)  # an unreachable model server: before any baseline (exit 3)
+    warm_up = getattr(policy, "warm_up", None)
+    if callable(warm_up):  # the built-in PyTorch policy's trace child imports while we load
+        warm_up()
     detected = build.detect_arch()
     device = probe_run_device(detected)
     arch = opts.arch or detected or "sm_90"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cudaperf_cli.policies.base import PolicyRefusal, Proposal
 from cudaperf_cli.policies.builtin_torch.codegen import VARIANTS, Variant, generate
 from cudaperf_cli.policies.builtin_torch.fusion import FusionPlan, plan_fusion
-from cudaperf_cli.policies.builtin_torch.trace import Graph, trace_problem
+from cudaperf_cli.policies.builtin_torch.trace import Graph, TraceChild, trace_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from cudaperf_cli.problems.pytorch import TorchProblem
@@ -52,6 +52,23 @@ class BuiltinTorchPolicy:
         self.trace_timeout_s = float(trace_timeout_s)
         self.variants = tuple(variants)
         self._plans: dict[Any, tuple[Graph, FusionPlan]] = {}
+        self._warm: TraceChild | None = None
+
+    def warm_up(self) -> None:
+        """Start the trace child now, so that it imports torch and TorchDynamo while the
+        problem loads (``cudaperf optimize`` calls this before loading); the first trace
+        uses it.  :meth:`close` (also at exit) ends it when no trace came."""
+        if self._warm is None:
+            import atexit
+
+            self._warm = TraceChild()
+            atexit.register(self.close)
+
+    def close(self) -> None:
+        """End a trace child started by :meth:`warm_up` and not used (idempotent)."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            warm.close()
 
     def _key(self, problem: TorchProblem) -> Any:
         return (str(problem.path), problem.source, tuple(sorted(problem.constants.items())))
@@ -66,7 +83,8 @@ class BuiltinTorchPolicy:
         """
         key = self._key(problem)
         if key not in self._plans:
-            graph = trace_problem(problem, timeout_s=self.trace_timeout_s)
+            child, self._warm = self._warm, None
+            graph = trace_problem(problem, timeout_s=self.trace_timeout_s, child=child)
             self._plans[key] = (graph, plan_fusion(graph))
         return self._plans[key][0]
 

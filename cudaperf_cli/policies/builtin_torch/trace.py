@@ -71,11 +71,15 @@ __all__ = [
     "TRACE_MODULE",
     "Graph",
     "GraphNode",
+    "TraceChild",
     "trace_constant_sets",
     "trace_problem",
 ]
 
 TRACE_MODULE = "cudaperf_cli.policies.builtin_torch.trace"
+#: ``1``: the child was started ahead (:class:`TraceChild`): it imports torch and TorchDynamo
+#: (which FakeTensorMode needs for large problems) before it reads its job.
+WARM_ENV = "CUDAPERF_TRACE_WARM"
 #: Seconds allowed for the child to start and import torch (not counted in ``timeout_s``).
 STARTUP_TIMEOUT_S = 180.0
 #: Input elements above which tracing first tries shrunken constants.
@@ -282,11 +286,28 @@ def trace_constant_sets(problem: TorchProblem) -> list[dict[str, int]]:
     return out
 
 
+class TraceChild:
+    """A trace child started ahead of its job (``BuiltinTorchPolicy.warm_up``): it imports
+    torch and TorchDynamo (about 4-6 s and 5 s on the H200 machine) while the problem
+    loads, then waits for the job on stdin.  Hand it to :func:`trace_problem` (which closes
+    it) or :meth:`close` it; a parent that exits closes its stdin and the child exits too."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.proc, self.err_path = self._stack.enter_context(
+            isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True, env={WARM_ENV: "1"}))
+
+    def close(self) -> None:
+        """Kill the child's process group (idempotent)."""
+        self._stack.close()
+
+
 def trace_problem(
     problem: TorchProblem,
     timeout_s: float = 120.0,
     *,
     constants: Mapping[str, int] | None = None,
+    child: TraceChild | None = None,
 ) -> Graph:
     """Trace ``problem``'s ``Model`` with torch.fx in a child process and return its graph.
 
@@ -297,6 +318,7 @@ def trace_problem(
             torch are not counted.
         constants: module-level constants to trace with (overrides the problem's);
             default: :func:`trace_constant_sets`.
+        child: a :class:`TraceChild` started ahead to use (closed here); None: a new one.
 
     Returns:
         The :class:`Graph` (shapes at the constants it ran with, ``Graph.constants``).
@@ -317,8 +339,14 @@ def trace_problem(
     job = {"path": str(problem.path), "constant_sets": sets,
            "meta_last": constants is None and total > SHRINK_ABOVE}
     name = problem.path.name
-    with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
-        doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
+    if child is not None:
+        try:
+            doc = _talk(child.proc, job, timeout_s=timeout_s, err_path=child.err_path, name=name)
+        finally:
+            child.close()
+    else:
+        with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
+            doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
     if not doc.get("ok"):
         raise PolicyRefusal(f"{name}: {doc.get('error')}", doc.get("hint"))
     return Graph.from_json(doc["graph"])
@@ -834,12 +862,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         proto.write(json.dumps(doc) + "\n")
         proto.flush()
 
-    job = json.loads(sys.stdin.read() or "{}")
+    warm = os.environ.get(WARM_ENV) == "1"
+    job = {} if warm else json.loads(sys.stdin.read() or "{}")
     try:
         import torch
     except ImportError as exc:
         emit({"event": "fatal", "error": f"cannot import torch: {exc}"})
         return 3
+    if warm:  # started ahead: the imports of the large problems' shape runs, then the job
+        try:
+            from cudaperf_cli.problems.pytorch_probe import fake_tensors
+
+            fake_tensors()
+        except Exception:  # noqa: BLE001 - the job reports it when it needs them
+            pass
+        job = json.loads(sys.stdin.read() or "{}")
+        if not job:  # closed without a job (the parent is done with it)
+            return 0
     emit({"event": "ready", "torch": torch.__version__})
     try:
         result = _run_job(job, torch)
