@@ -167,6 +167,40 @@ def test_started_ahead_a_cancelled_child_is_killed_without_the_lock(tmp_path: Pa
     assert _gone(pid)
 
 
+def test_ctrl_c_in_go_ends_a_child_waiting_for_the_lock(tmp_path: Path) -> None:
+    """A Ctrl-C while go() waits (the lock wait runs in a thread no signal reaches): the
+    wait gives up, the child is killed and its thread ends, long before the lock is free."""
+    import _thread
+
+    log = tmp_path / "log"
+    with _held(8):
+        pending = start_child(FAKE, [], {"log": str(log), "prepare_s": 0.1, "run_s": 30}, env=ENV,
+                              timeout_s=60, gpu=0)
+        end = time.monotonic() + 60
+        while not _events(log) and time.monotonic() < end:
+            time.sleep(0.05)
+        timer = threading.Timer(1.0, _thread.interrupt_main)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            pending.go()
+        assert time.monotonic() - t0 < 7  # not held until the lock came free
+        assert pending._thread is not None and not pending._thread.is_alive()
+    (_, pid, _), = _events(log)
+    assert _gone(pid)
+
+
+def test_gpu_lock_wait_can_give_up(tmp_path: Path) -> None:
+    from cudaperf_cli.evaluate.gpu_lock import LockAbandoned
+
+    with _held(5):
+        t0 = time.monotonic()
+        with pytest.raises(LockAbandoned):
+            with gpu_lock(0, give_up=lambda: time.monotonic() - t0 > 0.3):
+                pass
+        assert time.monotonic() - t0 < 2
+
+
 def test_start_child_needs_a_gate() -> None:
     with pytest.raises(ValueError, match="gated"):
         start_child(FAKE, [], {}, env=ENV, timeout_s=1, gpu=None)
@@ -250,7 +284,7 @@ def test_parent_exception_kills_the_child_and_reraises(tmp_path: Path,
     log = tmp_path / "log"
 
     @contextlib.contextmanager
-    def interrupted(ordinal: int = 0, *, needed: bool = True) -> Iterator[float]:
+    def interrupted(ordinal: int = 0, *, needed: bool = True, give_up: Any = None) -> Iterator[float]:
         raise KeyboardInterrupt
         yield 0.0  # pragma: no cover
 

@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from cudaperf_cli.evaluate.gpu_lock import gpu_lock
+from cudaperf_cli.evaluate.gpu_lock import LockAbandoned, gpu_lock
 
 #: Path of the phase file the child keeps overwriting.
 STATE_ENV = "CUDAPERF_WORKER_STATE"
@@ -146,6 +146,7 @@ class Hold:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._go = False
+        self._aborted = False
 
     def release(self, go: bool = True) -> None:
         """Let the child go on (``go``) or cancel it; only the first call counts."""
@@ -153,10 +154,16 @@ class Hold:
             self._go = go
             self._event.set()
 
+    def abort(self) -> None:
+        """Cancel the run at any point, after a ``go`` too (the caller's Ctrl-C): the child
+        is killed, a wait for the GPU lock gives up."""
+        self._aborted = True
+        self.release(False)
+
     @property
     def cancelled(self) -> bool:
-        """Whether the caller has cancelled the run."""
-        return self._event.is_set() and not self._go
+        """Whether the caller has cancelled (or aborted) the run."""
+        return self._aborted or (self._event.is_set() and not self._go)
 
     def wait(self, timeout_s: float) -> bool | None:
         """Wait up to ``timeout_s`` for :meth:`release`: True (go), False (cancelled), or
@@ -340,6 +347,8 @@ def _run_process(
         in_fd, out_fd = proc.stdin.fileno(), proc.stdout.fileno()
         if started is not None:
             started(proc.pid)
+        if hold is not None and hold.cancelled:  # cancelled while it was being spawned
+            _killpg(proc.pid)
         try:
             os.set_blocking(in_fd, False)
             os.set_blocking(out_fd, False)
@@ -431,7 +440,14 @@ def _run_process(
                             out.prepare_s = time.monotonic() - t0
                             if hold is not None and not wait_for_hold():
                                 continue  # cancelled (the loop kills the group) or dead
-                            waited = held.enter_context(gpu_lock(gpu))  # type: ignore[arg-type]
+                            give_up = None
+                            if hold is not None:  # a thread's wait: no Ctrl-C reaches it
+                                def give_up() -> bool:
+                                    return hold.cancelled or _exited(proc.pid)  # type: ignore[union-attr]
+                            try:
+                                waited = held.enter_context(gpu_lock(gpu, give_up=give_up))  # type: ignore[arg-type]
+                            except LockAbandoned:
+                                continue  # the loop sees the cancel or the exit
                             out.lock_wait_s = float(waited)
                             write_stdin(GO_LINE)
                             go_at = time.monotonic()
@@ -611,9 +627,10 @@ class PendingChild:
             while self._thread.is_alive():
                 self._thread.join(0.2)
         except BaseException:  # Ctrl-C while the child runs: end it, then re-raise
-            self.hold.release(False)
+            self.hold.abort()  # a child not spawned yet is killed as it starts
             if self.pid is not None:
                 _killpg(self.pid)
+            self._thread.join(5.0)  # the thread reaps it and removes its files
             raise
         if self._error is not None:
             raise self._error

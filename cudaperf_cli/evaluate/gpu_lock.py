@@ -19,7 +19,8 @@ device and takes no lock; nvcc compiles take none either.
 - ``CUDAPERF_GPU_LOCK=0`` turns the lock off (a no-op).
 - The lock is released when the ``with`` block ends or the holding process dies (the kernel
   drops a ``flock`` with its last file descriptor), so a killed ``optimize`` never leaves a
-  stale lock behind.  Waiting is unbounded; Ctrl-C interrupts it.
+  stale lock behind.  Waiting is unbounded; Ctrl-C interrupts it (a wait in a thread, which
+  no signal reaches, polls its ``give_up`` instead).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 #: Directory of the lock files (default: ``<tmp>/cudaperf-gpu-locks-<uid>``).
 LOCK_DIR_ENV = "CUDAPERF_GPU_LOCK_DIR"
@@ -69,16 +70,31 @@ def lock_path(ordinal: int = 0) -> Path:
     return lock_dir() / f"gpu-{device_id(ordinal)}.lock"
 
 
+#: Seconds between two tries of a :func:`gpu_lock` wait that can give up.
+POLL_S = 0.05
+
+
+class LockAbandoned(Exception):
+    """A :func:`gpu_lock` wait ended by its ``give_up`` before the lock was free."""
+
+
 @contextlib.contextmanager
-def gpu_lock(ordinal: int = 0, *, needed: bool = True) -> Iterator[float]:
+def gpu_lock(ordinal: int = 0, *, needed: bool = True,
+             give_up: Callable[[], bool] | None = None) -> Iterator[float]:
     """Hold the exclusive lock of CUDA device ``ordinal`` for the ``with`` block.
 
     Args:
         ordinal: the device ordinal as this process numbers it (``EvalJob.device``).
         needed: False makes this a no-op (the job does not use the device).
+        give_up: polled every :data:`POLL_S` seconds while waiting (a non-blocking
+            ``flock`` retried): True raises :class:`LockAbandoned` without the lock.  For a
+            wait in a thread, which no Ctrl-C reaches.  None: a blocking ``flock``.
 
     Yields:
         The seconds spent waiting for the lock (0.0 when no lock was taken).
+
+    Raises:
+        LockAbandoned: ``give_up()`` said so before the lock was free.
 
     A lock directory that cannot be created or a file that cannot be opened (read-only
     file system, foreign permissions) is not an error: the block runs unlocked, since an
@@ -96,7 +112,17 @@ def gpu_lock(ordinal: int = 0, *, needed: bool = True) -> Iterator[float]:
         return
     try:
         t0 = time.monotonic()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if give_up is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if give_up():
+                        raise LockAbandoned(f"gave up waiting for {path}") from None
+                    time.sleep(POLL_S)
         waited = time.monotonic() - t0
         try:
             yield waited
@@ -106,4 +132,5 @@ def gpu_lock(ordinal: int = 0, *, needed: bool = True) -> Iterator[float]:
         os.close(fd)
 
 
-__all__ = ["LOCK_DIR_ENV", "LOCK_ENV", "device_id", "gpu_lock", "lock_dir", "lock_enabled", "lock_path"]
+__all__ = ["LOCK_DIR_ENV", "LOCK_ENV", "LockAbandoned", "POLL_S", "device_id", "gpu_lock", "lock_dir",
+           "lock_enabled", "lock_path"]

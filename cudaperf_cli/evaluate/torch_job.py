@@ -951,7 +951,8 @@ def run_torch_evaluation(
             worker.cancel()
         raise
     if bstatus != "ok":
-        worker.cancel()
+        with contextlib.suppress(Exception):  # the build's verdict is the result
+            worker.cancel()
         errors = build.get("errors") or ""
         message = bmsg if not errors or errors in bmsg else f"{bmsg}:\n{errors}"
         return done(TorchEvalResult(
@@ -989,7 +990,7 @@ def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[s
             message=(f"killed: the worker's host memory passed {run.memory_limit_bytes / 1e9:.1f} GB "
                      f"({(run.memory_peak_bytes or 0) / 1e9:.1f} GB seen) {_where(state, _PHASE_WORDS)}"),
             configs=partial, signal="SIGKILL",
-            details={"state": state, "eval_s": run.elapsed_s, "host_memory_limit_bytes": run.memory_limit_bytes},
+            details={"state": state, "eval_s": run.elapsed_s, "build_wait_s": round(run.held_s, 3), "host_memory_limit_bytes": run.memory_limit_bytes},
             **common,
         ))
     if run.timed_out:
@@ -1000,7 +1001,7 @@ def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[s
             status=TIMEOUT,
             message=f"timed out after {ran:.1f} s (limit {limit:g} s) {what}",
             configs=partial, signal="SIGKILL",
-            details={"state": state, "eval_s": run.elapsed_s, "timeout_phase": run.timeout_phase},
+            details={"state": state, "eval_s": run.elapsed_s, "build_wait_s": round(run.held_s, 3), "timeout_phase": run.timeout_phase},
             **common,
         ))
     doc = run.result
@@ -1019,6 +1020,11 @@ def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[s
             result.details.setdefault("eval_s", run.elapsed_s)
             if run.held_s:  # prepared before the build ended, then waited for it
                 result.details["build_wait_s"] = round(run.held_s, 3)
+                phases = result.details.get("phase_s")
+                if isinstance(phases, dict) and isinstance(phases.get("gpu_wait"), (int, float)):
+                    # the worker's gpu_wait counted the wait for the build too: book it apart
+                    phases["gpu_wait"] = max(float(phases["gpu_wait"]) - run.held_s, 0.0)
+                    phases["build_wait"] = round(run.held_s, 3)
             if rc:
                 result.warnings.append(
                     f"the worker wrote its result, then exited with status {rc}"
@@ -1044,7 +1050,7 @@ def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[s
         status=status,
         message=message,
         configs=partial,
-        details={"state": state, "eval_s": run.elapsed_s},
+        details={"state": state, "eval_s": run.elapsed_s, "build_wait_s": round(run.held_s, 3)},
         **common,
     ))
 

@@ -329,24 +329,26 @@ def trace_problem(
             killed or crashed (one line each).
         ToolchainError: the child cannot import torch.
     """
-    if constants is not None:
-        sets = [{**{k: int(v) for k, v in problem.constants.items()}, **{k: int(v) for k, v in constants.items()}}]
-    else:
-        sets = trace_constant_sets(problem)
-    total = sum(s.numel for s in problem.inputs if s.kind == "tensor")
-    # The problem's own (last) sizes run on the meta device when they are large: shapes
-    # without data (KernelBench level 1 has 6-17 GB inputs, too much for a CPU run here).
-    job = {"path": str(problem.path), "constant_sets": sets,
-           "meta_last": constants is None and total > SHRINK_ABOVE}
-    name = problem.path.name
-    if child is not None:
-        try:
+    try:
+        if constants is not None:
+            sets = [{**{k: int(v) for k, v in problem.constants.items()},
+                     **{k: int(v) for k, v in constants.items()}}]
+        else:
+            sets = trace_constant_sets(problem)
+        total = sum(s.numel for s in problem.inputs if s.kind == "tensor")
+        # The problem's own (last) sizes run on the meta device when they are large: shapes
+        # without data (KernelBench level 1 has 6-17 GB inputs, too much for a CPU run here).
+        job = {"path": str(problem.path), "constant_sets": sets,
+               "meta_last": constants is None and total > SHRINK_ABOVE}
+        name = problem.path.name
+        if child is not None:
             doc = _talk(child.proc, job, timeout_s=timeout_s, err_path=child.err_path, name=name)
-        finally:
+        else:
+            with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
+                doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
+    finally:
+        if child is not None:  # a child started ahead is this call's, used or not
             child.close()
-    else:
-        with isolated_child(TRACE_MODULE, prefix="cudaperf-trace-", cpu_only=True) as (proc, err_path):
-            doc = _talk(proc, job, timeout_s=timeout_s, err_path=err_path, name=name)
     if not doc.get("ok"):
         raise PolicyRefusal(f"{name}: {doc.get('error')}", doc.get("hint"))
     return Graph.from_json(doc["graph"])
