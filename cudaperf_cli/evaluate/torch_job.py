@@ -44,7 +44,7 @@ from cudaperf_cli.evaluate.job import (
     TimingStats,
     _pick,
 )
-from cudaperf_cli.evaluate.child import ChildRun, run_child, start_child, where as _where
+from cudaperf_cli.evaluate.child import ChildRun, PendingChild, run_child, start_child, where as _where
 from cudaperf_cli.evaluate.memory import MemoryPlan
 from cudaperf_cli.evaluate.timing import flush_size
 
@@ -636,6 +636,16 @@ def _run_child(
                      prepare_timeout_s=PREPARE_TIMEOUT_S)
 
 
+def _start_worker(job: TorchEvalJob, timeout_s: float, env: Mapping[str, str],
+                  footprint_bytes: int | None) -> PendingChild:
+    """The evaluation worker, started now under the GPU gate (:func:`start_child`): it
+    prepares (imports torch, opens the device, loads the problem) without the per-GPU lock
+    and waits at ``ready`` for ``go()``; the time limit starts once it holds the lock."""
+    return start_child(TORCH_WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s, gpu=job.device,
+                       env=env, host_memory_limit_bytes=host_memory_limit(footprint_bytes),
+                       prepare_timeout_s=PREPARE_TIMEOUT_S)
+
+
 def host_memory_limit(job_footprint: int | None, host_total: int | None = None) -> int | None:
     """The host-memory bound of a PyTorch evaluation child, bytes: the worker itself
     (Python, torch, the CUDA context: about 3 GB) plus the footprint once more (inputs drawn
@@ -901,7 +911,8 @@ def run_torch_evaluation(
             child_env.update(env)
         build: dict[str, Any] = {}
         warnings: list[str] = []
-        return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done)
+        run = _start_worker(job, timeout_s, child_env, footprint_bytes).go()
+        return _evaluate_in_child(run, timeout_s, build, warnings, done)
 
     err = syntax_error(job.module_path)
     if err is not None:
@@ -938,9 +949,7 @@ def run_torch_evaluation(
         child_env.update(env)
     # The evaluation worker starts now: its preparation (importing torch, the CUDA context,
     # the problem's module: seconds) overlaps the build; it waits at `ready` for the build.
-    worker = start_child(TORCH_WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s, gpu=job.device,
-                         env=child_env, host_memory_limit_bytes=host_memory_limit(footprint_bytes),
-                         prepare_timeout_s=PREPARE_TIMEOUT_S)
+    worker = _start_worker(job, timeout_s, child_env, footprint_bytes)
     try:
         if job.format == FAST:
             bstatus, bmsg, build = _build_fast(job, arch)
@@ -964,21 +973,13 @@ def run_torch_evaluation(
             warnings=warnings,
         ))
 
-    return _evaluate_in_child(job, timeout_s, child_env, build, warnings, footprint_bytes, done,
-                              run=worker.go())
+    return _evaluate_in_child(worker.go(), timeout_s, build, warnings, done)
 
 
-def _evaluate_in_child(job: TorchEvalJob, timeout_s: float, child_env: Mapping[str, str],
-                       build: dict[str, Any], warnings: list[str], footprint_bytes: int | None,
-                       done: Any, run: ChildRun | None = None) -> TorchEvalResult:
-    """The evaluation worker, its outcome as a :class:`TorchEvalResult` (``done`` stamps
-    the elapsed time and the summary); ``run``: the worker's run when it was started ahead
-    (:func:`start_child`), else it runs now."""
-    # The GPU gate: the worker prepares (imports torch, opens the device, loads the problem)
-    # without the per-GPU lock, then asks for it; the time limit starts once it holds it.
-    if run is None:
-        run = _run_child([], job, timeout_s, child_env, gpu=job.device,
-                         host_memory_limit_bytes=host_memory_limit(footprint_bytes))
+def _evaluate_in_child(run: ChildRun, timeout_s: float, build: dict[str, Any], warnings: list[str],
+                       done: Any) -> TorchEvalResult:
+    """The evaluation worker's ``run`` (limit ``timeout_s``) as a :class:`TorchEvalResult`
+    (``done`` stamps the elapsed time and the summary)."""
     rc, state, tail = run.returncode, run.state, run.stderr_tail
     partial = [TorchConfigResult.from_json(c) for c in state.get("configs", [])]
     phase = state.get("phase")
