@@ -222,7 +222,10 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
            "refused at load 1; degenerate 1" in proc.stdout
     assert "seconds per candidate evaluation (C, 5): median 3, p90 7.6; excl. lock wait median 2, " \
            "p90 3.2; lock wait median 1, p90 4.4" in proc.stdout
-    assert "peak GPU memory / footprint: worst 3x (degen.c: 3 GB peak, 1 GB footprint)" in proc.stdout
+    mem_line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("peak GPU memory"))
+    assert mem_line.startswith("peak GPU memory / footprint: worst 3x (degen.c: 3 GB peak, 1 GB "
+                               "footprint, 0.5 GB L2 flush) over "), mem_line
+    assert mem_line.endswith(" over 5 evaluation(s); within the bound for 4 of 4 problem(s)"), mem_line
     assert "refused at load: typedef.c: typedef.c: unsupported element type 'base'" in proc.stdout
 
     # candidates.jsonl: the new per-candidate fields; correct means verified
@@ -333,6 +336,11 @@ def test_memory_ratios_use_the_problem_footprint_when_a_row_has_none() -> None:
     assert mem["evaluations"] == 7 and mem["problems"] == 7 and mem["max_ratio"] == 7.0
     assert [w["problem"] for w in mem["worst"]] == ["p6", "p5", "p4", "p3", "p2"]  # five
     assert mem["worst"][0]["bound_bytes"] is None and mem["worst"][0]["within_bound"] is None
+    assert mem["with_bound"] == 0 and mem["over_bound"] == []
+    for i, pr in enumerate(probs[:7]):  # a 50-byte flush: the bound is 3 x 100 + 50 = 350
+        pr["memory"] = {"flush_bytes": 50}
+    mem = M.memory_ratios(probs)
+    assert mem["with_bound"] == 7 and mem["over_bound"] == ["p6", "p5", "p4", "p3"]
 
 
 def test_slow_is_verified_but_never_beats_a_faster_correct_candidate() -> None:

@@ -1144,6 +1144,85 @@ def test_a_call_longer_than_the_budget_is_timed_once(ref_lib: Path, compile_c: C
     assert r.summary["gpu_ms"] >= 25 and r.summary["gpu_ms_iqr"] is None  # no spread from 1 sample
 
 
+#: A candidate that naps ``NAP_US`` at the main size (n > 1000) and appends its n to the
+#: file in $CAND_COUNT: the calls the evaluation made.
+NAP_COUNT = _saxpy(
+    "const char *f = getenv(\"CAND_COUNT\");\n"
+    "if (f) { FILE *o = fopen(f, \"a\"); fprintf(o, \"%d\\n\", n); fclose(o); }\n"
+    "if (n > 1000) usleep(NAP_US);\n" + SAXPY_OK,
+    "#include <stdlib.h>\n#include <unistd.h>\n")
+
+
+def _nap(compile_c: Callable[..., Path], us: int) -> Path:
+    return compile_c(f"#define NAP_US {us}\n" + NAP_COUNT, f"nap{us}")
+
+
+def test_a_long_verification_call_is_every_first_sample(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The verification's call at the timed size, when it alone fills max_total_ms, is
+    the kernel sample, the call + synchronize and the end-to-end one: one call in all."""
+    cand, count = _nap(compile_c, 120_000), tmp_path / "calls.txt"
+    ts = TimingSettings(warmup_reps=1, warmup_ms=0.0, min_reps=10, max_reps=100, min_total_ms=1.0,
+                        max_total_ms=50.0, e2e_reps=10, sync_reps=10, flush_bytes=1 << 12)
+    r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, cpu_baseline_ms={"main": 1.0}),
+                  CAND_COUNT=str(count))
+    assert r.status == CORRECT, r.message
+    assert _calls(count) == [100, 100, 5000]  # small's two trials, then main's verification alone
+    t = r.configs[1].timing
+    assert t.gpu.n == 1 and t.planned_reps == 1 and t.warmup_reps == 0 and t.gpu.median_ms >= 115
+    assert t.sync_call.n == 1 and t.sync_call.median_ms >= t.gpu.median_ms
+    assert t.e2e.n == 1 and t.e2e.median_ms >= t.sync_call.median_ms
+    assert t.bytes_in == 2 * 5000 * 4 and t.bytes_out == 5000 * 4
+    # shorter than the budget: timed as before (its own warm-up and repetitions)
+    count.unlink()
+    r = _host_run(_job(ref_lib, _nap(compile_c, 10_000), configs=SMALL_MAIN, timing=ts,
+                       cpu_baseline_ms={"main": 1.0}), CAND_COUNT=str(count))
+    assert r.status == CORRECT, r.message
+    assert len(_calls(count)) > 2 + 1 + 3 and r.configs[1].timing.gpu.n >= 2
+
+
+def test_a_slow_verification_call_needs_no_timing_call(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    cand, count = _nap(compile_c, 120_000), tmp_path / "calls.txt"
+    ts = TimingSettings(max_total_ms=50.0, flush_bytes=1 << 12)
+    r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, slow_ms=60.0,
+                       cpu_baseline_ms={"main": 6.0}), CAND_COUNT=str(count))
+    assert r.status == SLOW, r.message
+    assert _calls(count) == [100, 100, 5000]
+    t = r.configs[1].timing
+    assert t.slow and t.gpu.n == 1 and t.estimate_ms >= 115 and t.e2e is None
+    assert re.search(r"stopped timing after 1 call\(s\): ~\d+(\.\d+)? ms > slow limit 60 ms", r.message)
+
+
+def test_a_call_past_the_slow_stop_is_stopped(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    """PolyBench lu's one-thread candidate ran 132 s a call against a 40 s slow limit: the
+    call is stopped at the limit (here its 0.3 s floor), the verdict `timeout`, the
+    smaller configuration's verification kept."""
+    cand, count = _nap(compile_c, 20_000_000), tmp_path / "calls.txt"
+    ts = TimingSettings(flush_bytes=1 << 12, slow_stop_floor_ms=300.0)
+    t0 = time.monotonic()
+    r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, slow_ms=50.0,
+                       cpu_baseline_ms={"main": 5.0}), timeout_s=60, CAND_COUNT=str(count))
+    took = time.monotonic() - t0
+    assert r.status == TIMEOUT, r.message
+    assert took < 10, took
+    assert re.fullmatch(r"config 'main' trial 0: the candidate call ran past 300 ms \(the slow limit "
+                        r"50 ms, at least 300 ms\) and was stopped: not verified at this size", r.message)
+    small, main = r.configs
+    assert small.status == CORRECT and small.trials_run == 2
+    assert main.status == TIMEOUT and main.trials_run == 1 and main.timing is None
+    assert _calls(count) == [100, 100, 5000] and r.phase == "done" and r.exit_code == 0
+    assert not r.verified
+    # the floor: a call under it is verified and ends `slow`
+    r = _host_run(_job(ref_lib, _nap(compile_c, 100_000), configs=SMALL_MAIN, timing=ts,
+                       slow_ms=20.0, cpu_baseline_ms={"main": 2.0}))
+    assert r.status == SLOW, r.message
+
+
 def test_cpu_baseline_adapts_its_run_count(counting: tuple[Path, Path]) -> None:
     lib, calls = counting
     job = EvalJob(

@@ -538,6 +538,38 @@ def test_slow_kernel_stops_timing_early(ref_lib: Path, cu: Callable[..., Path]) 
     assert fast.status == CORRECT, _info(fast)
 
 
+def test_a_long_first_call_is_timed_once(ref_lib: Path, cu: Callable[..., Path]) -> None:
+    """A verification call that fills max_total_ms is the kernel, call + synchronize and
+    end-to-end sample: the kernel runs once at the timed size."""
+    ts = TimingSettings(max_total_ms=200.0)
+    r = _run(_job(ref_lib, cu(NAP_CU, "NAP_MS 300"), "saxpy", SAXPY_PARAMS,
+                  [ConfigSpec("main", {"n": 4096}, trials=1, time=True)], timing=ts))
+    assert r.status == CORRECT, _info(r)
+    t = r.configs[0].timing
+    assert t.gpu.n == 1 and t.warmup_reps == 0 and t.sync_call.n == 1 and t.e2e.n == 1, t
+    assert 290 <= t.gpu.median_ms <= t.sync_call.median_ms <= t.e2e.median_ms, t
+
+
+def test_a_call_past_the_slow_stop_is_stopped_and_the_gpu_recovers(
+    ref_lib: Path, cu: Callable[..., Path]
+) -> None:
+    """A 60 s kernel against a 5 ms slow limit (stop floor 1 s): the worker reports
+    ``timeout`` after about 1 s and exits with the kernel still running; the driver ends
+    it, and the next evaluation on the GPU is correct."""
+    ts = TimingSettings(slow_stop_floor_ms=1000.0)
+    t0 = time.monotonic()
+    r = _run(_job(ref_lib, cu(NAP_CU, "NAP_MS 60000"), "saxpy", SAXPY_PARAMS,
+                  [ConfigSpec("main", {"n": 4096}, trials=1, time=True)], timing=ts, slow_ms=5.0))
+    took = time.monotonic() - t0
+    assert r.status == TIMEOUT and "was stopped: not verified at this size" in r.message, _info(r)
+    assert took < 30, took
+    t1 = time.monotonic()
+    ok = _run(_job(ref_lib, cu(NAP_CU, "NAP_MS 0"), "saxpy", SAXPY_PARAMS,
+                   [ConfigSpec("main", {"n": 4096}, trials=1, time=True)]))
+    assert ok.status == CORRECT, _info(ok)
+    print(f"stopped after {took:.1f} s; the next evaluation took {time.monotonic() - t1:.1f} s")
+
+
 def test_peak_gpu_bytes_is_the_plan(ref_lib: Path, cu: Callable[..., Path]) -> None:
     from cudaperf_cli.evaluate import plan_c_memory
 

@@ -94,6 +94,13 @@ def test_every_status_has_feedback_and_a_turn_line():
         assert text.startswith("Turn 1 (candidate 0.0)") and "None" not in text.split("\n")[0]
         assert render.turn_line(r).startswith("turn 1: ")
     assert "does not fit" in feedback_for(rec(0, "does_not_fit", message="needs 9 GB, 1 GB free"))
+    hang = feedback_for(rec(0, "timeout", message="timed out after 300.0 s (limit 300 s) in the candidate call"))
+    assert "look for a hang" in hang and "parallelism" not in hang
+    from cudaperf_cli.evaluate.job import SLOW_STOP_TEXT
+
+    stopped = feedback_for(rec(0, "timeout", message="config 'main' trial 0: the candidate call ran past "
+                               "4.05e+04 ms (the slow limit 4.05e+04 ms, at least 1e+04 ms) and " + SLOW_STOP_TEXT))
+    assert "was far too slow" in stopped and "parallelism" in stopped and "hang" not in stopped
 
 
 def test_follow_prefers_the_fastest_verified_sample():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from cudaperf_cli import statuses as S
 from cudaperf_cli.agent.loop import TurnRecord
+from cudaperf_cli.evaluate.job import SLOW_STOP_TEXT
 
 
 def feedback_for(r: TurnRecord) -> str:
@@ -34,6 +35,9 @@ def feedback_for(r: TurnRecord) -> str:
         return f"{head} compiled; it was not run because no CUDA device is available."
     if r.status in (S.RUNTIME_ERROR, S.CRASH):
         return f"{head} failed while running on the GPU: {r.message}"
+    if r.status == S.TIMEOUT and SLOW_STOP_TEXT in (r.message or ""):
+        return (f"{head} was far too slow: {r.message}. It needs much more parallelism "
+                "(one thread or a few blocks doing the work sequentially is the usual cause).")
     if r.status == S.TIMEOUT:
         return f"{head} did not finish within the time limit ({r.message}); look for a hang."
     if r.status == S.WRONG:

@@ -467,8 +467,9 @@ def memory_ratios(problems: Sequence[Mapping[str, Any]], worst: int = MEMORY_WOR
         ``{"evaluations": n counted, "problems": problems with one, "max_ratio", "worst":
         [{"problem", "kind", "turn", "sample" (1-based), "peak_gpu_bytes",
         "footprint_bytes", "ratio", "flush_bytes", "reference_peak_gpu_bytes",
-        "over_reference_bytes", "bound_bytes", "within_bound"}]}``; bytes are bytes, ratios
-        dimensionless.
+        "over_reference_bytes", "bound_bytes", "within_bound"}], "with_bound": problems
+        whose bound is known, "over_bound": those whose worst evaluation passed it}``;
+        bytes are bytes, ratios dimensionless.
     """
     per_problem: list[dict[str, Any]] = []
     n = 0
@@ -501,11 +502,14 @@ def memory_ratios(problems: Sequence[Mapping[str, Any]], worst: int = MEMORY_WOR
         if top is not None:
             per_problem.append(top)
     per_problem.sort(key=lambda x: -x["ratio"])
+    bounded = [x for x in per_problem if x["within_bound"] is not None]
     return {
         "evaluations": n,
         "problems": len(per_problem),
         "max_ratio": per_problem[0]["ratio"] if per_problem else None,
         "worst": per_problem[:max(0, worst)],
+        "with_bound": len(bounded),
+        "over_bound": [x["problem"] for x in bounded if not x["within_bound"]],
     }
 
 

@@ -476,9 +476,17 @@ def metrics_lines(report: dict[str, Any]) -> list[str]:
     mem = m.get("memory") or {}
     if mem.get("worst"):
         w = mem["worst"][0]
-        out.append(f"peak GPU memory / footprint: worst {fmt_num(w['ratio'])}x ({w['problem']}: "
-                   f"{fmt_gb(w['peak_gpu_bytes'])} GB peak, {fmt_gb(w['footprint_bytes'])} GB "
-                   f"footprint) over {mem['evaluations']} evaluation(s)")
+        flush = f", {fmt_gb(w['flush_bytes'])} GB L2 flush" if w.get("flush_bytes") else ""
+        line = (f"peak GPU memory / footprint: worst {fmt_num(w['ratio'])}x ({w['problem']}: "
+                f"{fmt_gb(w['peak_gpu_bytes'])} GB peak, {fmt_gb(w['footprint_bytes'])} GB "
+                f"footprint{flush}) over {mem['evaluations']} evaluation(s)")
+        if mem.get("with_bound"):
+            over = mem.get("over_bound") or []
+            line += (f"; within the bound for {mem['with_bound'] - len(over)} of "
+                     f"{mem['with_bound']} problem(s)")
+            if over:
+                line += " (over: " + ", ".join(over[:3]) + (", ..." if len(over) > 3 else "") + ")"
+        out.append(line)
     for st, items in ((v or {}).get("reasons") or {}).items():
         if st in (M.REFUSED_AT_LOAD, M.DOES_NOT_FIT):
             for it in items:

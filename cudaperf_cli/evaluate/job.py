@@ -64,6 +64,9 @@ READ_WRITE = "read-write"
 ROLES = (READ_ONLY, WRITE_ONLY, READ_WRITE)
 
 DEFAULT_BASELINE = "gcc -O3, 1 thread"
+#: Ends the message of a ``timeout`` whose verification call ran past the slow stop
+#: (``TimingSettings.slow_stop_floor_ms``): the feedback tells it from a hang by it.
+SLOW_STOP_TEXT = "was stopped: not verified at this size"
 
 #: Environment of the worker protocol (see docs/evaluation.md).
 #: ``STATE_ENV`` (from evaluate/child.py): path of the phase file the worker keeps overwriting
@@ -141,6 +144,12 @@ class TimingSettings:
         flush_bytes: flush buffer size, bytes; None: max(2 x L2 size, 256 MiB).
         e2e_reps: repetitions of the end-to-end measurement (one more is run as warm-up).
         sync_reps: repetitions of the "call + device synchronize" host-clock measurement.
+        slow_stop_floor_ms: with a slow limit (the job's ``slow_ms``), a verification call
+            (candidate call + synchronize, host clock) still running after
+            max(``slow_ms``, this) is stopped there: the worker reports ``timeout`` and
+            exits, so that a candidate that would be ``slow`` holds the GPU for at most
+            that long (PolyBench lu's one-thread candidate ran 132 s a call against a 4 s
+            baseline).  The floor keeps short slow calls verified (status ``slow``).
     """
 
     warmup_reps: int = 1
@@ -153,6 +162,7 @@ class TimingSettings:
     flush_bytes: int | None = None
     e2e_reps: int = 10
     sync_reps: int = 10
+    slow_stop_floor_ms: float = 10_000.0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "TimingSettings":

@@ -99,6 +99,7 @@ def time_repetitions(
     *,
     slow_ms: float | None = None,
     warm: bool = False,
+    first_ms: float | None = None,
 ) -> RepTiming:
     """The one timing loop of both workers (C and PyTorch).
 
@@ -114,6 +115,11 @@ def time_repetitions(
             its module is loaded, nothing is compiled on the first call).  Then a first call
             that alone fills ``max_total_ms`` is the one sample; never for torch.compile,
             whose first call compiles.
+        first_ms: the event time of a call already made on the same data (the C worker's
+            verification call), used as the first call instead of running one; the worker
+            passes it only when it alone fills ``max_total_ms`` (so it is neither skewed by
+            lazy module loading nor by a cold L2 cache): then nothing runs here (with
+            ``warm``: it is the one sample, or the ``slow`` estimate).
 
     Order: one call alone (its time includes lazy module loading); if shorter than
     ``warmup_ms``, :data:`ESTIMATE_CALLS` more estimate a call (their median), then
@@ -126,7 +132,7 @@ def time_repetitions(
         :class:`RepTiming`.  Exceptions raised by ``run`` (a CUDA error) propagate.
     """
     out = RepTiming()
-    out.warmup += run(1)
+    out.warmup += [float(first_ms)] if first_ms is not None else run(1)
     out.estimate_ms = out.warmup[0]
     slow = slow_ms is not None and slow_ms > 0
     if slow and out.estimate_ms > slow_ms:

@@ -13,7 +13,10 @@ context, the reference library, the array roles (at the smallest configuration),
 data of every trial of every configuration, the reference's outputs (read from the run's
 ``reference_outputs`` folder, or computed here) and the CPU baseline.  After ``go``: the
 candidate library is loaded (its static constructors are candidate code), every trial is
-verified on the device, and the timed configurations are timed on their trial-0 data.
+verified on the device, and the timed configurations are timed on their trial-0 data
+(whose verification call is the first timed call).  With a slow limit, a verification call
+that runs past the slow stop ends the worker with a ``timeout`` result (``docs/evaluation.md``
+§6).
 
 The worker catches its own errors and reports them as JSON; only a signal (segfault in
 the reference or the candidate's host code) or the parent's kill ends it without a result.
@@ -28,11 +31,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -66,6 +71,7 @@ from cudaperf_cli.evaluate.job import (
     REFERENCE_ONLY,
     RUNTIME_ERROR,
     SLOW,
+    TIMEOUT,
     WRITE_ONLY,
     WRONG,
     ArrayCheck,
@@ -75,6 +81,7 @@ from cudaperf_cli.evaluate.job import (
     EvalJob,
     EvalResult,
     HOOKS_ENV,
+    SLOW_STOP_TEXT,
     STATE_ENV,
     TimingStats,
     plan_c_memory,
@@ -186,8 +193,27 @@ class TrialPrep:
 
 
 @dataclass
+class FirstCall:
+    """The verification's candidate call at trial 0 of a timed configuration, measured on
+    the data the timing then uses; every time in ms.
+
+    Attributes:
+        event_ms: device events around the call (as a timed repetition, without the L2
+            flush before it).
+        sync_ms: the call and a device synchronize, host clock (as a ``sync_call`` sample).
+        e2e_ms: the copies of the read arrays in, the call and synchronize, the copies of
+            the written arrays out, host clock (as an end-to-end sample).
+    """
+
+    event_ms: float
+    sync_ms: float
+    e2e_ms: float
+
+
+@dataclass
 class ConfigPrep:
-    """A configuration, prepared: its trials and its CPU baseline (timed configs)."""
+    """A configuration, prepared: its trials and its CPU baseline (timed configs); after
+    verification, ``first`` holds its trial-0 call's times (timed configs)."""
 
     trials: list[TrialPrep] = field(default_factory=list)
     cpu: TimingStats | None = None
@@ -195,6 +221,7 @@ class ConfigPrep:
     ref_ms: float | None = None
     trials_run: int = 0
     seed: list[int] = field(default_factory=list)
+    first: FirstCall | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,14 +406,21 @@ class Worker:
         gate: called once everything but the device work is prepared (the protocol's
             :func:`~cudaperf_cli.evaluate.child.wait_for_gpu`); returns the seconds waited.
             Default: no gate.
+        stop: hands over the ``timeout`` result of a verification call that ran past the
+            slow stop (:meth:`_stop_ms`) and ends the process; it is called from a timer
+            thread while the candidate's call still runs, and must not return.  None (an
+            in-process worker): calls are never stopped.
     """
 
     def __init__(self, job: EvalJob, state: State, backend_kind: str = "cuda",
-                 gate: Callable[[], float] | None = None):
+                 gate: Callable[[], float] | None = None,
+                 stop: Callable[[EvalResult], None] | None = None):
         self.job = job
         self.state = state
         self.backend_kind = backend_kind
         self.gate = gate or (lambda: 0.0)
+        self.stop = stop
+        self.results: list[ConfigResult] = []  #: configurations verified so far
         self.params = job.parsed_params()
         self.arrays = [p for p in self.params if isinstance(p, ArrayParam)]
         self.init = job.init_spec()
@@ -443,7 +477,7 @@ class Worker:
 
     def _device_work(self) -> EvalResult:
         job = self.job
-        results: list[ConfigResult] = []
+        results = self.results
         status, message = CORRECT, ""
         for ci, cfg in enumerate(job.configs):
             cr = self._verify_config(ci, cfg, self.preps[ci])
@@ -964,17 +998,23 @@ class Worker:
         else:
             b.memset8(d.ptr, POISON_INT_BYTE, d.nbytes)
 
-    def _upload(self, dev: dict[str, DeviceArray], host: HostData, roles: dict[str, str]) -> None:
-        """Poison write-only arrays, copy the others in, (re)write the guards."""
+    def _upload(self, dev: dict[str, DeviceArray], host: HostData, roles: dict[str, str]) -> float:
+        """Poison write-only arrays, copy the others in, (re)write the guards.  Returns the
+        host time of the copies in, ms (an end-to-end run's first part)."""
         b = self.backend
         assert b is not None
         self._fill_guards(dev)
+        copy_s = 0.0
         for name, d in dev.items():
             arr = host.arrays[name]
             if roles[name] == WRITE_ONLY:
                 self._poison_dev(d, arr.dtype)
             else:
-                b.h2d(d.ptr, np.ascontiguousarray(arr))
+                src = np.ascontiguousarray(arr)
+                t0 = time.perf_counter()
+                b.h2d(d.ptr, src)
+                copy_s += time.perf_counter() - t0
+        return copy_s * 1e3
 
     def _cand_args(self, dev: dict[str, DeviceArray], scalars: dict[str, Any]) -> list[Any]:
         return [
@@ -1012,6 +1052,59 @@ class Worker:
     def _where(self, cfg: ConfigSpec, trial: int | None, phase: str) -> dict[str, Any]:
         return {"config": cfg.name, "trial": trial, "phase": phase}
 
+    def _stop_ms(self) -> float | None:
+        """When a verification call is stopped, ms: max(``slow_ms``,
+        ``timing.slow_stop_floor_ms``); None without a slow limit or a ``stop`` hook."""
+        slow = self.job.slow_ms
+        if slow is None or self.stop is None:
+            return None
+        return max(float(slow), float(self.job.timing.slow_stop_floor_ms))
+
+    @contextmanager
+    def _stop_if_slow(self, cfg: ConfigSpec, trial: int) -> Iterator[None]:
+        """Run the body (a candidate call and its synchronize) under a timer: past
+        :meth:`_stop_ms` the ``stop`` hook gets the ``timeout`` result and ends the process
+        (the call cannot be interrupted from Python; the process's exit ends it)."""
+        limit = self._stop_ms()
+        if limit is None:
+            yield
+            return
+        lock = threading.Lock()
+        finished = False
+
+        def fire() -> None:
+            nonlocal finished
+            with lock:  # held until the process ends: the body cannot report as well
+                if finished:
+                    return
+                finished = True
+                assert self.stop is not None
+                self.stop(self._stopped_result(cfg, trial, limit))
+
+        timer = threading.Timer(limit / 1e3, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            with lock:
+                finished = True
+            timer.cancel()
+
+    def _stopped_result(self, cfg: ConfigSpec, trial: int, limit_ms: float) -> EvalResult:
+        """The ``timeout`` result of a call stopped at ``limit_ms`` (config ``cfg``, trial
+        ``trial``): the configurations verified before it, this one, the rest skipped."""
+        job = self.job
+        message = (f"config '{cfg.name}' trial {trial}: the candidate call ran past {limit_ms:.4g} ms "
+                   f"(the slow limit {job.slow_ms:.4g} ms, at least {job.timing.slow_stop_floor_ms:.4g} "
+                   f"ms) and {SLOW_STOP_TEXT}")
+        done = list(self.results)
+        configs = done + [ConfigResult(cfg.name, dict(cfg.sizes), TIMEOUT, message, trials_run=trial + 1,
+                                       array_roles=dict(self.roles))]
+        configs += [ConfigResult(c.name, dict(c.sizes), "skipped", "not run: a call was stopped")
+                    for c in job.configs[len(configs):]]
+        return self._result(TIMEOUT, message, configs)
+
     def _verify_config(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep) -> ConfigResult:
         roles = self.roles
         cr = ConfigResult(cfg.name, dict(cfg.sizes), CORRECT, array_roles=dict(roles))
@@ -1027,14 +1120,32 @@ class Worker:
                     cand = {n: np.empty_like(a) for n, a in host.arrays.items()}
                 where = self._where(cfg, trial, "candidate")
                 self.state.set("upload", cfg.name, trial)
-                self._upload(dev, host, roles)
+                up_ms = self._upload(dev, host, roles)
                 self._sync(self._where(cfg, trial, "upload"))
                 self.state.set("candidate", cfg.name, trial)
-                self._call_candidate(self._cand_args(dev, host.scalars), where)
-                self._sync(where)
+                timer = self.backend.timer() if cfg.time and trial == 0 else None  # type: ignore[union-attr]
+                with self._stop_if_slow(cfg, trial):
+                    t0 = time.perf_counter()
+                    if timer is not None:
+                        timer.start()
+                    self._call_candidate(self._cand_args(dev, host.scalars), where)
+                    if timer is not None:
+                        timer.stop()
+                    self._sync(where)
+                    call_ms = (time.perf_counter() - t0) * 1e3
                 self.state.set("download", cfg.name, trial)
-                for n, d in dev.items():
-                    self.backend.d2h(cand[n], d.ptr)  # type: ignore[union-attr]
+                # the written arrays first, on the host clock: with the copies in and the
+                # call, an end-to-end run (the timing reuses it when it was long)
+                written = [n for n in dev if roles[n] != READ_ONLY]
+                t0 = time.perf_counter()
+                for n in written:
+                    self.backend.d2h(cand[n], dev[n].ptr)  # type: ignore[union-attr]
+                down_ms = (time.perf_counter() - t0) * 1e3
+                for n in dev:
+                    if roles[n] == READ_ONLY:
+                        self.backend.d2h(cand[n], dev[n].ptr)  # type: ignore[union-attr]
+                if timer is not None:
+                    cp.first = FirstCall(timer.ms(), call_ms, up_ms + call_ms + down_ms)
                 guards = self._check_guards(dev)
                 ref = self._outputs_of(ci, cfg, trial, tp)
                 if cfg.time and trial == 0:
@@ -1107,7 +1218,12 @@ class Worker:
 
     def _time_config(self, ci: int, cfg: ConfigSpec, cr: ConfigResult, cp: ConfigPrep) -> None:
         """Time ``cfg`` on its trial-0 data (the verification's), then check the results of
-        the timed and the end-to-end runs against that trial's reference outputs."""
+        the timed and the end-to-end runs against that trial's reference outputs.
+
+        A verification call (``cp.first``) that alone filled ``max_total_ms`` is the first
+        timed call, the first call + synchronize and the first end-to-end sample (each
+        measured on that call, when it filled the budget): a 34 s PolyBench ludcmp
+        candidate is called once, not four times."""
         job = self.job
         tp = cp.trials[0]
         host = tp.host
@@ -1152,8 +1268,14 @@ class Worker:
                     b.memset32(flush.ptr, 0, fbytes // 4)
 
             timers: list[Any] = []
+            calls = 0
+            budget = ts.max_total_ms
+            first = cp.first
+            long_first = first is not None and budget > 0 and first.event_ms >= budget
 
             def run(k: int) -> list[float]:
+                nonlocal calls
+                calls += k
                 while len(timers) < k:
                     timers.append(b.timer())
                 for i in range(k):
@@ -1166,29 +1288,34 @@ class Worker:
 
             # kernel time (events), repetitions planned from an estimate
             self.state.set("timing.gpu", cfg.name, 0)
-            rt = time_repetitions(run, ts, slow_ms=job.slow_ms, warm=True)  # verified: called before
+            rt = time_repetitions(run, ts, slow_ms=job.slow_ms, warm=True,  # verified: called before
+                                  first_ms=first.event_ms if first is not None and long_first else None)
             if rt.slow:
                 used = rt.warmup[1:] if len(rt.warmup) > 1 else rt.warmup
                 gpu_stats = summarize(used)
             else:
                 gpu_stats = summarize(rt.samples)
-            for n, d in dev.items():
-                b.d2h(cand[n], d.ptr)
             guards = self._check_guards(dev)
-            self.state.set("timing.check", cfg.name, 0)
-            ref = self._outputs_of(ci, cfg, 0, tp)
-            for c in self._compare(host, cand, ref):
-                if not c.ok:
-                    post_bad.append("after the timed repetitions, " + c.describe())
-                    cr.arrays = [c]
-                    break
-            del ref
+            if calls:  # (none: the verification's call was the sample, and was checked)
+                for n, d in dev.items():
+                    b.d2h(cand[n], d.ptr)
+                self.state.set("timing.check", cfg.name, 0)
+                ref = self._outputs_of(ci, cfg, 0, tp)
+                for c in self._compare(host, cand, ref):
+                    if not c.ok:
+                        post_bad.append("after the timed repetitions, " + c.describe())
+                        cr.arrays = [c]
+                        break
+                del ref
 
             if not rt.slow and not post_bad:
                 # call + synchronize (host clock); as many as fit max_total_ms (>= 1)
                 self.state.set("timing.sync", cfg.name, 0)
                 sync_samples: list[float] = []
                 want = max(int(ts.sync_reps), 1)
+                if first is not None and long_first and first.sync_ms >= budget:
+                    sync_samples.append(first.sync_ms)
+                    want = 1
                 while len(sync_samples) < want:
                     prepare()
                     self._sync(where)
@@ -1205,7 +1332,12 @@ class Worker:
                 e2e_samples: list[float] = []
                 warm: float | None = None
                 want = max(int(ts.e2e_reps), 1)
+                if first is not None and long_first and first.e2e_ms >= budget:
+                    e2e_samples.append(first.e2e_ms)
+                    want = 1
+                e2e_ran = False
                 while len(e2e_samples) < want:
+                    e2e_ran = True
                     for n in writes:
                         if roles[n] == WRITE_ONLY:
                             self._poison_dev(dev[n], dtypes[n])
@@ -1227,14 +1359,15 @@ class Worker:
                 e2e_stats = summarize(e2e_samples)
                 bytes_in = sum(inputs[n].nbytes for n in reads)
                 bytes_out = sum(cand[n].nbytes for n in writes)
-                self.state.set("timing.check", cfg.name, 0)
-                ref = self._outputs_of(ci, cfg, 0, tp)
-                for c in self._compare(host, cand, ref, writes):
-                    if not c.ok:
-                        post_bad.append("after the end-to-end runs, " + c.describe())
-                        cr.arrays = [c]
-                        break
-                del ref
+                if e2e_ran:
+                    self.state.set("timing.check", cfg.name, 0)
+                    ref = self._outputs_of(ci, cfg, 0, tp)
+                    for c in self._compare(host, cand, ref, writes):
+                        if not c.ok:
+                            post_bad.append("after the end-to-end runs, " + c.describe())
+                            cr.arrays = [c]
+                            break
+                    del ref
         except CandidateFailure as exc:
             self.error = exc.error
             cr.status = RUNTIME_ERROR
@@ -1402,8 +1535,15 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(0)
         return waited
 
+    def stop(result: EvalResult) -> None:
+        # From the slow stop's timer thread, while the candidate's call runs: report and
+        # end the process (no C stdio flush: the candidate may hold its lock).
+        emit(result)
+        sys.stderr.flush()
+        os._exit(0)
+
     try:
-        result = Worker(job, state, backend_kind, gate=gate).run()
+        result = Worker(job, state, backend_kind, gate=gate, stop=stop).run()
     except Exception as exc:  # noqa: BLE001 - report, never die silently
         result = EvalResult(
             status=CRASH,
