@@ -519,8 +519,10 @@ def isolated_child(module: str, *, prefix: str, cpu_only: bool = False,
 
     fd_err, err_path = tempfile.mkstemp(prefix=prefix, suffix=".log")
     os.close(fd_err)
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+
     extra = dict(env or {})
-    env = dict(os.environ)
+    env = scrubbed_env()  # the user's module runs there, and generated code: no secrets
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra)
     if cpu_only:
@@ -530,6 +532,7 @@ def isolated_child(module: str, *, prefix: str, cpu_only: bool = False,
             proc = subprocess.Popen(
                 [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=err_fh, start_new_session=True, env=env,
+                preexec_fn=CUDA_CHILD_LIMITS.preexec(),
             )
         try:
             yield proc, err_path

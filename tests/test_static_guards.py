@@ -242,6 +242,16 @@ CHEATS: list[tuple[str, str, str]] = [
     ("dynamic_code", "importlib", module("import importlib\nt = importlib.import_module('torch')\n")),
     ("dynamic_code", "computed getattr on torch", forward("return getattr(torch, 're' + 'lu')(x)")),
     ("dynamic_code", "pickle", module("import pickle\nR = pickle.loads(b'')\n")),
+    # file_access
+    ("file_access", "include of an absolute path", module(
+        'SRC = """\n#include <cuda_runtime.h>\n#include "/etc/passwd"\n__global__ void k() {}\n"""\n')),
+    ("file_access", "include with ..", module('SRC = "#include \\"../../.ssh/id_rsa\\"\\n"\n')),
+    ("file_access", "include path flag", module(
+        "from torch.utils.cpp_extension import load_inline\n"
+        "lib = load_inline(name='m', cpp_sources='', extra_include_paths=['/home'])\n")),
+    ("file_access", "-include flag", module(
+        "from torch.utils.cpp_extension import load_inline\n"
+        "lib = load_inline(name='m', cpp_sources='', extra_cuda_cflags=['-include', '/etc/passwd'])\n")),
     # syntax
     ("syntax", "syntax error", "class ModelNew(:\n"),
 ]

@@ -29,6 +29,8 @@ from typing import Any, Mapping, Sequence
 
 from cudaperf_cli.build.ptxas import KernelResources, parse_ptxas_report
 from cudaperf_cli.core import ToolchainError, kill_process_group, to_jsonable
+from cudaperf_cli.evaluate.static_guards import check_includes
+from cudaperf_cli.sandbox import NVCC_LIMITS, limit_hit, scrubbed_env
 
 #: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
 BUILD_REVISION = 1
@@ -47,7 +49,9 @@ class BuildResult:
 
     Attributes:
         ok: the library was built.
-        status: ``"ok"``, ``"compile_error"`` or ``"compile_timeout"``.
+        status: ``"ok"``, ``"compile_error"``, ``"compile_timeout"`` or ``"guard_rejected"``
+            (the source makes the compiler read a file outside the toolkit and the include
+            path: ``static_guards.check_includes``; nvcc did not run).
         lib_path: the built ``candidate.so`` (None unless ``ok``).
         log: nvcc's full output (stdout then stderr), temporary paths replaced.
         errors: the error lines with their context, verbatim, trimmed to about
@@ -357,6 +361,12 @@ def build_candidate(
     """
     nvcc_path = find_nvcc(nvcc)
     version = nvcc_version(nvcc_path)
+    cmd = nvcc_command(nvcc_path, arch, extra_flags)
+    refused = check_includes(source, file=SOURCE_NAME)
+    if refused:  # nvcc's errors quote what it reads, and they go back to the model
+        text = "\n".join(str(v) for v in refused)
+        return BuildResult(ok=False, status="guard_rejected", lib_path=None, log=text, errors=text,
+                           resources=[], seconds=0.0, cached=False, command=cmd, arch=arch)
     key = cache_key(source, arch, extra_flags, version)
     cache_root = Path(cache_root)
     cache_root.mkdir(parents=True, exist_ok=True)
@@ -371,7 +381,6 @@ def build_candidate(
     tmpdir = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_root)
     tmp = Path(tmpdir)
     (tmp / SOURCE_NAME).write_text(source)
-    cmd = nvcc_command(nvcc_path, arch, extra_flags)
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -381,6 +390,8 @@ def build_candidate(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env=scrubbed_env(),  # model-written code: no API keys where it is compiled
+            preexec_fn=NVCC_LIMITS.preexec(),
         )
     except OSError as exc:
         shutil.rmtree(tmpdir, ignore_errors=True)
@@ -426,6 +437,10 @@ def build_candidate(
     errors = ""
     if not ok:
         errors = extract_errors(log)
+        hit = limit_hit(proc.returncode, log, NVCC_LIMITS)
+        if hit:
+            errors = (f"nvcc ran into {hit} ({NVCC_LIMITS.describe()})"
+                      + (f"\n{errors}" if errors else ""))
         if not errors:
             errors = f"nvcc exited with status {proc.returncode} and printed nothing"
     result = BuildResult(

@@ -322,9 +322,9 @@ def _run_process(
     are the caller's (read and removed there).  ``hold``: wait for it at ``ready`` (a
     cancel at any time kills the child); ``started``: called with the child's pid (its
     process group) once it runs."""
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+
+    full_env = scrubbed_env(env)  # it loads model-written code: no API keys, no tokens
     full_env[STATE_ENV] = state_path
     full_env[SPAWN_TIME_ENV] = repr(time.time())
     full_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -341,7 +341,7 @@ def _run_process(
         t0 = time.monotonic()
         proc = subprocess.Popen(
             list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_fh,
-            start_new_session=True, env=full_env,
+            start_new_session=True, env=full_env, preexec_fn=CUDA_CHILD_LIMITS.preexec(),
         )
         assert proc.stdin is not None and proc.stdout is not None
         in_fd, out_fd = proc.stdin.fileno(), proc.stdout.fileno()

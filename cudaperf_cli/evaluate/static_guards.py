@@ -46,6 +46,14 @@ Guard ids (stable; :data:`GUARD_IDS`):
 ``dynamic_code``         ``exec``/``eval``/``compile``/``__import__``/
                          ``importlib.import_module``/``pickle``/``marshal`` or ``getattr``
                          with a computed name on a module: code the guards cannot read.
+``file_access``          CUDA/C++ text that makes the compiler read a file outside the
+                         toolkit and the candidate's include path (:func:`check_includes`):
+                         an ``#include`` of an absolute path or one with ``..``, a computed
+                         ``#include MACRO``, ``#embed``, ``.incbin``; load_inline flags
+                         with an absolute path, ``-include``/``-imacros`` or ``@file``.
+                         Compiler errors quote what they read, and they go back to the
+                         model: ``#include "/etc/passwd"`` put that file in the next request
+                         to the model server.
 
 What static checks miss (decoy kernels, side streams, output aliasing, caching through
 means not written in the source, shape specialisation) is left to the dynamic guards of
@@ -71,6 +79,7 @@ __all__ = [
     "LIBRARY_OPS",
     "check_candidate_source",
     "check_cuda_source",
+    "check_includes",
 ]
 
 GUARD_IDS: tuple[str, ...] = (
@@ -83,6 +92,7 @@ GUARD_IDS: tuple[str, ...] = (
     "torch_fallback",
     "result_cache",
     "dynamic_code",
+    "file_access",
 )
 
 GUARD_DESCRIPTIONS: dict[str, str] = {
@@ -95,6 +105,7 @@ GUARD_DESCRIPTIONS: dict[str, str] = {
     "torch_fallback": "PyTorch operators, not the candidate's kernels, do the work in forward",
     "result_cache": "results or inputs are kept between calls (caching by address or identity)",
     "dynamic_code": "code built at run time (exec, eval, __import__, computed getattr) the guards cannot read",
+    "file_access": "the compiler is made to read a file outside the toolkit and the include path",
 }
 
 
@@ -287,6 +298,9 @@ _BUILD_SUFFIXES_C = (
     "cupy.RawKernel",
 )
 _BUILD_BARE = {"load_inline": "LT", "load_cuda": "LC", "CDLL": "LC"}
+#: Arguments of a torch extension build that name files or pass compiler flags.
+_BUILD_PATH_ARGS = frozenset({"extra_cflags", "extra_cuda_cflags", "extra_include_paths",
+                              "extra_ldflags", "sources", "build_directory"})
 
 _LOWER_DTYPES = frozenset(
     {"float16", "half", "bfloat16", "complex32", "chalf", "HalfTensor", "BFloat16Tensor",
@@ -384,6 +398,76 @@ def _half_type_uses(code: str) -> list[int]:
     return out
 
 
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include|include_next|import|embed)\b[ \t]*(.*)$", re.M)
+_INCBIN = re.compile(r"\.incbin\b")
+
+
+def _bad_path(path: str) -> str | None:
+    """Why a path a compiler would read is refused, or None."""
+    if path.startswith(("/", "~")) or re.match(r"[A-Za-z]:[\\/]", path):
+        return "an absolute path"
+    if ".." in re.split(r"[\\/]", path):
+        return "a path with '..'"
+    return None
+
+
+def check_includes(text: str, *, file: str | None = "kernel.cu", line_offset: int = 0) -> list[GuardViolation]:
+    """``file_access`` violations in CUDA/C++ text: an ``#include`` (``#include_next``,
+    ``#import``, ``#embed``) of an absolute path or a path with ``..``, a computed include
+    (``#include NAME``: a macro can spell any path), ``#embed`` at all, an assembler
+    ``.incbin``.  Relative includes (``"helper.h"``, ``<cuda_runtime.h>``) pass: they
+    resolve in the toolkit, the system and the ``-I`` folders the user gave.
+
+    Args:
+        text: the source.
+        file: reported in each violation (``None``: a string inside the Python source).
+        line_offset: added to line numbers.
+    """
+    code = _strip_c_comments(text)
+    out: list[GuardViolation] = []
+
+    def line_of(offset: int) -> int:
+        return code.count("\n", 0, offset) + 1 + line_offset
+
+    for m in _INCLUDE.finditer(code):
+        kind, rest = m.group(1), m.group(2).strip()
+        target = re.match(r'"([^"]*)"|<([^>]*)>', rest)
+        if kind == "embed":
+            why = "#embed reads a file into the program"
+        elif target is None:
+            why = f"a computed #{kind} ({rest[:40]!r}): a macro can name any file"
+        else:
+            bad = _bad_path(target.group(1) if target.group(1) is not None else target.group(2))
+            why = f"#{kind} of {bad}" if bad else None
+        if why:
+            out.append(_v("file_access", line_of(m.start()),
+                          f"{why}; include only headers of the CUDA toolkit, the C++ library and "
+                          "the problem's own include path, by a relative name", file))
+    for m in _INCBIN.finditer(code):
+        out.append(_v("file_access", line_of(m.start()),
+                      ".incbin makes the assembler read a file into the program; not allowed", file))
+    return out
+
+
+def check_build_flags(flags: Iterable[str]) -> str | None:
+    """Why compiler flags a candidate passes (load_inline's ``extra_cflags``,
+    ``extra_cuda_cflags``, ``extra_include_paths``, ``extra_ldflags``) are refused, or None:
+    an absolute path or ``..`` anywhere, ``-include``/``-imacros``/``--pre-include``
+    (read a file first), ``@file`` (a response file)."""
+    for flag in flags:
+        f = str(flag)
+        if f.startswith("@"):
+            return f"flag {f!r} reads its arguments from a file"
+        if re.match(r"-(include|imacros)\b|--pre-include\b|-FI", f):
+            return f"flag {f!r} makes the compiler read a file first"
+        for part in re.split(r"[=,\s]", f):
+            part = re.sub(r"^-[A-Za-z]+", "", part) if part.startswith("-") else part
+            bad = _bad_path(part) if part else None
+            if bad:
+                return f"flag {f!r} names {bad}"
+    return None
+
+
 def _looks_like_code(text: str) -> bool:
     return any(
         tok in text
@@ -412,11 +496,12 @@ def check_cuda_source(
             minus one).
 
     Returns:
-        ``lower_precision``, ``torch_fallback`` and ``patching`` (profiler events written by
-        the C++: ``RECORD_FUNCTION``, NVTX ranges) violations, by line.
+        ``file_access`` (:func:`check_includes`), ``lower_precision``, ``torch_fallback``
+        and ``patching`` (profiler events written by the C++: ``RECORD_FUNCTION``, NVTX
+        ranges) violations, by line.
     """
     code = _strip_c_comments(cuda_source)
-    out: list[GuardViolation] = []
+    out: list[GuardViolation] = check_includes(cuda_source, file=file, line_offset=line_offset)
 
     def line_of(offset: int) -> int:
         return code.count("\n", 0, offset) + 1 + line_offset
@@ -1035,6 +1120,9 @@ class _Checker:
 
     def check_string(self, text: str, lineno: int, joined: bool = False) -> None:
         if not (_looks_like_code(text) or any(p.search(text) for p, _ in _LP_CUDA_PATTERNS[:6])):
+            if "#" in text or "incbin" in text:  # a bare include line, a flag list's piece
+                self.out += [GuardViolation(v.guard, lineno, v.message, None)
+                             for v in check_includes(text, file=None)]
             return
         start_line = lineno
         for v in check_cuda_source(
@@ -1099,10 +1187,31 @@ class _Checker:
                 "builtins, cudaperf or the reference Model is not allowed",
             )
 
+    def check_build_paths(self, node: ast.Call) -> None:
+        """``file_access`` on a torch extension build: flags, include paths, source files
+        and the build folder must be literal, relative and free of ``..``
+        (:func:`check_build_flags`)."""
+        for kw in node.keywords:
+            if kw.arg not in _BUILD_PATH_ARGS:
+                continue
+            parts = [n for n in ast.walk(kw.value) if not isinstance(n, (ast.List, ast.Tuple, ast.Load))]
+            if not all(isinstance(n, ast.Constant) and isinstance(n.value, (str, bool, type(None)))
+                       for n in parts):
+                self.add("file_access", node,
+                         f"{kw.arg} of the extension build is computed: write the flags and paths "
+                         "literally (strings in a list) so that the guards can read them")
+                continue
+            why = check_build_flags(n.value for n in parts if isinstance(n.value, str))
+            if why:
+                self.add("file_access", node, f"{kw.arg} of the extension build: {why}; the build "
+                         "may read only the toolkit and relative paths")
+
     def check_call_global(self, node: ast.Call) -> None:
         f = node.func
         name = f.id if isinstance(f, ast.Name) else None
         r = self.resolve(f) or _dotted(f) or ""
+        if self.build_kind(node) == _LT:
+            self.check_build_paths(node)
         # setattr / delattr on protected objects
         if name in ("setattr", "delattr") or r.endswith("__setattr__") or r.endswith("__delattr__"):
             target = node.args[0] if node.args else None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core import ProblemError, ToolchainError
+from ..sandbox import C_TOOL_LIMITS, limit_hit, scrubbed_env
 
 #: ``# 12 "file.c" 2`` (the one bit of C text read with a regex: a line marker).
 _LINE_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
@@ -149,13 +150,20 @@ def preprocess(path: Path, cpp_args: Sequence[str], cc: str | None) -> Preproces
         # comment) must not abort decoding.
         proc = subprocess.run(
             cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-            timeout=_CPP_TIMEOUT_S, check=False,
+            timeout=_CPP_TIMEOUT_S, check=False, env=scrubbed_env(),
+            preexec_fn=C_TOOL_LIMITS.preexec(),  # '#include "/dev/zero"' ends at 4 GiB
         )
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"the C preprocessor timed out after {_CPP_TIMEOUT_S:.0f} s") from None
     except OSError as exc:
         raise ToolchainError(f"cannot run the C preprocessor: {exc}") from None
     if proc.returncode != 0:
+        hit = limit_hit(proc.returncode, proc.stderr, C_TOOL_LIMITS)
+        if hit:
+            raise ProblemError(
+                f"preprocessing {path.name} ran into {hit}: {first_error_line(proc.stderr)}",
+                hint="does it #include a device (/dev/zero) or a huge file?",
+            )
         raise ProblemError(
             f"preprocessing {path.name} failed: {first_error_line(proc.stderr)}",
             hint="pass include directories and macros with -I DIR / -D NAME=VALUE",

@@ -26,6 +26,7 @@ from typing import Sequence
 
 from ..core import CTYPE_OF_DTYPE, ArrayParam, CProblem, ProblemError, ScalarParam, ToolchainError
 from ._cpp import compiler_command, first_error_line, trim_compiler_output
+from ..sandbox import C_TOOL_LIMITS, scrubbed_env
 
 
 
@@ -169,7 +170,8 @@ def _run_cc(command: list[str], timeout_s: float, what: str) -> subprocess.Compl
     try:
         return subprocess.run(  # diagnostics quote the file's bytes, which may not be UTF-8
             command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            errors="replace", timeout=timeout_s, check=False,
+            errors="replace", timeout=timeout_s, check=False, env=scrubbed_env(),
+            preexec_fn=C_TOOL_LIMITS.preexec(),
         )
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {timeout_s:g} s") from None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..core import CudaperfError, ToolchainError, kill_process_group
+from ..sandbox import CUDA_CHILD_LIMITS, NVCC_LIMITS, scrubbed_env
 from .gpus import GPUSpec, gpu_spec
 from .model import KernelReport, Metric, StructureReport
 from .score import (
@@ -615,6 +616,8 @@ def _run_ncu(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=scrubbed_env(),  # it runs the candidate: no secrets
+                preexec_fn=CUDA_CHILD_LIMITS.preexec(),
             )
         except OSError as exc:
             raise ToolchainError(f"cannot run ncu ({ncu_path}): {exc}") from None
@@ -691,7 +694,8 @@ def build_executable(
         try:
             proc = subprocess.Popen(
                 argv, cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, env=scrubbed_env(),
+                preexec_fn=NVCC_LIMITS.preexec(),
             )
         except OSError as exc:
             raise ToolchainError(f"cannot run nvcc ({nvcc_path}): {exc}") from None

@@ -122,7 +122,9 @@ def check_candidate(
         "trials": int(trials),
         "seed": 0,
     }
-    child_env = dict(os.environ)
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+
+    child_env = scrubbed_env()  # generated code runs there: no secrets
     if device == "cpu":
         child_env["CUDA_VISIBLE_DEVICES"] = ""
     child_env.update(env or {})
@@ -130,6 +132,7 @@ def check_candidate(
         proc = subprocess.Popen(
             [sys.executable, "-m", SELFCHECK_MODULE],
             stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True, env=child_env,
+            preexec_fn=CUDA_CHILD_LIMITS.preexec(),
         )
         try:
             proc.communicate(json.dumps(job).encode(), timeout=timeout_s)

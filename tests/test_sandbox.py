@@ -1,0 +1,250 @@
+"""No secrets and bounded resources in the children that handle untrusted code (issue 14):
+the environment of the evaluation workers, nvcc, the preprocessor and the isolated children,
+the ``file_access`` guard on candidate sources, and a model reply that includes a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cudaperf_cli.evaluate.static_guards import check_build_flags, check_candidate_source, check_includes
+from cudaperf_cli.sandbox import C_TOOL_LIMITS, GIB, Limits, is_secret_name, limit_hit, scrubbed_env
+
+REPO = Path(__file__).resolve().parents[1]
+SECRETS = {"OPENAI_API_KEY": "sk-test-123", "AWS_SECRET_ACCESS_KEY": "aws-secret", "HF_TOKEN": "hf_x",
+           "GITHUB_TOKEN": "ghp_x", "MY_SERVICE_PASSWORD": "pw", "SSH_AUTH_SOCK": "/tmp/agent.sock"}
+
+
+def test_secret_names() -> None:
+    for name in SECRETS:
+        assert is_secret_name(name), name
+    for name in ("PATH", "HOME", "LANG", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDAPERF_WORKER_BACKEND",
+                 "PYTHONUNBUFFERED", "TMPDIR", "CUDA_HOME", "XDG_CACHE_HOME"):
+        assert not is_secret_name(name), name
+    assert is_secret_name("CUDAPERF_API_KEY") and is_secret_name("anthropic_base_url")
+
+
+def test_scrubbed_env_drops_secrets_and_adds_extras() -> None:
+    base = {"PATH": "/bin", "HOME": "/h", **SECRETS}
+    env = scrubbed_env({"CUDA_VISIBLE_DEVICES": "1"}, base=base)
+    assert env == {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "1"}
+
+
+def test_limits_are_set_in_the_child_and_named_when_hit(tmp_path: Path) -> None:
+    lim = Limits(address_space_bytes=3 * GIB, cpu_s=77, file_bytes=1 << 20, open_files=99)
+    code = ("import resource as r, json; print(json.dumps([r.getrlimit(x)[0] for x in "
+            "(r.RLIMIT_AS, r.RLIMIT_CPU, r.RLIMIT_FSIZE, r.RLIMIT_NOFILE)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         preexec_fn=lim.preexec(), check=True).stdout
+    assert json.loads(out) == [3 * GIB, 77, 1 << 20, 99]
+    assert lim.describe() == "address space 3 GiB, CPU 77 s, file size 1 MiB, 99 open files"
+    assert Limits().preexec() is None and Limits().describe() == "none"
+    # a file past the size limit: SIGXFSZ, named
+    big = subprocess.run([sys.executable, "-c", f"open({str(tmp_path / 'f')!r}, 'wb').write(b'x' * (2 << 20))"],
+                         capture_output=True, text=True, preexec_fn=lim.preexec())
+    assert limit_hit(big.returncode, big.stderr, lim) == "its file-size limit of 1 MiB"
+    assert limit_hit(1, "cc1: out of memory allocating 4294967312 bytes", C_TOOL_LIMITS) == \
+        "its address-space limit of 4 GiB"
+    assert limit_hit(1, "error: expected ';'", C_TOOL_LIMITS) is None and limit_hit(0, "", lim) is None
+
+
+def test_a_dev_zero_include_is_one_line_under_the_memory_limit(tmp_path: Path) -> None:
+    """``#include "/dev/zero"`` in a C input drove the preprocessor to 23.7 GB; now it ends
+    at its 4 GiB address-space limit with one line that says so."""
+    src = tmp_path / "z.c"
+    src.write_text('#include "/dev/zero"\nvoid f(int n, float *x) { for (int i = 0; i < n; i++) x[i] = 0; }\n'
+                   "int main(void) { return 0; }\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cudaperf_cli", "optimize", str(src), "-n", "1", "-y",
+                           "-o", str(tmp_path / "z.cu"), "--run-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "address-space limit of 4 GiB" in proc.stderr and "/dev/zero" in proc.stderr, proc.stderr
+    assert time.monotonic() - t0 < 120
+    assert not (tmp_path / "z.cu").exists()
+
+
+def test_no_secret_reaches_the_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        compile_c: Any) -> None:
+    """The evaluation worker (and the candidate's host code in it), nvcc and the isolated
+    children (the PyTorch probe, the fx trace) run without the secrets of the CLI's
+    environment."""
+    from cudaperf_cli.build import build_candidate
+    from cudaperf_cli.core import isolated_child
+    from cudaperf_cli.evaluate import ConfigSpec, EvalJob, run_evaluation
+    from cudaperf_cli.core import param_to_json
+    from tests.eval_refs import REF_C, SAXPY_PARAMS
+
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    # the worker: the candidate's own code writes what it finds
+    seen = tmp_path / "seen.txt"
+    cand = compile_c(
+        "#include <stdio.h>\n#include <stdlib.h>\n"
+        "int saxpy_cuda(int n, float a, float *x, float *y) {\n"
+        f'  FILE *o = fopen("{seen}", "w");\n'
+        '  const char *k = getenv("OPENAI_API_KEY"), *p = getenv("PATH");\n'
+        '  fprintf(o, "%s %s\\n", k ? k : "none", p ? "path" : "nopath"); fclose(o);\n'
+        "  for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i];\n  return 0;\n}\n", "cand")
+    ref = compile_c(REF_C, "ref")
+    job = EvalJob(ref_lib=str(ref), ref_symbol="cudaperf_ref_saxpy", cand_lib=str(cand), cand_symbol="saxpy_cuda",
+                  params=[param_to_json(p) for p in SAXPY_PARAMS], configs=[ConfigSpec("s", {"n": 100}, trials=1)],
+                  cpu_reps=1)
+    r = run_evaluation(job, timeout_s=60, env={"CUDAPERF_WORKER_BACKEND": "host"})
+    assert r.status == "correct", r.message
+    assert seen.read_text().split() == ["none", "path"]
+    # nvcc: a stand-in that records its environment
+    dump = tmp_path / "nvcc-env.json"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    "if '--version' in sys.argv: print('Cuda compilation tools, release 13.0, V13.0.0'); sys.exit(0)\n"
+                    f"json.dump(sorted(os.environ), open({str(dump)!r}, 'w'))\nsys.exit(1)\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    built = build_candidate("int x;\n", arch="sm_90", cache_root=tmp_path / "cache", timeout_s=30, nvcc=str(fake))
+    assert not built.ok and dump.is_file()
+    names = set(json.loads(dump.read_text()))
+    assert "PATH" in names and not names & set(SECRETS)
+    # an isolated child
+    monkeypatch.chdir(REPO)
+    with isolated_child("tests._envdump", prefix="envdump-") as (proc, _err):
+        out, _ = proc.communicate(timeout=60)
+    names = set(json.loads(out))
+    assert "PATH" in names and not names & set(SECRETS)
+
+
+# ----------------------------------------------------------------------------- file_access
+
+
+@pytest.mark.parametrize("line, bad", [
+    ('#include "/etc/passwd"', "absolute"),
+    ("#  include </etc/shadow>", "absolute"),
+    ('#include "../../.ssh/id_rsa"', "'..'"),
+    ('#include_next "/x"', "absolute"),
+    ("#define F \"/etc/passwd\"\n#include F", "computed"),
+    ('#embed "data.bin"', "#embed"),
+    ('asm(".incbin \\"/etc/passwd\\"");', ".incbin"),
+    ('#include "~/.netrc"', "absolute"),
+])
+def test_includes_outside_the_include_path_are_refused(line: str, bad: str) -> None:
+    found = check_includes("#include <cuda_runtime.h>\n" + line + "\n__global__ void k() {}\n")
+    assert len(found) == 1 and found[0].guard == "file_access" and bad in found[0].message, found
+    assert found[0].line == 2 + line.count("\n")
+
+
+def test_ordinary_includes_pass() -> None:
+    ok = ('#include <cuda_runtime.h>\n#include "polybench.h"\n#include <cub/cub.cuh>\n'
+          '#include "sub/helper.h"\n// #include "/etc/passwd" in a comment\n/* #include F */\n')
+    assert check_includes(ok) == []
+
+
+def test_build_flags() -> None:
+    assert check_build_flags(["-O3", "--use_fast_math", "-lineinfo", "-I.", "-Iinclude"]) is None
+    assert "absolute" in check_build_flags(["-I/etc"])
+    assert "'..'" in check_build_flags(["-I../../secrets"])
+    assert "reads a file first" in check_build_flags(["-include", "x.h"]) or \
+        "read a file first" in check_build_flags(["-include", "x.h"])
+    assert "from a file" in check_build_flags(["@flags.txt"])
+
+
+PY_CAND = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+SRC = r"""
+#include <torch/extension.h>
+{include}
+__global__ void k(float* y, const float* x, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }}
+torch::Tensor run(torch::Tensor x) {{ auto y = torch::empty_like(x); k<<<(x.numel() + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), x.numel()); return y; }}
+"""
+ext = load_inline(name="m", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=SRC,
+                  functions=["run"]{flags})
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+'''
+
+
+def test_the_python_candidates_sources_and_build_flags_are_checked() -> None:
+    def guards(include: str = "", flags: str = "") -> list[str]:
+        return [v.guard for v in check_candidate_source(PY_CAND.format(include=include, flags=flags))]
+
+    assert "file_access" not in guards()
+    assert "file_access" in guards(include='#include "/etc/passwd"')
+    assert "file_access" in guards(flags=', extra_include_paths=["/home/user"]')
+    assert "file_access" in guards(flags=', extra_cuda_cflags=["-include", "/etc/passwd"]')
+    assert "file_access" in guards(flags=', extra_cflags=FLAGS')  # computed: unreadable
+    assert "file_access" not in guards(flags=', extra_cuda_cflags=["-O3", "--use_fast_math"]')
+
+
+def test_a_c_candidate_that_includes_a_file_is_rejected_before_nvcc(tmp_path: Path) -> None:
+    from cudaperf_cli.build import build_candidate
+
+    marker = tmp_path / "ran"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && echo 'release 13.0, V13.0.0' && exit 0\ntouch {marker}\nexit 1\n")
+    fake.chmod(0o755)
+    built = build_candidate('#include "/etc/passwd"\nint x;\n', arch="sm_90", cache_root=tmp_path / "c",
+                            timeout_s=30, nvcc=str(fake))
+    assert built.status == "guard_rejected" and not marker.exists()
+    assert built.errors.startswith("[file_access] candidate.cu:1: #include of an absolute path")
+
+
+SECRET_TEXT = "root-secret-MARKER-4711"
+
+
+def test_a_reply_that_includes_a_file_leaks_nothing_to_the_server(tmp_path: Path) -> None:
+    """A model reply whose candidate has ``#include "<a readable file>"``: the candidate is
+    ``guard_rejected`` before nvcc reads it, and the next request to the model server does
+    not carry the file's text (it carried /etc/passwd's first line before)."""
+    secret = tmp_path / "passwd"
+    secret.write_text(SECRET_TEXT + "\n")
+    src = tmp_path / "saxpy.c"
+    src.write_text("void saxpy(int n, float a, float x[n], float y[n]) {\n"
+                   "  for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i];\n}\n"
+                   "int main(void) { return 0; }\n")
+    reply = ("```cuda\n#include <cuda_runtime.h>\n#include \"" + str(secret) + "\"\n"
+             "extern \"C\" int saxpy_cuda(int n, float a, float *x, float *y) { return 0; }\n```\n")
+    bodies: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            bodies.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            doc = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                   "choices": [{"index": 0, "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": reply}}]}
+            data = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "cudaperf_cli", "optimize", str(src), "--policy", "openai",
+             "--model", "m", "--base-url", url, "-n", "2", "-y", "-s", "n=1000", "-o", str(tmp_path / "out.cu"),
+             "--run-dir", str(tmp_path / "runs"), "--max-retries", "0"],
+            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(bodies) == 2, proc.stdout + proc.stderr
+    assert all(SECRET_TEXT.encode() not in b for b in bodies)
+    assert b"file_access" in bodies[1] and b"absolute path" in bodies[1]
+    assert SECRET_TEXT not in proc.stdout + proc.stderr
