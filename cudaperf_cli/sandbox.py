@@ -30,17 +30,30 @@ from typing import Callable, Mapping
 
 GIB = 1 << 30
 
-#: A variable whose name matches this (case-insensitive) holds a secret.
-SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE",
+#: A variable whose name matches this (case-insensitive) holds a secret: keys, tokens,
+#: passwords (``MYSQL_PWD``, ``REDIS_PASS``), credentials, cookies, sessions, private
+#: keys, DSNs and webhooks (URLs that carry a secret), JWTs, Kerberos caches, ``*_SK``.
+SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
+                          r"_PWD$|(?:^|_)PASS(?:_|$)|DSN|WEBHOOK|JWT|KRB5|_SK$|_SA_JSON",
                           re.IGNORECASE)
 #: ... and so does one that starts with one of these (services whose variables carry
 #: account data whatever they are called).
-SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AWS_", "AZURE_", "GOOGLE_", "GCLOUD_", "HF_",
-                   "HUGGING_FACE_", "HUGGINGFACE_", "GH_", "GITHUB_", "GITLAB_", "WANDB_",
-                   "NETRC", "SSH_", "GPG_", "KUBECONFIG", "DOCKER_", "NPM_", "PYPI_", "TWINE_",
-                   "VAULT_", "DATABASE_URL")
+SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "NETRC", "KUBECONFIG", "VAULT_", "DATABASE_URL")
+#: A value with credentials in a URL (``https://user:pass@proxy``, a database URL, a
+#: package index with a token) is a secret whatever its name.
+SECRET_VALUE = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
 #: Names that match :data:`SECRET_WORDS` and are known to hold none (kept).
-NOT_SECRETS = frozenset({"KEYTIMEOUT", "XAUTHORITY_NOT_SET"})
+NOT_SECRETS = frozenset({"KEYTIMEOUT", "XAUTHORITY_NOT_SET", "TOKENIZERS_PARALLELISM"})
+#: More names to drop, registered at run time (:func:`mark_secret`: the variable a model
+#: policy reads its API key from, ``--api-key-env``).
+_MARKED: set[str] = set()
+
+
+def mark_secret(name: str) -> None:
+    """Drop variable ``name`` from every scrubbed environment from now on (the model
+    server's key under a name of the user's choosing)."""
+    if name:
+        _MARKED.add(name.upper())
 
 
 def is_secret_name(name: str) -> bool:
@@ -48,6 +61,8 @@ def is_secret_name(name: str) -> bool:
     :data:`SECRET_PREFIXES`); our own ``CUDAPERF_*`` variables never do, except one that
     names a key (``CUDAPERF_API_KEY``)."""
     upper = name.upper()
+    if upper in _MARKED:
+        return True
     if upper in NOT_SECRETS:
         return False
     if upper.startswith("CUDAPERF_") and not SECRET_WORDS.search(upper[len("CUDAPERF_"):]):
@@ -58,12 +73,14 @@ def is_secret_name(name: str) -> bool:
 def scrubbed_env(extra: Mapping[str, str] | None = None,
                  base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (default ``os.environ``) without the variables :func:`is_secret_name`
-    flags, then ``extra`` on top (the caller's own settings, not checked).
+    flags or whose value carries credentials in a URL (:data:`SECRET_VALUE`), then
+    ``extra`` on top (the caller's own settings, not checked).
 
     Returns:
         A new dict for ``subprocess``'s ``env``.
     """
-    env = {k: v for k, v in (os.environ if base is None else base).items() if not is_secret_name(k)}
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not is_secret_name(k) and not SECRET_VALUE.search(v)}
     if extra:
         env.update(extra)
     return env
@@ -175,5 +192,6 @@ __all__ = [
     "SECRET_WORDS",
     "is_secret_name",
     "limit_hit",
+    "mark_secret",
     "scrubbed_env",
 ]

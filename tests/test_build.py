@@ -361,16 +361,20 @@ def test_nvcc_env_override(nvcc_path: str, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_extract_errors_fallback_and_limits() -> None:
+    # no error line: the last 40 lines, of which only the toolchain's own may go back
     log = "\n".join(f"line {i}" for i in range(100))
-    out = extract_errors(log)
-    assert out.splitlines()[0] == "line 60" and len(out.splitlines()) == 40
-    many = "\n".join(f"a.cu({i}): error: bad thing {i}" for i in range(10))
+    assert extract_errors(log) == "(40 line(s) located outside candidate.cu withheld: they may quote other files)"
+    assert extract_errors(log + "\nnvcc fatal   : something went wrong") == "nvcc fatal   : something went wrong"
+    many = "\n".join(f"candidate.cu({i}): error: bad thing {i}" for i in range(10))
     assert extract_errors(many, max_lines=3).splitlines() == [
-        "a.cu(0): error: bad thing 0",
-        "a.cu(1): error: bad thing 1",
-        "a.cu(2): error: bad thing 2",
+        "candidate.cu(0): error: bad thing 0",
+        "candidate.cu(1): error: bad thing 1",
+        "candidate.cu(2): error: bad thing 2",
         "... (7 more lines in the full build log)",
     ]
+    other = "\n".join(f"a.cu({i}): error: bad thing {i}" for i in range(3))
+    assert extract_errors(other) == "(3 line(s) located outside candidate.cu withheld: they may quote other files)"
+    assert extract_errors(other, own=("a.cu",)).splitlines()[0] == "a.cu(0): error: bad thing 0"
 
 
 def test_clean_paths() -> None:

@@ -32,12 +32,24 @@ def test_secret_names() -> None:
                  "PYTHONUNBUFFERED", "TMPDIR", "CUDA_HOME", "XDG_CACHE_HOME"):
         assert not is_secret_name(name), name
     assert is_secret_name("CUDAPERF_API_KEY") and is_secret_name("anthropic_base_url")
+    for name in ("MYSQL_PWD", "REDIS_PASS", "SMTP_PASS", "SENTRY_DSN", "SLACK_WEBHOOK_URL", "CI_JOB_JWT_V2",
+                 "KRB5CCNAME", "STRIPE_SK", "GCP_SA_JSON"):
+        assert is_secret_name(name), name
+    for name in ("PWD", "OLDPWD", "HF_HOME", "AWS_REGION", "WANDB_MODE", "GITHUB_ACTIONS", "TOKENIZERS_PARALLELISM",
+                 "PASSES", "COMPASS_DIR"):
+        assert not is_secret_name(name), name
 
 
 def test_scrubbed_env_drops_secrets_and_adds_extras() -> None:
-    base = {"PATH": "/bin", "HOME": "/h", **SECRETS}
+    from cudaperf_cli.sandbox import mark_secret
+
+    base = {"PATH": "/bin", "HOME": "/h", **SECRETS, "HTTPS_PROXY": "http://me:pw@proxy:3128",
+            "PIP_INDEX_URL": "https://__token__:abc@pypi.example/simple", "NO_PROXY": "localhost",
+            "HTTP_PROXY": "http://proxy:3128", "MY_LLM_API": "sk-x"}
+    mark_secret("my_llm_api")  # --api-key-env MY_LLM_API
     env = scrubbed_env({"CUDA_VISIBLE_DEVICES": "1"}, base=base)
-    assert env == {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "1"}
+    assert env == {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "1", "NO_PROXY": "localhost",
+                   "HTTP_PROXY": "http://proxy:3128"}
 
 
 def test_limits_are_set_in_the_child_and_named_when_hit(tmp_path: Path) -> None:
@@ -134,16 +146,33 @@ def test_no_secret_reaches_the_children(tmp_path: Path, monkeypatch: pytest.Monk
     ('#embed "data.bin"', "#embed"),
     ('asm(".incbin \\"/etc/passwd\\"");', ".incbin"),
     ('#include "~/.netrc"', "absolute"),
+    # found by an attack pass: each made gcc or nvcc read the file past the first version
+    ('%:include "/etc/hostname"', "absolute"),
+    ('??=include "/etc/hostname"', "absolute"),
+    ('#inc\\\nlude "/etc/hostname"', "absolute"),
+    ('#\finclude "/etc/hostname"', "absolute"),
+    ('const char *a = "/*";\n#include "/etc/hostname"\nconst char *b = "*/";', "absolute"),
+    ("const char c = '/*';\n#include \"/etc/hostname\"\nconst char d = '*/';", "absolute"),
+    ('#line 1 "/etc/hostname"\n#error a', "#line"),
+    ('# 1 "/etc/hostname"', "#line"),
+    ('asm(".include \\"/etc/hostname\\"");', "assembler"),
+    ('__asm__(".inc" "bin \\"/etc/hostname\\"");', "assembler"),
+    ('__asm__(".INCBIN \\"/etc/hostname\\"");', "assembler"),
+    ('__asm__("\\x2eincbin \\"/etc/hostname\\"");', "assembler"),
+    ('#if __has_include("/etc/hostname")\n#endif', "tests a file"),
+    ('#pragma GCC dependency "/etc/hostname"', "tests a file"),
 ])
 def test_includes_outside_the_include_path_are_refused(line: str, bad: str) -> None:
     found = check_includes("#include <cuda_runtime.h>\n" + line + "\n__global__ void k() {}\n")
     assert len(found) == 1 and found[0].guard == "file_access" and bad in found[0].message, found
-    assert found[0].line == 2 + line.count("\n")
+    assert 2 <= found[0].line <= 2 + line.count("\n")
 
 
 def test_ordinary_includes_pass() -> None:
     ok = ('#include <cuda_runtime.h>\n#include "polybench.h"\n#include <cub/cub.cuh>\n'
-          '#include "sub/helper.h"\n// #include "/etc/passwd" in a comment\n/* #include F */\n')
+          '#include "sub/helper.h"\n// #include "/etc/passwd" in a comment\n/* #include F */\n'
+          'printf("included %d of %d\\n", a, b);\nint include_count = 0; // see .include\n'
+          'asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));\n#if __has_include(<cuda_fp8.h>)\n#endif\n')
     assert check_includes(ok) == []
 
 
@@ -248,3 +277,47 @@ def test_a_reply_that_includes_a_file_leaks_nothing_to_the_server(tmp_path: Path
     assert all(SECRET_TEXT.encode() not in b for b in bodies)
     assert b"file_access" in bodies[1] and b"absolute path" in bodies[1]
     assert SECRET_TEXT not in proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- what goes back to the model
+
+#: Compiler logs of candidates that made nvcc read /tmp/attack/secret.txt past the include
+#: guard (found by an attack pass, nvcc 13.0 + gcc): a digraph include, '#line' naming the
+#: file, an assembler '.include'.
+LEAKING_LOGS = [
+    '/tmp/attack/secret.txt(1): error: identifier "SECRET_LINE_ONE" is undefined\n  SECRET_LINE_ONE xyz\n  ^\n\n'
+    '/tmp/attack/secret.txt(2): error: expected a ";"\n  SECRET_LINE_TWO abc\n  ^\n\n'
+    '2 errors detected in the compilation of "candidate.cu".\n',
+    "/tmp/attack/secret.txt:1:2: error: #error a\n    1 | SECRET_LINE_ONE xyz\n      |  ^~~~~\n"
+    "/tmp/attack/secret.txt:2:2: error: #error b\n    2 | SECRET_LINE_TWO abc\n      |  ^~~~~\n",
+    "/tmp/attack/secret.txt: Assembler messages:\n"
+    "/tmp/attack/secret.txt:1: Error: no such instruction: `secret_line_one xyz'\n"
+    "/tmp/attack/secret.txt:2: Error: no such instruction: `secret_line_two abc'\n",
+    "In file included from candidate.cu:2:\n/etc/hostname:1:1: error: 'SECRET_LINE_ONE' does not name a type\n"
+    "    1 | SECRET_LINE_ONE\n      | ^~~~~~~~~~~~~~~\n",
+    "c++: error: SECRET_LINE_ONE: linker input file not found\n",
+]
+
+
+@pytest.mark.parametrize("log", LEAKING_LOGS)
+def test_diagnostics_located_in_other_files_are_withheld(log: str) -> None:
+    from cudaperf_cli.build.nvcc import extract_errors
+
+    text = extract_errors(log)
+    assert "secret" not in text.lower(), text
+    assert "withheld" in text, text
+
+
+def test_the_candidates_own_diagnostics_are_kept() -> None:
+    from cudaperf_cli.build.nvcc import extract_errors, extract_warnings
+
+    log = ('candidate.cu(12): error: identifier "foo" is undefined\n      y[i] = foo;\n             ^\n\n'
+           "candidate.cudafe1.cpp:40:3: error: something in the host pass\n\n"
+           "ptxas error   : Entry function '_Z1kPf' uses too much shared data (0x20000 bytes, 0xc000 max)\n\n"
+           '2 errors detected in the compilation of "candidate.cu".\n')
+    text = extract_errors(log)
+    assert text == log.strip(), text
+    warn = ("candidate.cu(3): warning #177-D: variable \"z\" was declared but never referenced\n      int z;\n"
+            "          ^\n\n/usr/local/cuda/include/x.h(9): warning: quoted header line\n   QUOTED\n")
+    got = extract_warnings(warn)
+    assert "variable \"z\"" in got and "QUOTED" not in got and "x.h" not in got

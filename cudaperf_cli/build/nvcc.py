@@ -246,18 +246,80 @@ def _trim(lines: list[str], max_lines: int, max_chars: int) -> str:
     return "\n".join(kept)
 
 
+#: A diagnostic's location at the start of a line: ``file(12): ``, ``file:12:5: ``,
+#: ``file:12: `` (nvcc's front end, gcc, the GNU assembler).
+_LOCATION = re.compile(r"^(?:In file included from |\s*from )?(?P<path>[^\s:()][^:()]*?)(?:\((?P<a>\d+)\)|:(?P<b>\d+))[:,]")
+#: Lines without a location kept: nvcc's and ptxas's own (they name the candidate's kernels
+#: and flags), the linker's on the candidate's symbols, crashes of the compiler itself.
+_TOOL_LINE = re.compile(r"^(nvcc|ptxas|nvlink|fatbinary|cicc)\b|undefined reference|multiple definition|"
+                        r"^collect2:|Segmentation fault|^\d+ errors? detected in the compilation of")
+
+
+def confine_diagnostics(lines: Sequence[str], own: Sequence[str] = (SOURCE_NAME,),
+                        any_dir: bool = False) -> tuple[list[str], int]:
+    """The compiler output lines that may go back to a model: the diagnostics located in
+    the candidate's own files (``own``, names after :func:`_clean_paths`) with the source
+    lines they quote, and the toolchain's own lines (:data:`_TOOL_LINE`).  A diagnostic
+    located in any other file is withheld with the lines under it: the compiler quotes the
+    file it reports, and ``%:include``, ``#line 1 "/etc/passwd"`` or an assembler
+    ``.include`` can make that any readable file (``static_guards.check_includes`` refuses
+    what it can see before nvcc runs; this is the second layer).
+
+    Args:
+        lines: compiler output lines.
+        own: the candidate's file names (a diagnostic in ``<stem>.<anything>`` counts too:
+            nvcc's intermediates such as ``candidate.cudafe1.cpp``).
+        any_dir: accept those names in any folder (torch's extension builds report
+            ``/root/.cache/torch_extensions/.../cuda.cu(12)``); else only bare names (a
+            candidate build runs in its own folder).
+
+    Returns:
+        (the kept lines, the number of lines withheld).
+    """
+    kept: list[str] = []
+    withheld = 0
+    keep = True
+    for line in lines:
+        if not line.strip():
+            kept.append(line)
+            keep = True
+            continue
+        m = _LOCATION.match(line)
+        if m is not None:
+            path = m.group("path").strip()
+            name = os.path.basename(path)
+            # the candidate's file, or nvcc's intermediates of it (candidate.cudafe1.cpp, ...)
+            keep = (any_dir or "/" not in path) and (
+                name in own or any(name.startswith(Path(o).stem + ".") for o in own))
+        elif not line[:1].isspace():  # an unlocated header line
+            keep = bool(_TOOL_LINE.search(line))
+        if keep:
+            kept.append(line)
+        else:
+            withheld += 1
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept, withheld
+
+
 def extract_errors(
-    log: str, *, max_lines: int = MAX_ERROR_LINES, max_chars: int = MAX_ERROR_CHARS
+    log: str, *, max_lines: int = MAX_ERROR_LINES, max_chars: int = MAX_ERROR_CHARS,
+    own: Sequence[str] = (SOURCE_NAME,), any_dir: bool = False,
 ) -> str:
     """The error diagnostics of a compiler log, verbatim, trimmed to ``max_lines`` lines and
-    ``max_chars`` characters (a final ``... (N more lines ...)`` line says what was cut).
+    ``max_chars`` characters (a final ``... (N more lines ...)`` line says what was cut),
+    confined to the candidate's own file (:func:`confine_diagnostics`; a line says how
+    many were withheld).
 
-    Falls back to the last lines of the log when no line looks like an error.
+    Falls back to the last lines of the log (confined too) when no line looks like an error.
     """
     lines = _blocks(log, _ERROR_HEAD)
     if not lines:
         tail = [ln for ln in log.splitlines() if ln.strip() and not _INFO.match(ln)]
         lines = tail[-max_lines:]
+    lines, withheld = confine_diagnostics(lines, own, any_dir)
+    if withheld:
+        lines.append(f"({withheld} line(s) located outside {', '.join(own)} withheld: they may quote other files)")
     text = _trim(lines, max_lines, max_chars)
     summary = [ln for ln in log.splitlines() if _SUMMARY.search(ln)]
     if summary and summary[-1] not in text:
@@ -266,8 +328,9 @@ def extract_errors(
 
 
 def extract_warnings(log: str, *, max_lines: int = 20, max_chars: int = 2000) -> str:
-    """Warning diagnostics of a compiler log (ptxas register-limit notes included), trimmed."""
-    return _trim(_blocks(log, _WARNING_HEAD), max_lines, max_chars)
+    """Warning diagnostics of a compiler log (ptxas register-limit notes included), trimmed,
+    confined to the candidate's own file (:func:`confine_diagnostics`)."""
+    return _trim(confine_diagnostics(_blocks(log, _WARNING_HEAD))[0], max_lines, max_chars)
 
 
 def _clean_paths(text: str, tmpdir: str) -> str:
@@ -480,6 +543,7 @@ __all__ = [
     "build_candidate",
     "cache_key",
     "detect_arch",
+    "confine_diagnostics",
     "extract_errors",
     "extract_warnings",
     "find_nvcc",

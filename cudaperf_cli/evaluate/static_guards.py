@@ -398,8 +398,36 @@ def _half_type_uses(code: str) -> list[int]:
     return out
 
 
-_INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include|include_next|import|embed)\b[ \t]*(.*)$", re.M)
-_INCBIN = re.compile(r"\.incbin\b")
+_INCLUDE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*(include|include_next|import|embed)\b[ \t\f\v]*(.*)$", re.M)
+#: ``#line 12 "file"`` and the linemarker ``# 12 "file"``: the compiler then reports (and
+#: quotes) lines of that file.
+_LINE_FILE = re.compile(r'^[ \t\f\v]*#[ \t\f\v]*(?:line[ \t\f\v]+)?\d+[ \t\f\v]+"', re.M)
+#: Assembler directives that read a file (``.incbin``, ``.include``), however the string
+#: is spelled: adjacent literals joined, ``\x2e``/``\056`` for the dot, any case.
+_ASM_FILE = re.compile(r"(?:\.|\\x2e|\\056)\s*(?:incbin|include)\b|\bincbin\b", re.I)
+#: Existence and age tests of a file (``__has_include("/etc/x")``, ``#pragma GCC
+#: dependency``): one bit each, but about any file.
+_FILE_PROBE = re.compile(r'__has_include(?:_next)?\s*\(\s*["<]\s*(?:/|~|[^">]*\.\.)|'
+                         r'\bGCC\s+dependency\b|\bGCC\\?"?\s*dependency')
+#: C and C++ tokens that hide text from a comment stripper: string and character literals
+#: (raw strings included), and the comments themselves.
+_C_TOKENS = re.compile(r'R"([^()\\\s]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|'
+                       r"//[^\n]*|/\*(?:.|\n)*?\*/")
+
+
+def _translation_phases(text: str) -> str:
+    """What the preprocessor sees before it reads directives: line ends normalised (a lone
+    CR ends a line for gcc), ``??=`` and ``%:`` as ``#``, backslash-newline splices
+    removed, comments blanked (not inside string or character literals)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("??=", "#").replace("%:", "#")
+    text = re.sub(r"\\[ \t]*\n", "", text)
+
+    def blank(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        return re.sub(r"[^\n]", " ", tok) if tok.startswith("/") else tok
+
+    return _C_TOKENS.sub(blank, text)
 
 
 def _bad_path(path: str) -> str | None:
@@ -414,21 +442,29 @@ def _bad_path(path: str) -> str | None:
 def check_includes(text: str, *, file: str | None = "kernel.cu", line_offset: int = 0) -> list[GuardViolation]:
     """``file_access`` violations in CUDA/C++ text: an ``#include`` (``#include_next``,
     ``#import``, ``#embed``) of an absolute path or a path with ``..``, a computed include
-    (``#include NAME``: a macro can spell any path), ``#embed`` at all, an assembler
-    ``.incbin``.  Relative includes (``"helper.h"``, ``<cuda_runtime.h>``) pass: they
-    resolve in the toolkit, the system and the ``-I`` folders the user gave.
+    (``#include NAME``: a macro can spell any path), ``#embed`` at all, ``#line`` naming a
+    file, an assembler ``.incbin``/``.include``.  The text is read as the preprocessor
+    reads it (:func:`_translation_phases`: digraphs, trigraphs, splices, lone CRs, comments
+    outside literals).  Relative includes (``"helper.h"``, ``<cuda_runtime.h>``) pass: they
+    resolve in the toolkit, the system and the ``-I`` folders the user gave.  A static
+    check has limits (a macro that pastes ``.incbin`` together); nvcc's diagnostics located
+    in other files are withheld from the model as well (``build.nvcc.confine_diagnostics``).
 
     Args:
         text: the source.
         file: reported in each violation (``None``: a string inside the Python source).
         line_offset: added to line numbers.
     """
-    code = _strip_c_comments(text)
+    code = _translation_phases(text)
     out: list[GuardViolation] = []
 
     def line_of(offset: int) -> int:
         return code.count("\n", 0, offset) + 1 + line_offset
 
+    for m in _LINE_FILE.finditer(code):
+        out.append(_v("file_access", line_of(m.start()),
+                      "#line (or a line marker) naming a file: the compiler then quotes that file; "
+                      "not allowed", file))
     for m in _INCLUDE.finditer(code):
         kind, rest = m.group(1), m.group(2).strip()
         target = re.match(r'"([^"]*)"|<([^>]*)>', rest)
@@ -443,9 +479,17 @@ def check_includes(text: str, *, file: str | None = "kernel.cu", line_offset: in
             out.append(_v("file_access", line_of(m.start()),
                           f"{why}; include only headers of the CUDA toolkit, the C++ library and "
                           "the problem's own include path, by a relative name", file))
-    for m in _INCBIN.finditer(code):
+    for m in _FILE_PROBE.finditer(code):
         out.append(_v("file_access", line_of(m.start()),
-                      ".incbin makes the assembler read a file into the program; not allowed", file))
+                      f"{m.group(0).strip()[:40]!r} tests a file outside the include path; not allowed", file))
+    joined = re.sub(r'"\s*"', "", code)  # ".inc" "bin" is ".incbin" to the assembler
+    seen: set[int] = set()
+    for m in _ASM_FILE.finditer(joined):
+        line = joined.count("\n", 0, m.start()) + 1 + line_offset
+        if line not in seen:
+            seen.add(line)
+            out.append(_v("file_access", line,
+                          f"an assembler directive that reads a file ({m.group(0).strip()!r}); not allowed", file))
     return out
 
 

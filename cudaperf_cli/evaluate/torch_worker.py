@@ -282,7 +282,9 @@ def classify_import_error(exc: BaseException, filename: str) -> tuple[str, str, 
     text = str(exc)
     if "Error building extension" in text or type(exc).__name__ == "CalledProcessError":
         first = text.splitlines()[0] if text else type(exc).__name__
-        return COMPILE_ERROR, f"load_inline failed while importing {filename}: {first[:300]}", extract_errors(text)
+        # torch's extension build writes main.cpp and cuda.cu in its own folder
+        return (COMPILE_ERROR, f"load_inline failed while importing {filename}: {first[:300]}",
+                extract_errors(text, own=("main.cpp", "cuda.cu"), any_dir=True))
     if isinstance(exc, ImportError):
         return COMPILE_ERROR, f"importing {filename} failed: {_one_line(exc)}", ""
     return RUNTIME_ERROR, f"importing {filename} raised {_one_line(exc)}", ""

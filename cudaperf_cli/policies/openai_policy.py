@@ -63,6 +63,9 @@ class OpenAIChatModel:
                 raise CudaperfError(
                     "the openai policy needs the openai package", hint="pip install 'cudaperf[llm]'"
                 ) from None
+            from cudaperf_cli.sandbox import mark_secret
+
+            mark_secret(self.api_key_env)  # never in a child's environment, whatever its name
             key = os.environ.get(self.api_key_env)
             if not key:
                 if self.base_url is None:

@@ -708,7 +708,7 @@ def build_executable(
         log = out_b.decode(errors="replace")
         if proc.returncode != 0 or not (tmp / "program").is_file():
             first = next(
-                (ln.strip() for ln in extract_errors(log).splitlines() if ln.strip()), ""
+                (ln.strip() for ln in extract_errors(log, own=("program.cu",)).splitlines() if ln.strip()), ""
             )
             first = first.replace("program.cu", Path(name).name)
             raise CompileError(
