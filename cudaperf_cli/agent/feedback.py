@@ -36,8 +36,9 @@ def feedback_for(r: TurnRecord) -> str:
     if r.status in (S.RUNTIME_ERROR, S.CRASH):
         return f"{head} failed while running on the GPU: {r.message}"
     if r.status == S.TIMEOUT and SLOW_STOP_TEXT in (r.message or ""):
-        return (f"{head} was far too slow: {r.message}. It needs much more parallelism "
-                "(one thread or a few blocks doing the work sequentially is the usual cause).")
+        return (f"{head} was far too slow, or hung: {r.message}. If it is not a hang, it needs "
+                "much more parallelism (one thread or a few blocks doing the work sequentially "
+                "is the usual cause).")
     if r.status == S.TIMEOUT:
         return f"{head} did not finish within the time limit ({r.message}); look for a hang."
     if r.status == S.WRONG:

@@ -256,19 +256,22 @@ def _driver_version_text(v: int) -> str:
 
 
 class _CudaTimer(Timer):
+    """Two cuda.core events; a failure (a sticky error after a faulting kernel) is a
+    :class:`CudaCallError`, as for every other driver call, not cuda.core's own error."""
+
     def __init__(self, backend: "CudaBackend"):
         self._b = backend
-        self._start = backend._new_event()
-        self._stop = backend._new_event()
+        self._start = backend._core_call("cuEventCreate", backend._new_event)
+        self._stop = backend._core_call("cuEventCreate", backend._new_event)
 
     def start(self) -> None:
-        self._b._record(self._start)
+        self._b._core_call("cuEventRecord", self._b._record, self._start)
 
     def stop(self) -> None:
-        self._b._record(self._stop)
+        self._b._core_call("cuEventRecord", self._b._record, self._stop)
 
     def ms(self) -> float:
-        return float(self._stop - self._start)
+        return float(self._b._core_call("cuEventElapsedTime", lambda: self._stop - self._start))
 
 
 class CudaBackend(Backend):
@@ -334,6 +337,19 @@ class CudaBackend(Backend):
             return opts(timing_enabled=True)
         except TypeError:  # cuda.core < 0.4 spelled it enable_timing
             return opts(enable_timing=True)
+
+    def _core_call(self, call: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` (a cuda.core call); its exception becomes a :class:`CudaCallError`
+        named after the driver's error in its text (``CUDA_ERROR_ILLEGAL_ADDRESS``)."""
+        try:
+            return fn(*args)
+        except CudaCallError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - cuda.core raises its own CUDAError
+            m = re.search(r"CUDA_ERROR_\w+", str(exc))
+            name = m.group(0) if m else type(exc).__name__
+            code = getattr(getattr(self.drv, "CUresult", None), name, -1)
+            raise CudaCallError(call, int(code) if code is not None else -1, name, str(exc)) from exc
 
     def _new_event(self) -> Any:
         return self.dev.create_event(options=self._event_options)

@@ -123,6 +123,11 @@ def _emit(out_fd: int, obj: Any) -> None:
     Channel(out_fd)(obj)
 
 
+def _ms_text(ms: float) -> str:
+    """``"300 ms"``, ``"40.5 s"``: a duration in ms for a message."""
+    return f"{ms / 1e3:.4g} s" if ms >= 1e3 else f"{ms:.4g} ms"
+
+
 def ctype_of(dtype: str) -> Any:
     """ctypes type for a numpy dtype name (by-value scalars)."""
     return CTYPE_OF_DTYPE[np.dtype(dtype).name]
@@ -421,6 +426,7 @@ class Worker:
         self.gate = gate or (lambda: 0.0)
         self.stop = stop
         self.results: list[ConfigResult] = []  #: configurations verified so far
+        self.cand_calls = 0  #: calls of the candidate so far
         self.params = job.parsed_params()
         self.arrays = [p for p in self.params if isinstance(p, ArrayParam)]
         self.init = job.init_spec()
@@ -1026,6 +1032,7 @@ class Worker:
         if self.cand_fn is None:
             self._load_candidate()
         self.state.mark_candidate()
+        self.cand_calls += 1
         rc = int(self.cand_fn(*args))
         if rc != 0:
             name, string = runtime_error(rc)
@@ -1078,8 +1085,14 @@ class Worker:
                 if finished:
                     return
                 finished = True
+                try:
+                    result = self._stopped_result(cfg, trial, limit)
+                except Exception as exc:  # noqa: BLE001 - the stop must still report
+                    result = EvalResult(status=TIMEOUT, message=(
+                        f"config '{cfg.name}' trial {trial}: the candidate call ran past "
+                        f"{_ms_text(limit)} and {SLOW_STOP_TEXT} ({type(exc).__name__}: {exc})"))
                 assert self.stop is not None
-                self.stop(self._stopped_result(cfg, trial, limit))
+                self.stop(result)
 
         timer = threading.Timer(limit / 1e3, fire)
         timer.daemon = True
@@ -1095,9 +1108,9 @@ class Worker:
         """The ``timeout`` result of a call stopped at ``limit_ms`` (config ``cfg``, trial
         ``trial``): the configurations verified before it, this one, the rest skipped."""
         job = self.job
-        message = (f"config '{cfg.name}' trial {trial}: the candidate call ran past {limit_ms:.4g} ms "
-                   f"(the slow limit {job.slow_ms:.4g} ms, at least {job.timing.slow_stop_floor_ms:.4g} "
-                   f"ms) and {SLOW_STOP_TEXT}")
+        message = (f"config '{cfg.name}' trial {trial}: the candidate call ran past {_ms_text(limit_ms)} "
+                   f"(the slow limit {_ms_text(job.slow_ms or 0.0)}, at least "
+                   f"{_ms_text(job.timing.slow_stop_floor_ms)}; far too slow, or hung) and {SLOW_STOP_TEXT}")
         done = list(self.results)
         configs = done + [ConfigResult(cfg.name, dict(cfg.sizes), TIMEOUT, message, trials_run=trial + 1,
                                        array_roles=dict(self.roles))]
@@ -1123,7 +1136,10 @@ class Worker:
                 up_ms = self._upload(dev, host, roles)
                 self._sync(self._where(cfg, trial, "upload"))
                 self.state.set("candidate", cfg.name, trial)
-                timer = self.backend.timer() if cfg.time and trial == 0 else None  # type: ignore[union-attr]
+                # measured for the timing's reuse unless it is the process's first candidate
+                # call (cudart start-up and lazy module loading would fall inside its events)
+                timer = (self.backend.timer()  # type: ignore[union-attr]
+                         if cfg.time and trial == 0 and self.cand_calls else None)
                 with self._stop_if_slow(cfg, trial):
                     t0 = time.perf_counter()
                     if timer is not None:
@@ -1538,9 +1554,11 @@ def main(argv: list[str] | None = None) -> int:
     def stop(result: EvalResult) -> None:
         # From the slow stop's timer thread, while the candidate's call runs: report and
         # end the process (no C stdio flush: the candidate may hold its lock).
-        emit(result)
-        sys.stderr.flush()
-        os._exit(0)
+        try:
+            emit(result)
+            sys.stderr.flush()
+        finally:
+            os._exit(0)
 
     try:
         result = Worker(job, state, backend_kind, gate=gate, stop=stop).run()
