@@ -949,6 +949,23 @@ def test_cuda_backend_on_a_fake_driver(
     assert all(b.closed for b in _FakeDevice.buffers)  # everything freed
 
 
+def test_a_failing_event_record_is_a_runtime_error_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, ref_lib: Path, compile_c: Callable[..., Path]
+) -> None:
+    """After a kernel faults, cuda.core's event record raises its own error; the worker
+    reports it as the driver error it names (runtime_error), not as its own crash."""
+    _fake_driver(monkeypatch)
+
+    def record(self: Any, event: Any = None, options: Any = None) -> Any:
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+
+    monkeypatch.setattr(_FakeStream, "record", record)
+    cfg = [ConfigSpec("s", {"n": 1000}, trials=1), ConfigSpec("m", {"n": 4096}, trials=1, time=True)]
+    r = _in_process(_job(ref_lib, compile_c(_saxpy(SAXPY_OK)), configs=cfg))
+    assert r.status == RUNTIME_ERROR, r.message
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in r.message and r.configs[0].status == CORRECT
+
+
 def test_cuda_backend_fake_mm_poisons_write_only(
     monkeypatch: pytest.MonkeyPatch, ref_lib: Path, compile_c: Callable[..., Path]
 ) -> None:
