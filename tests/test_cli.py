@@ -314,3 +314,36 @@ def test_policy_exception_is_a_refused_turn(tmp_path, monkeypatch):
     assert [r["status"] for r in records] == ["refused"]  # a refusal ends the turns
     assert "RecursionError" in records[0]["message"]
     assert "RecursionError" in (run / "policy-error-turn1.txt").read_text()
+
+
+HELP_COMMANDS = ["", "optimize", "doctor", "score", "rank", "bench", "bench run", "bench compare",
+                 "data", "data pairs", "train", "train ranker", "train policy"]
+
+
+def test_help_at_80_columns_cuts_no_option_name():
+    """Rich help panels cut option names at 80 columns (``--request-timeo…``); below 150
+    columns, and piped, the help is click's plain text: every option of every command
+    appears whole, no line passes 80 columns."""
+    import click
+    import typer.main
+
+    from cudaperf_cli.cli.main import app
+
+    root = typer.main.get_command(app)
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("TYPER_USE_RICH", None)
+    for words in HELP_COMMANDS:
+        args = words.split()
+        proc = subprocess.run([sys.executable, "-m", "cudaperf_cli", *args, "--help"], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, (words, proc.stderr)
+        text = proc.stdout
+        assert "…" not in text and "╭" not in text, (words, text)
+        assert max(len(line) for line in text.splitlines()) <= 80, words
+        cmd = root
+        for w in args:
+            cmd = cmd.commands[w]  # type: ignore[attr-defined]
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                for name in param.opts + param.secondary_opts:
+                    assert name in text, (words, name)

@@ -6,11 +6,21 @@ Errors: a known error (:class:`cudaperf_cli.core.CudaperfError`) prints one line
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-import typer
+#: Rich help panels narrower than this cut option names (``--request-timeo…`` at 80
+#: columns); below it, and when the help is piped, click's plain help is used (typer reads
+#: ``TYPER_USE_RICH`` when it is imported, so this comes first).  Set TYPER_USE_RICH to choose.
+RICH_HELP_MIN_COLUMNS = 150
+if "TYPER_USE_RICH" not in os.environ and (
+        not sys.stdout.isatty() or shutil.get_terminal_size((80, 24)).columns < RICH_HELP_MIN_COLUMNS):
+    os.environ["TYPER_USE_RICH"] = "0"
+
+import typer  # noqa: E402
 
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes

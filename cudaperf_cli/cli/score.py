@@ -15,7 +15,7 @@ from cudaperf_cli.cli.common import fail, parse_sizes
 
 
 def score(
-    kernel: Path = typer.Argument(..., help="CUDA source file (.cu) with __global__ kernels."),
+    kernel: Path = typer.Argument(..., metavar="KERNEL.cu", help="CUDA source file (.cu) with __global__ kernels."),
     arch: str = typer.Option(
         "sm_90", "--arch", help="Compute capability: sm_80, sm_86, sm_89, sm_90."
     ),
