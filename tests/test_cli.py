@@ -238,6 +238,26 @@ def test_doctor_reads_cc_and_nvcc_like_the_pipeline(tmp_path):
     assert "Traceback" not in proc.stderr and json.loads(proc.stdout)["cc"]["ok"] is False
 
 
+def test_doctor_names_the_driver_and_the_optional_packages():
+    """The driver gets its own row; torch (with its build), openai, jinja2, transformers,
+    trl, peft, vllm and ray each say their version or what needs them."""
+    from importlib import metadata
+
+    proc = subprocess.run([sys.executable, "-m", "cudaperf_cli", "doctor", "--json"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    pk = json.loads(proc.stdout)["packages"]
+    assert set(pk) >= {"torch", "openai", "jinja2", "transformers", "trl", "peft", "vllm", "ray"}
+    for name, doc in pk.items():
+        try:
+            want = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            want = None
+        assert doc["version"] == want and doc["for"], name
+    table = cli("doctor").stdout
+    assert "driver" in table and "ray" in table
+    assert "cudaperf[vllm]" in table or pk["vllm"]["version"]  # not eaten as Rich markup
+
+
 # In-process checks of the optimize command's stages (no GPU, no nvcc needed).
 
 

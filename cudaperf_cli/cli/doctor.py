@@ -51,7 +51,37 @@ def collect() -> dict[str, Any]:
     }
     report["gpu"] = device_info()
     report["cuda_core"] = _cuda_core()
+    report["packages"] = packages()
     return report
+
+
+#: The optional Python packages and what needs them (the extra that installs them).
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "torch": "PyTorch problems (pip install torch; a CPU build suffices without a GPU)",
+    "openai": "--policy openai (pip install 'cudaperf[llm]')",
+    "jinja2": "model policies' prompts (pip install 'cudaperf[llm]')",
+    "transformers": "--policy transformers, train ranker --kind lm (pip install 'cudaperf[train]')",
+    "trl": "train policy (pip install 'cudaperf[train]')",
+    "peft": "train policy with LoRA (pip install 'cudaperf[train]')",
+    "vllm": "--policy vllm (pip install 'cudaperf[vllm]')",
+    "ray": "the Ray executor",
+}
+
+
+def packages() -> dict[str, dict[str, Any]]:
+    """Installed versions of :data:`OPTIONAL_PACKAGES`, read from the package metadata (no
+    import: torch alone takes seconds): ``{name: {"version": str | None, "for": what needs
+    it}}``; torch's version carries its build (``2.13.0+cpu``, ``2.11.0+cu130``)."""
+    from importlib import metadata
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, why in OPTIONAL_PACKAGES.items():
+        try:
+            version: str | None = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            version = None
+        out[name] = {"version": version, "for": why}
+    return out
 
 
 def _cuda_core() -> dict[str, Any]:
@@ -82,6 +112,7 @@ def run_doctor(json_out: bool) -> int:
         return code
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="cudaperf doctor", show_header=True, header_style="bold")
@@ -91,7 +122,7 @@ def run_doctor(json_out: bool) -> int:
 
     def row(name: str, ok: bool, details: str, warn: bool = False) -> None:
         status = "[green]ok[/]" if ok else ("[yellow]missing[/]" if warn else "[red]missing[/]")
-        table.add_row(name, status, details)
+        table.add_row(name, status, escape(details))  # "cudaperf[llm]" is not markup
 
     for key, label in (("nvcc", "nvcc"), ("cc", "C compiler")):
         t = report[key]
@@ -104,9 +135,18 @@ def run_doctor(json_out: bool) -> int:
             f"{gpu.get('memory_total_bytes', 0) / 2**30:.1f} GiB"
         )
         row("GPU", True, details)
+        row("driver", True, f"{gpu.get('driver_version')} (CUDA {gpu.get('driver_cuda_version')})")
     else:
         row("GPU", False, gpu.get("reason", "no CUDA device"), warn=True)
+        row("driver", False, "not loaded (see GPU)", warn=True)
     core = report["cuda_core"]
     row("cuda.core", core["ok"], core["detail"])
+    for name, pkg in report["packages"].items():
+        version = pkg["version"]
+        if version is not None and name == "torch":
+            build = version.partition("+")[2]
+            version += ("  CPU build" if build == "cpu" else f"  CUDA build ({build})" if build.startswith("cu")
+                        else "")
+        row(name, version is not None, version or f"not installed: needed for {pkg['for']}", warn=True)
     Console().print(table)
     return code
