@@ -49,6 +49,12 @@ class ToolchainError(CudaperfError):
     exit_code = 3
 
 
+class MissingPackageError(ToolchainError):
+    """A Python package the chosen feature needs is not installed (jinja2 for the model
+    policies, openai, transformers, trl, peft, vllm, torch): exit 3, like a missing tool,
+    with the pip command as the hint."""
+
+
 # ---------------------------------------------------------------------------------------
 # C element types
 # ---------------------------------------------------------------------------------------

@@ -367,3 +367,30 @@ def test_help_at_80_columns_cuts_no_option_name():
             if isinstance(param, click.Option) and not param.hidden:
                 for name in param.opts + param.secondary_opts:
                     assert name in text, (words, name)
+
+
+def test_a_missing_package_exits_3_whichever_it_is(monkeypatch, tmp_path):
+    """jinja2, openai, trl, peft and vllm missing: one exit code (3, as for a missing
+    tool; docs/exit-codes.md), with the pip command as the hint."""
+    import importlib.util
+
+    from cudaperf_cli.core import MissingPackageError, ToolchainError
+    from cudaperf_cli.policies import prompts
+    from cudaperf_cli.policies.openai_policy import OpenAIChatModel
+    from cudaperf_cli.rl import trainer
+
+    assert issubclass(MissingPackageError, ToolchainError) and MissingPackageError.exit_code == 3
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    prompts._environment.cache_clear()
+    with pytest.raises(MissingPackageError, match="jinja2") as info:
+        prompts._environment()
+    assert "cudaperf[llm]" in info.value.hint
+    prompts._environment.cache_clear()
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with pytest.raises(MissingPackageError, match="openai"):
+        OpenAIChatModel("m", "http://127.0.0.1:9/v1").client()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
+    (tmp_path / "p.c").write_text("void f(int n, float x[n]) { for (int i = 0; i < n; i++) x[i] = 0; }\n")
+    with pytest.raises(MissingPackageError, match="trl"):
+        trainer.preflight("tiny", [tmp_path], tmp_path / "out", force=False, use_vllm=False, lora=False)

@@ -31,8 +31,8 @@ def cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess
                           cwd=cwd, env=env, timeout=timeout)
 
 
-def one_error(proc: subprocess.CompletedProcess, needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr + proc.stdout
+def one_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:
+    assert proc.returncode == code, proc.stderr + proc.stdout
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
@@ -157,7 +157,7 @@ def test_vllm_not_installed(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     one_error(cli("train", "policy", "--model", str(tmp_path / "m"), "--problems", str(EXAMPLES / "matmul.c"),
-                  "-o", str(tmp_path / "o"), "--use-vllm"), "--use-vllm needs the vllm package")
+                  "-o", str(tmp_path / "o"), "--use-vllm"), "--use-vllm needs the vllm package", code=3)
 
 
 def test_vllm_needs_a_model_folder(tmp_path):

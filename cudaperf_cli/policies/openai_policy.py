@@ -60,8 +60,11 @@ class OpenAIChatModel:
             try:
                 import openai
             except ImportError:  # pragma: no cover - depends on the install
-                raise CudaperfError(
-                    "the openai policy needs the openai package", hint="pip install 'cudaperf[llm]'"
+                from cudaperf_cli.core import MissingPackageError
+
+                raise MissingPackageError(
+                    "the openai policy needs the openai package, which is not installed",
+                    hint="pip install 'cudaperf[llm]'",
                 ) from None
             from cudaperf_cli.sandbox import mark_secret
 

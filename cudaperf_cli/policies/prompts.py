@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cudaperf_cli.core import ArrayParam, CProblem, CudaperfError
+from cudaperf_cli.core import ArrayParam, CProblem, MissingPackageError
 
 
 @lru_cache(maxsize=None)
@@ -17,8 +17,9 @@ def _environment() -> Any:
     try:
         import jinja2
     except ImportError:  # pragma: no cover - depends on the install
-        raise CudaperfError(
-            "the model policies need jinja2", hint="pip install 'cudaperf[llm]'"
+        raise MissingPackageError(
+            "the model policies need the jinja2 package, which is not installed",
+            hint="pip install 'cudaperf[llm]'",
         ) from None
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load), undefined=jinja2.StrictUndefined,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cudaperf_cli.core import CudaperfError, check_checkpoint_folder
+from cudaperf_cli.core import CudaperfError, MissingPackageError, check_checkpoint_folder
 from cudaperf_cli.rl.config import PolicyTrainConfig
 
 INSTALL_HINT = "pip install 'cudaperf[train]'"
@@ -64,11 +64,14 @@ class TrainResult:
 
 def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, use_vllm: bool,
               lora: bool) -> None:
-    """The checks that need no heavy import (one-line errors, exit code 2).
+    """The checks that need no heavy import (one-line errors, exit code 2; 3 for a missing
+    package).
 
     Raises:
-        CudaperfError: no such model folder (or not a model), no problem files, a missing
-            package, or an output folder that is not empty (without ``force``).
+        CudaperfError: no such model folder (or not a model), no problem files, or an
+            output folder that is not empty (without ``force``).
+        MissingPackageError: trl, transformers, datasets, peft (with ``lora``) or vllm
+            (with ``use_vllm``) is not installed.
     """
     from cudaperf_cli.rl.problems import candidate_files
 
@@ -100,14 +103,14 @@ def preflight(model: str, problems: Sequence[Path], out: Path, *, force: bool, u
                             hint="e.g. --problems examples/ or --problems examples/torch/")
     for name in REQUIRED + (("peft",) if lora else ()):
         if importlib.util.find_spec(name) is None:
-            raise CudaperfError(f"cudaperf train policy needs the {name} package, which is not installed",
-                                hint=INSTALL_HINT)
+            raise MissingPackageError(f"cudaperf train policy needs the {name} package, which is not installed",
+                                      hint=INSTALL_HINT)
     if use_vllm and model == TINY:
         raise CudaperfError("--use-vllm needs a model folder (vLLM loads the weights from disk), not --model tiny",
                             hint="leave out --use-vllm for the tiny model")
     if use_vllm and importlib.util.find_spec("vllm") is None:
-        raise CudaperfError("--use-vllm needs the vllm package, which is not installed",
-                            hint="pip install vllm (a version TRL supports), or leave out --use-vllm")
+        raise MissingPackageError("--use-vllm needs the vllm package, which is not installed",
+                                  hint="pip install vllm (a version TRL supports), or leave out --use-vllm")
     check_checkpoint_folder(out, force)
 
 
