@@ -394,3 +394,24 @@ def test_a_missing_package_exits_3_whichever_it_is(monkeypatch, tmp_path):
     (tmp_path / "p.c").write_text("void f(int n, float x[n]) { for (int i = 0; i < n; i++) x[i] = 0; }\n")
     with pytest.raises(MissingPackageError, match="trl"):
         trainer.preflight("tiny", [tmp_path], tmp_path / "out", force=False, use_vllm=False, lora=False)
+
+
+def test_the_wheel_carries_the_bundled_ranker_and_prompts(tmp_path, monkeypatch):
+    """A non-editable install (`pip install .`) found no ranker checkpoint: it lived beside
+    the package, not in it.  The wheel now carries it, and the default points inside the
+    package."""
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    from cudaperf_cli.cli.ranker import default_checkpoint
+
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("cudaperf-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"cudaperf_cli/checkpoints/ranker/metadata.json", "cudaperf_cli/checkpoints/ranker/model.joblib",
+            "cudaperf_cli/prompts/system.j2"} <= names
+    monkeypatch.delenv("CUDAPERF_RANKER", raising=False)
+    ckpt = default_checkpoint()
+    assert (ckpt / "metadata.json").is_file() and ckpt.parent.parent.name == "cudaperf_cli"

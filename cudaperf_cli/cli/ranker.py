@@ -37,12 +37,13 @@ RANKER_ENV = "CUDAPERF_RANKER"
 
 
 def default_checkpoint() -> Path:
-    """``$CUDAPERF_RANKER``, else ``checkpoints/ranker`` of the repository holding this
-    package (the bundled default, not trained yet: docs/ranker.md)."""
+    """``$CUDAPERF_RANKER``, else the checkpoint bundled with the package
+    (``cudaperf_cli/checkpoints/ranker``, package data: a ``pip install .`` has it too;
+    docs/ranker.md says what it was trained on)."""
     env = os.environ.get(RANKER_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "checkpoints" / "ranker"
+    return Path(__file__).resolve().parents[1] / "checkpoints" / "ranker"
 
 
 @data_app.command("pairs")
@@ -258,7 +259,7 @@ def rank(
     a: Path = typer.Argument(..., metavar="A.cu", help="First CUDA candidate."),
     b: Path = typer.Argument(..., metavar="B.cu", help="Second CUDA candidate (same problem)."),
     checkpoint: Optional[Path] = typer.Option(
-        None, "--checkpoint", help=f"Ranker checkpoint folder (default: ${RANKER_ENV}, else checkpoints/ranker)."
+        None, "--checkpoint", help=f"Ranker checkpoint folder (default: ${RANKER_ENV}, else the bundled cudaperf_cli/checkpoints/ranker)."
     ),
     problem: Optional[str] = typer.Option(
         None, "--problem", metavar="FILE|ID", help="LM checkpoints: the problem, as its file (only the name is "
