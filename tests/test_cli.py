@@ -336,7 +336,7 @@ def test_policy_exception_is_a_refused_turn(tmp_path, monkeypatch):
     assert "RecursionError" in (run / "policy-error-turn1.txt").read_text()
 
 
-HELP_COMMANDS = ["", "optimize", "doctor", "score", "rank", "bench", "bench run", "bench compare",
+HELP_COMMANDS = ["", "optimize", "show", "doctor", "score", "rank", "bench", "bench run", "bench compare",
                  "data", "data pairs", "train", "train ranker", "train policy"]
 
 
@@ -415,3 +415,25 @@ def test_the_wheel_carries_the_bundled_ranker_and_prompts(tmp_path, monkeypatch)
     monkeypatch.delenv("CUDAPERF_RANKER", raising=False)
     ckpt = default_checkpoint()
     assert (ckpt / "metadata.json").is_file() and ckpt.parent.parent.name == "cudaperf_cli"
+
+
+def test_candidates_are_files_and_show_reads_the_run_back(tmp_path):
+    """Without a GPU a candidate's source was only a JSON string in turns.jsonl: every
+    candidate is now candidates/turnT-sampleK.cu, and `cudaperf show RUN_DIR` prints the
+    turns, the best candidate and how the run ended again (--json too)."""
+    proc = cli("optimize", str(EXAMPLES / "elementwise.c"), "-n", "2", "-y", "--run-dir", str(tmp_path / "runs"),
+               "-o", str(tmp_path / "out.cu"), cwd=tmp_path)
+    assert proc.returncode in (0, 4), proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = [json.loads(ln) for ln in (run_dir / "turns.jsonl").read_text().splitlines()]
+    for r in records:
+        f = run_dir / "candidates" / f"turn{r['turn'] + 1}-sample{r['sample'] + 1}.cu"
+        assert f.read_text() == r["source"]
+    doc = json.loads(cli("show", str(run_dir), "--json").stdout)
+    assert [t["turn"] for t in doc["turns"]] == [1, 2] and doc["kind"] == "c"
+    assert all(Path(t["file"]).is_file() for t in doc["turns"])
+    assert doc["summary"]["exit_code"] == proc.returncode and doc["skipped_lines"] == 0
+    text = cli("show", str(run_dir)).stdout
+    assert "turn" in text and ("best: none verified" in text or "best: turn" in text) and "ended:" in text
+    bad = cli("show", str(tmp_path))
+    assert bad.returncode == 2 and error_lines(bad)[0].startswith("error: ") and "not a cudaperf run folder" in bad.stderr

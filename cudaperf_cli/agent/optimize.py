@@ -247,7 +247,7 @@ def drive_loop(
                 run_turn,
                 turns=opts.turns,
                 observer=observer,
-                on_record=lambda r: store.append_jsonl("turns.jsonl", r),
+                on_record=lambda r: (store.append_jsonl("turns.jsonl", r), store.write_candidate(r)),
                 target_speedup=opts.target_speedup,
                 patience=opts.patience,
                 ask=ask,

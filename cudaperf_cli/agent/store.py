@@ -16,7 +16,8 @@ PyTorch problem)::
     reference/        C: the reference wrapper source and shared library; outputs/: the
                       reference's outputs written by the baseline job, read by every
                       candidate job of the run
-    candidates/       PyTorch: one folder per candidate (turnT-sampleK: model.py, kernel.cu)
+    candidates/       every candidate as files: C turnT-sampleK.cu; PyTorch one folder per
+                      candidate (turnT-sampleK/: model.py, kernel.cu)
     turns.jsonl       one JSON object per candidate (every sample of every turn): source,
                       model reply, build log, ptxas report, evaluation results, feedback
                       (see TurnRecord in agent/loop.py)
@@ -105,6 +106,23 @@ class RunStore:
             ) from None
         self._lock_file = fh  # released when the process exits
         RunStore.active = self.path
+
+    def write_candidate(self, record: Any) -> Path | None:
+        """Write a finished candidate's source as ``candidates/turnT-sampleK.cu`` (a C
+        candidate: without a GPU it was otherwise only a JSON string in ``turns.jsonl``);
+        a PyTorch candidate's folder ``candidates/turnT-sampleK/`` is its kind's, left as
+        it is.  Returns the file or folder, or None for a record without source."""
+        source = getattr(record, "source", None)
+        if not source:
+            return None
+        folder = self.path / "candidates"
+        stem = f"turn{int(record.turn) + 1}-sample{int(record.sample) + 1}"
+        if (folder / stem).is_dir():
+            return folder / stem
+        folder.mkdir(exist_ok=True)
+        out = folder / f"{stem}.cu"
+        out.write_text(source)
+        return out
 
     def subdir(self, name: str) -> Path:
         d = self.path / name

@@ -312,6 +312,22 @@ def doctor(
     raise typer.Exit(run_doctor(json_out))
 
 
+@app.command()
+def show(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run folder of cudaperf optimize "
+                                   "(cudaperf-runs/<name>-<time>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Show a run folder again: its turns, the best candidate and its file, the result."""
+    from cudaperf_cli.agent.show import show_run
+
+    try:
+        code = show_run(run_dir, json_out)
+    except CudaperfError as err:
+        fail(err)
+    raise typer.Exit(code)
+
+
 app.command(name="score")(score)
 app.add_typer(bench_app, name="bench")
 app.add_typer(data_app, name="data")
