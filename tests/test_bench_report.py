@@ -416,3 +416,9 @@ def test_policy_refusals_are_listed_by_reason() -> None:
     assert f"- 5 x {conv} (0_conv.py, 1_conv.py, 2_conv.py and 2 more)" in md
     assert "- 1 x cannot port torch.argmax (node 'argmax') (51_Argmax.py)" in md
     assert status_cell(probs[0]) == f"refused: {conv}"
+
+
+def test_structure_scores_print_two_decimals() -> None:
+    from cudaperf_cli.bench.report import fmt_score
+
+    assert [fmt_score(v) for v in (1.0, 0.95, 0.9, None, float("nan"))] == ["1.00", "0.95", "0.90", "-", "-"]

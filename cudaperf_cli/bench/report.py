@@ -153,6 +153,14 @@ def fmt_num(v: Any, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
+def fmt_score(v: Any) -> str:
+    """A structure score in [0, 1] with two decimals always (``1.00`` beside ``0.95``, not
+    ``1``)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "-"
+    return f"{v:.2f}"
+
+
 def env_line(env: dict[str, Any]) -> str:
     """One line: GPU, driver, CUDA, nvcc, clocks, CPU."""
     gpu = env.get("gpu") or {}
@@ -236,7 +244,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {pr['id']} | {_cell(status_cell(pr))} | {fmt_x(pr['speedups'].get('kernel'))} | "
             f"{fmt_x(_second(pr))} | {where} | {pr['candidate_count']} | "
-            f"{fmt_num(pr.get('structure_score'), 2)} | {fmt_num(pr.get('eval_s'))} | "
+            f"{fmt_score(pr.get('structure_score'))} | {fmt_num(pr.get('eval_s'))} | "
             f"{fmt_num(pr.get('wall_s'))} |"
         )
     warned = [(pr["id"], w) for pr in report["problems"] for w in pr.get("warnings") or []]
@@ -388,9 +396,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     if c["turn"]:
         geo = [v if v is not None else float("nan") for v in c["geomean_best"]]
         ax2.plot(c["turn"], geo, marker="o", label=f"geomean best so far ({primary})")
-        if any(not math.isnan(v) for v in geo):
-            ax2.set_yscale("log")
-        else:
+        ax2.set_yscale("log")
+        if all(math.isnan(v) for v in geo):  # an empty log axis, not a negative linear one
+            ax2.set_ylim(0.1, 10)
             ax2.text(0.5, 0.6, "no correct candidate", transform=ax2.transAxes, ha="center",
                      fontsize=11)
         ax2.set_xlabel("turn")
@@ -441,7 +449,7 @@ def summary_table(report: dict[str, Any]) -> Any:
             escape(pr["id"]), f"[{style}]{cell}[/]" if style else cell,
             fmt_x(pr["speedups"].get("kernel")), fmt_x(_second(pr)),
             f"{best['turn']}.{best['sample']}" if pr.get("correct") and best else "-",
-            str(pr["candidate_count"]), fmt_num(pr.get("structure_score"), 2), fmt_num(pr.get("wall_s")),
+            str(pr["candidate_count"]), fmt_score(pr.get("structure_score")), fmt_num(pr.get("wall_s")),
         )
     return t
 

@@ -25,6 +25,7 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
         ("reason", {"overflow": "fold", "ratio": 3}),
     ):
         table.add_column(col, **kw)
+    estimated = False
     for k in report.kernels:
         first = True
         for m in k.metrics:
@@ -34,6 +35,7 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
                 sc = m.status
             else:
                 sc = f"{m.score:.2f}" + ("~" if m.status == "estimate" else "")
+                estimated = estimated or m.status == "estimate"
             if m.measured is not None:
                 value += " (m)"
             table.add_row(
@@ -59,6 +61,9 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
             end_section=True,
         )
     con.print(table)
+    if estimated:
+        con.print(Text("~ after a score: an estimate, scored from an upper bound or an assumption "
+                       "(the launch or a size was not known; docs/structural-score.md)", style="dim"))
     for k in report.kernels:
         for n in k.notes:
             con.print(Text(f"{k.name}: {n}", style="dim"))
