@@ -437,3 +437,19 @@ def test_candidates_are_files_and_show_reads_the_run_back(tmp_path):
     assert "turn" in text and ("best: none verified" in text or "best: turn" in text) and "ended:" in text
     bad = cli("show", str(tmp_path))
     assert bad.returncode == 2 and error_lines(bad)[0].startswith("error: ") and "not a cudaperf run folder" in bad.stderr
+
+
+def test_a_model_policy_without_jinja2_fails_before_the_baseline(tmp_path):
+    """`--policy replay` without jinja2 failed only after measuring the CPU baseline; now
+    the model policy's packages are checked first: exit 3, one line, no baseline."""
+    code = ("import sys; sys.modules['jinja2'] = None; sys.argv = ['cudaperf'] + sys.argv[1:]\n"
+            "from cudaperf_cli.cli.main import main; main()")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "optimize", str(EXAMPLES / "matmul.c"), "--policy", "replay", "--replay",
+         str(EXAMPLES / "replies" / "matmul.jsonl"), "-n", "1", "-y", "--run-dir", str(tmp_path / "runs"),
+         "-o", str(tmp_path / "o.cu")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    lines = error_lines(proc)
+    assert lines[0] == "error: the model policies need the jinja2 package, which is not installed", proc.stderr
+    assert not list(tmp_path.glob("runs/*/baseline.json"))

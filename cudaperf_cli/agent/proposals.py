@@ -105,15 +105,27 @@ def check_policy_ready(policy: Any, timeout_s: float = CONNECT_TIMEOUT_S) -> Non
     no tokens are spent.  Other policies: nothing to check here (their packages and model
     folders were checked when they were made).
 
+    A model policy's packages are checked here too (jinja2 for its prompts; openai and
+    the API key for a server), so that a missing one is the first line, not the line after
+    the baseline.
+
     Raises:
         ModelServerError: the server cannot be reached (exit code 3), e.g. connection
             refused, unknown host, no answer within ``timeout_s`` seconds.
+        MissingPackageError: jinja2 or openai is not installed (exit code 3).
+        CudaperfError: no API key where one is needed.
     """
-    chat = getattr(policy, "chat_model", None)
+    from cudaperf_cli.policies.model_policy import ModelPolicy
     from cudaperf_cli.policies.openai_policy import ModelServerError, OpenAIChatModel
 
+    if isinstance(policy, ModelPolicy):  # its prompts need jinja2: say so now, not after the baseline
+        from cudaperf_cli.policies.prompts import _environment
+
+        _environment()
+    chat = getattr(policy, "chat_model", None)
     if not isinstance(chat, OpenAIChatModel):
         return
+    chat.client()  # the openai package and the API key, before any work
     import socket
     from urllib.parse import urlsplit
 
