@@ -43,7 +43,7 @@ SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "NETRC", "KUBECONFIG", "VAULT_", "DA
 #: package index with a token) is a secret whatever its name.
 SECRET_VALUE = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
 #: Names that match :data:`SECRET_WORDS` and are known to hold none (kept).
-NOT_SECRETS = frozenset({"KEYTIMEOUT", "XAUTHORITY_NOT_SET", "TOKENIZERS_PARALLELISM"})
+NOT_SECRETS = frozenset({"KEYTIMEOUT", "TOKENIZERS_PARALLELISM"})
 #: More names to drop, registered at run time (:func:`mark_secret`: the variable a model
 #: policy reads its API key from, ``--api-key-env``).
 _MARKED: set[str] = set()

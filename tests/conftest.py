@@ -7,11 +7,12 @@ itself never initialises CUDA (and stays fork-safe).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -91,3 +92,33 @@ def nvcc_path() -> str:
         return find_nvcc()
     except ToolchainError as exc:
         pytest.skip(str(exc))
+
+
+@contextlib.contextmanager
+def fake_chat_server(body: bytes) -> Iterator[tuple[str, list[bytes]]]:
+    """A local HTTP server that answers every POST with ``body`` (JSON content type):
+    yields ``(base URL ending in /v1, the request bodies received so far)``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", received
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -17,6 +17,7 @@ from cudaperf_cli.agent.loop import TurnRecord
 from cudaperf_cli.agent.store import RunStore
 from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.policies.replay_server import ReplayServer
+from tests.conftest import fake_chat_server
 from tests.test_cli import EXAMPLES, cli, error_lines
 from tests.test_model_policies import BAD, GOOD, fenced, needs_nvcc, write_replay
 
@@ -50,33 +51,13 @@ def test_one_run_folder_one_process(tmp_path):
 @pytest.mark.parametrize("body", [b"not json at all", b"[1, 2, 3]", b"<html>hi</html>",
                                   b'{"id": "x", "object": "chat.completion", "choices": []}'])
 def test_a_malformed_answer_is_a_model_server_error(body):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from cudaperf_cli.policies.openai_policy import ModelServerError, OpenAIChatModel
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    with fake_chat_server(body) as (url, _):
         chat = OpenAIChatModel("m", url, max_retries=0)
         with pytest.raises(ModelServerError) as info:
             chat.complete([{"role": "user", "content": "hi"}])
         assert url in str(info.value) and info.value.exit_code == 3
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_bad_replay_and_config_files_are_one_line(tmp_path):

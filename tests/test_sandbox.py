@@ -9,9 +9,7 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 
 from cudaperf_cli.evaluate.static_guards import check_build_flags, check_candidate_source, check_includes
 from cudaperf_cli.sandbox import C_TOOL_LIMITS, GIB, Limits, is_secret_name, limit_hit, scrubbed_env
+from tests.conftest import fake_chat_server
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = {"OPENAI_API_KEY": "sk-test-123", "AWS_SECRET_ACCESS_KEY": "aws-secret", "HF_TOKEN": "hf_x",
@@ -249,37 +248,15 @@ def test_a_reply_that_includes_a_file_leaks_nothing_to_the_server(tmp_path: Path
                    "int main(void) { return 0; }\n")
     reply = ("```cuda\n#include <cuda_runtime.h>\n#include \"" + str(secret) + "\"\n"
              "extern \"C\" int saxpy_cuda(int n, float a, float *x, float *y) { return 0; }\n```\n")
-    bodies: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            bodies.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            doc = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                   "choices": [{"index": 0, "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": reply}}]}
-            data = json.dumps(doc).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    doc = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+           "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}
+    with fake_chat_server(json.dumps(doc).encode()) as (url, bodies):
         env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
         proc = subprocess.run(
             [sys.executable, "-m", "cudaperf_cli", "optimize", str(src), "--policy", "openai",
              "--model", "m", "--base-url", url, "-n", "2", "-y", "-s", "n=1000", "-o", str(tmp_path / "out.cu"),
              "--run-dir", str(tmp_path / "runs"), "--max-retries", "0"],
             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert len(bodies) == 2, proc.stdout + proc.stderr
     assert all(SECRET_TEXT.encode() not in b for b in bodies)
     assert b"file_access" in bodies[1] and b"absolute path" in bodies[1]
