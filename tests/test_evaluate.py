@@ -1057,6 +1057,11 @@ def _calls(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+def _logged_calls(r: EvalResult) -> list[int]:
+    """The candidate's calls that NAP_COUNT logged to the worker's stderr."""
+    return [int(x) for x in re.findall(r"cudaperf-test-call (\d+)", r.stderr_tail or "")]
+
+
 SMALL_MAIN = [ConfigSpec("small", {"n": 100}, trials=2), ConfigSpec("main", {"n": 5000}, trials=1, time=True)]
 
 
@@ -1162,10 +1167,10 @@ def test_a_call_longer_than_the_budget_is_timed_once(ref_lib: Path, compile_c: C
 
 
 #: A candidate that naps ``NAP_US`` at the main size (n > 1000) and appends its n to the
-#: file in $CAND_COUNT: the calls the evaluation made.
+#: line "cudaperf-test-call <n>" to stderr: the calls the evaluation made (a file would not
+#: do: the worker is confined, the candidate can write no file of the user's).
 NAP_COUNT = _saxpy(
-    "const char *f = getenv(\"CAND_COUNT\");\n"
-    "if (f) { FILE *o = fopen(f, \"a\"); fprintf(o, \"%d\\n\", n); fclose(o); }\n"
+    "fprintf(stderr, \"cudaperf-test-call %d\\n\", n); fflush(stderr);\n"
     "if (n > 1000) usleep(NAP_US);\n" + SAXPY_OK,
     "#include <stdlib.h>\n#include <unistd.h>\n")
 
@@ -1179,35 +1184,33 @@ def test_a_long_verification_call_is_every_first_sample(
 ) -> None:
     """The verification's call at the timed size, when it alone fills max_total_ms, is
     the kernel sample, the call + synchronize and the end-to-end one: one call in all."""
-    cand, count = _nap(compile_c, 120_000), tmp_path / "calls.txt"
+    cand = _nap(compile_c, 120_000)
     ts = TimingSettings(warmup_reps=1, warmup_ms=0.0, min_reps=10, max_reps=100, min_total_ms=1.0,
                         max_total_ms=50.0, e2e_reps=10, sync_reps=10, flush_bytes=1 << 12)
-    r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, cpu_baseline_ms={"main": 1.0}),
-                  CAND_COUNT=str(count))
+    r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, cpu_baseline_ms={"main": 1.0}))
     assert r.status == CORRECT, r.message
-    assert _calls(count) == [100, 100, 5000]  # small's two trials, then main's verification alone
+    assert _logged_calls(r) == [100, 100, 5000]  # small's two trials, then main's verification alone
     t = r.configs[1].timing
     assert t.gpu.n == 1 and t.planned_reps == 1 and t.warmup_reps == 0 and t.gpu.median_ms >= 115
     assert t.sync_call.n == 1 and t.sync_call.median_ms >= t.gpu.median_ms
     assert t.e2e.n == 1 and t.e2e.median_ms >= t.sync_call.median_ms
     assert t.bytes_in == 2 * 5000 * 4 and t.bytes_out == 5000 * 4
     # shorter than the budget: timed as before (its own warm-up and repetitions)
-    count.unlink()
     r = _host_run(_job(ref_lib, _nap(compile_c, 10_000), configs=SMALL_MAIN, timing=ts,
-                       cpu_baseline_ms={"main": 1.0}), CAND_COUNT=str(count))
+                       cpu_baseline_ms={"main": 1.0}))
     assert r.status == CORRECT, r.message
-    assert len(_calls(count)) > 2 + 1 + 3 and r.configs[1].timing.gpu.n >= 2
+    assert len(_logged_calls(r)) > 2 + 1 + 3 and r.configs[1].timing.gpu.n >= 2
 
 
 def test_a_slow_verification_call_needs_no_timing_call(
     ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path
 ) -> None:
-    cand, count = _nap(compile_c, 120_000), tmp_path / "calls.txt"
+    cand = _nap(compile_c, 120_000)
     ts = TimingSettings(max_total_ms=50.0, flush_bytes=1 << 12)
     r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, slow_ms=60.0,
-                       cpu_baseline_ms={"main": 6.0}), CAND_COUNT=str(count))
+                       cpu_baseline_ms={"main": 6.0}))
     assert r.status == SLOW, r.message
-    assert _calls(count) == [100, 100, 5000]
+    assert _logged_calls(r) == [100, 100, 5000]
     t = r.configs[1].timing
     assert t.slow and t.gpu.n == 1 and t.estimate_ms >= 115 and t.e2e is None
     assert re.search(r"stopped timing after 1 call\(s\): ~\d+(\.\d+)? ms > slow limit 60 ms", r.message)
@@ -1219,11 +1222,11 @@ def test_a_call_past_the_slow_stop_is_stopped(
     """PolyBench lu's one-thread candidate ran 132 s a call against a 40 s slow limit: the
     call is stopped at the limit (here its 0.3 s floor), the verdict `timeout`, the
     smaller configuration's verification kept."""
-    cand, count = _nap(compile_c, 20_000_000), tmp_path / "calls.txt"
+    cand = _nap(compile_c, 20_000_000)
     ts = TimingSettings(flush_bytes=1 << 12, slow_stop_floor_ms=300.0)
     t0 = time.monotonic()
     r = _host_run(_job(ref_lib, cand, configs=SMALL_MAIN, timing=ts, slow_ms=50.0,
-                       cpu_baseline_ms={"main": 5.0}), timeout_s=60, CAND_COUNT=str(count))
+                       cpu_baseline_ms={"main": 5.0}), timeout_s=60)
     took = time.monotonic() - t0
     assert r.status == TIMEOUT, r.message
     assert took < 10, took
@@ -1233,7 +1236,7 @@ def test_a_call_past_the_slow_stop_is_stopped(
     small, main = r.configs
     assert small.status == CORRECT and small.trials_run == 2
     assert main.status == TIMEOUT and main.trials_run == 1 and main.timing is None
-    assert _calls(count) == [100, 100, 5000] and r.phase == "done" and r.exit_code == 0
+    assert _logged_calls(r) == [100, 100, 5000] and r.phase == "done" and r.exit_code == 0
     assert not r.verified
     # the floor: a call under it is verified and ends `slow`
     r = _host_run(_job(ref_lib, _nap(compile_c, 100_000), configs=SMALL_MAIN, timing=ts,
@@ -1493,7 +1496,11 @@ def test_candidate_library_is_loaded_only_after_go(
     monkeypatch.delenv("CUDAPERF_GPU_LOCK", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cand = compile_c(CTOR_C + _saxpy(SAXPY_OK), "ctor")
-    marker = tmp_path / "loaded.txt"
+    # In /dev/shm: the candidate's process is confined, and may write there but not here.
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm")
+    marker = Path("/dev/shm") / f"cudaperf-test-loaded-{os.getpid()}-{tmp_path.name}"
+    marker.unlink(missing_ok=True)
     out: dict[str, EvalResult] = {}
     with gpu_lock(0):
         t = threading.Thread(target=lambda: out.setdefault(
@@ -1504,6 +1511,7 @@ def test_candidate_library_is_loaded_only_after_go(
     t.join(60)
     assert out["r"].status == CORRECT, out["r"].message
     assert marker.read_text() == "loaded\n"
+    marker.unlink()
     r = _host_run(_job(ref_lib, cand), CUDAPERF_TEST_CTOR_CRASH="1")
     assert r.status == CRASH and r.signal == "SIGSEGV"
     assert "while loading the candidate library" in r.message, r.message
@@ -1561,3 +1569,37 @@ def test_init_made_inputs_come_from_the_runs_store(
     r = _host_run(_job(lib, bad, configs=SMALL_MAIN, reference_outputs=str(refs), array_roles=base.array_roles,
                        cpu_baseline_ms={"main": 1.0}, **init), **env)
     assert r.status == WRONG, r.message
+
+
+#: A candidate whose host code reads the file named in $CAND_SECRET and writes beside it:
+#: both must fail in the confined worker (the result is correct all the same).
+SNOOP = _saxpy(
+    "const char *p = getenv(\"CAND_SECRET\");\n"
+    "FILE *f = p ? fopen(p, \"r\") : NULL; char buf[64] = {0};\n"
+    "if (f) { fgets(buf, sizeof buf, f); fclose(f); fprintf(stderr, \"SNOOPED:%s\\n\", buf); }\n"
+    "else fprintf(stderr, \"SNOOP-DENIED\\n\");\n"
+    "char w[4096]; snprintf(w, sizeof w, \"%s.planted\", p ? p : \"\");\n"
+    "FILE *o = p ? fopen(w, \"w\") : NULL; if (o) fclose(o);\n" + SAXPY_OK,
+    "#include <stdlib.h>\n")
+
+
+def test_candidate_host_code_cannot_read_or_write_the_users_files(
+    ref_lib: Path, compile_c: Callable[..., Path], tmp_path: Path
+) -> None:
+    from cudaperf_cli.confine import landlock_abi
+
+    if landlock_abi() == 0:
+        pytest.skip("this kernel has no Landlock")
+    secret = tmp_path / "secret.env"
+    secret.write_text("OPENAI_API_KEY=sk-not-for-the-model\n")
+    (tmp_path / "build").mkdir()  # the candidate's own folder, which it may read
+    cand = compile_c(SNOOP, "snoop").rename(tmp_path / "build" / "snoop.so")
+    r = _host_run(_job(ref_lib, cand), CAND_SECRET=str(secret))
+    assert r.status == CORRECT, r.message
+    assert "sk-not-for-the-model" not in (r.stderr_tail or "") and "SNOOP-DENIED" in r.stderr_tail
+    assert not Path(str(secret) + ".planted").exists()
+    assert r.details["confinement"]["applied"] is True
+    # the same candidate unconfined reads it: the check above can fail
+    r = _host_run(_job(ref_lib, cand), CAND_SECRET=str(secret), CUDAPERF_NO_CONFINE="1")
+    assert "SNOOPED:OPENAI_API_KEY=sk-not-for-the-model" in r.stderr_tail
+    assert r.details["confinement"]["applied"] is False

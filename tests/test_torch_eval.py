@@ -1102,3 +1102,24 @@ def test_float64_check_is_planned_with_the_reference_alone(monkeypatch: pytest.M
     assert small._fp64_fits(torch.nn.Identity(), [x], x, "default")
     unknown = worker(int(4.3 * GB), int(4.3 * GB), None)
     assert unknown._fp64_fits(torch.nn.Identity(), [x], x, "default")
+
+
+def test_host_candidate_cannot_read_the_users_files(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate that reads a file at import and raises its text (which would go back to
+    the model as feedback) gets a PermissionError in the confined worker."""
+    from cudaperf_cli.confine import landlock_abi
+
+    if landlock_abi() == 0:
+        pytest.skip("this kernel has no Landlock")
+    secret = tmp_path / "netrc"
+    secret.write_text("machine api login me password sk-not-for-the-model\n")
+    extra = f"raise RuntimeError(open({str(secret)!r}).read())\n"
+    job = _host_job(tmp_path, small_problem, build_root, CORRECT_FWD, extra=extra)
+    r = _run_host(job, monkeypatch)
+    assert "sk-not-for-the-model" not in json.dumps(r.to_json())
+    assert "PermissionError" in r.message, r.message
+    monkeypatch.setenv("CUDAPERF_NO_CONFINE", "1")  # unconfined it leaks: the check can fail
+    r = _run_host(_host_job(tmp_path, small_problem, build_root, CORRECT_FWD, extra=extra), monkeypatch)
+    assert "sk-not-for-the-model" in r.message

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import getpass
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -589,11 +591,13 @@ def run_child(
     fd_err, err_path = tempfile.mkstemp(prefix="cudaperf-stderr-", suffix=".log")
     os.close(fd_state)
     os.close(fd_err)
+    scratch = tempfile.mkdtemp(prefix="cudaperf-child-")
     try:
         data = b"" if job_doc is None else (json.dumps(job_doc) + "\n").encode()
         run = _run_process(
             [sys.executable, "-m", module, *args], data, keep_stdin_open=job_doc is not None,
-            gpu=gpu, timeout_s=timeout_s, prepare_timeout_s=prepare_timeout_s, env=env,
+            gpu=gpu, timeout_s=timeout_s, prepare_timeout_s=prepare_timeout_s,
+            env={**scratch_env(scratch), **(env or {})},
             state_path=state_path, err_path=err_path,
             host_memory_limit_bytes=host_memory_limit_bytes, hold=hold, started=started,
         )
@@ -604,6 +608,23 @@ def run_child(
         for p in (state_path, err_path):
             with contextlib.suppress(OSError):
                 os.unlink(p)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def scratch_env(scratch: str) -> dict[str, str]:
+    """The environment that gives a child its private scratch folder: ``TMPDIR`` (Python's
+    tempfile, nvcc's intermediate files: removed with the folder when the child ends, even
+    when it was killed mid-compile), with the caches that default to the temporary folder
+    kept where they were (``TORCHINDUCTOR_CACHE_DIR``: ``<tmp>/torchinductor_<user>``,
+    PyTorch's default)."""
+    env = {"TMPDIR": scratch}
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = str(os.getuid())
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    return env
 
 
 class PendingChild:

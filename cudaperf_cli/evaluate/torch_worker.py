@@ -20,7 +20,9 @@ helpers here (:func:`analyze_profile`, :func:`profile_verdict`,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import getpass
 import importlib.util
 import inspect
 import json
@@ -28,6 +30,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -82,6 +85,7 @@ from cudaperf_cli.evaluate.torch_job import (
     torch_tolerance,
     trial_seed,
 )
+from cudaperf_cli.confine import Confinement, confine_candidate
 from cudaperf_cli.evaluate.child import State, flush_c_stdio, read_job, result_channel
 from cudaperf_cli.evaluate.worker import _run_hook
 
@@ -1175,10 +1179,16 @@ class TorchWorker:
     """Runs one :class:`TorchEvalJob`; :meth:`run` returns the :class:`TorchEvalResult`."""
 
     def __init__(self, job: TorchEvalJob, state: State, emit: Callable[[Any], None] | None = None,
-                 after_gate: Callable[[], None] | None = None):
+                 after_gate: Callable[[], None] | None = None,
+                 confine: Callable[[list[str], list[str]], Confinement] | None = None):
+        """``confine``: called with (paths to read, paths to write) just before the
+        candidate is imported (the worker process passes
+        :func:`~cudaperf_cli.confine.confine_candidate`); None: not confined."""
         self.job = job
         self.state = state
         self.after_gate = after_gate or (lambda: None)
+        self.confine = confine
+        self.confinement: Confinement | None = None
         #: writes a line on the result channel (the GPU gate's ``ready``)
         self.emit = emit or (lambda doc: None)
         self.prepare_s: float | None = None
@@ -1240,6 +1250,8 @@ class TorchWorker:
                 peak = None
         if self.compile_peak is not None:
             details["compile_peak_gpu_bytes"] = self.compile_peak
+        if self.confinement is not None:
+            details["confinement"] = self.confinement.to_json()
         return TorchEvalResult(
             status=status,
             message=message,
@@ -1300,6 +1312,8 @@ class TorchWorker:
         if job.mode == "baseline":
             return self._baseline(default_mod)
 
+        if self.confine is not None:  # from here on this process runs candidate code
+            self.confinement = self.confine(*candidate_paths(job, build=False, compiles=compiles))
         self.state.set("import_candidate")
         self.state.mark_candidate()
         name = Path(job.module_path).name
@@ -2306,8 +2320,33 @@ def _at(config: str | None, trial: int | None) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def build_candidate_module(job: TorchEvalJob, state: State) -> dict[str, Any]:
-    """``--build``: import the candidate (a load_inline build runs now) and report."""
+def candidate_paths(job: TorchEvalJob, *, build: bool, compiles: bool = False) -> tuple[list[str], list[str]]:
+    """What a confined worker reads and writes once the candidate's code runs (the
+    system, Python and toolkit folders come from :func:`~cudaperf_cli.confine.confine_candidate`):
+    (read: the candidate's files and folder, the problem's file, the build cache of the
+    fast format; write: the candidate's extension folder, and with ``build`` the build
+    cache, with ``compiles`` the torch.compile caches).  The folders to write are made
+    here (a rule needs an existing path)."""
+    read = [*job.candidate, str(Path(job.module_path).resolve().parent), job.problem]
+    write = [str(job.extensions_dir())]
+    root = str(job.build_root_path())
+    (write if build else read).append(root)
+    if compiles:
+        write.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+                     or os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+        write.append(os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton"))
+    for w in write:
+        with contextlib.suppress(OSError):
+            os.makedirs(w, exist_ok=True)
+    return read, write
+
+
+def build_candidate_module(job: TorchEvalJob, state: State,
+                           confine: Callable[[list[str], list[str]], Confinement] | None = None
+                           ) -> dict[str, Any]:
+    """``--build``: import the candidate (a load_inline build runs now) and report;
+    ``confine`` as :class:`TorchWorker`'s, before the import."""
+    confinement = confine(*candidate_paths(job, build=True)) if confine is not None else None
     state.set("build")
     state.mark_candidate()
     t0 = time.monotonic()
@@ -2320,14 +2359,19 @@ def build_candidate_module(job: TorchEvalJob, state: State) -> dict[str, Any]:
         status, message, errors = classify_import_error(exc, name)
         return {"status": status, "message": message, "errors": errors,
                 "seconds": time.monotonic() - t0, "cached": False,
-                "error": _exc_error(exc, "import")}
+                "error": _exc_error(exc, "import"),
+                "confinement": confinement.to_json() if confinement else None}
     return {"status": "ok", "message": "", "errors": "", "seconds": time.monotonic() - t0,
-            "cached": cached}
+            "cached": cached, "confinement": confinement.to_json() if confinement else None}
 
 
 # ---------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------
+
+
+def _confine(read: list[str], write: list[str]) -> Confinement:
+    return confine_candidate(read=read, write=write)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -2351,14 +2395,14 @@ def main(argv: list[str] | None = None) -> int:
     result: Any
     try:
         if args.build:
-            result = build_candidate_module(job, state)
+            result = build_candidate_module(job, state, confine=_confine)
         else:
             def run_hook() -> None:  # test hooks run once the worker holds the GPU
                 if hook and _run_hook(hook, channel.fd, state):
                     flush_c_stdio()
                     os._exit(0)
 
-            result = TorchWorker(job, state, emit=channel, after_gate=run_hook).run()
+            result = TorchWorker(job, state, emit=channel, after_gate=run_hook, confine=_confine).run()
     except BaseException as exc:  # noqa: BLE001 - report, never die silently
         result = TorchEvalResult(
             status=CRASH,

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from cudaperf_cli.confine import Confinement, confine_candidate
 from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam
 from cudaperf_cli.evaluate.backend import (
     Allocation,
@@ -415,16 +416,22 @@ class Worker:
             slow stop (:meth:`_stop_ms`) and ends the process; it is called from a timer
             thread while the candidate's call still runs, and must not return.  None (an
             in-process worker): calls are never stopped.
+        confine: called with the paths the process must still read, just before the
+            candidate's library is loaded (the worker process passes
+            :func:`~cudaperf_cli.confine.confine_candidate`); None: not confined (an
+            in-process worker in tests).
     """
 
     def __init__(self, job: EvalJob, state: State, backend_kind: str = "cuda",
                  gate: Callable[[], float] | None = None,
-                 stop: Callable[[EvalResult], None] | None = None):
+                 stop: Callable[[EvalResult], None] | None = None,
+                 confine: Callable[[list[str]], Confinement] | None = None):
         self.job = job
         self.state = state
         self.backend_kind = backend_kind
         self.gate = gate or (lambda: 0.0)
         self.stop = stop
+        self.confine = confine
         self.results: list[ConfigResult] = []  #: configurations verified so far
         self.cand_calls = 0  #: calls of the candidate so far
         self.params = job.parsed_params()
@@ -446,6 +453,7 @@ class Worker:
         #: classification run, reused as that trial's data and output.
         self.classified: tuple[int, HostData, dict[str, np.ndarray], float] | None = None
         self.preps: list[ConfigPrep] = []
+        self.confinement: Confinement | None = None  #: set when candidate code is loaded
 
     # -- entry -------------------------------------------------------------------------
 
@@ -469,6 +477,9 @@ class Worker:
             return self._reference_only_result()
         self.prepare_s = time.monotonic() - self.t0
         self.gate()
+        # From here on this process runs candidate code: no file of the user's, no TCP.
+        if self.confine is not None:
+            self.confinement = self.confine(self._candidate_reads())
         # The candidate's library only now: its static constructors are candidate code.
         self.state.set("load_candidate")
         try:
@@ -552,6 +563,7 @@ class Worker:
             tolerances=tolerances_used([p.dtype for p in self.arrays], self.job.tolerances),
             warnings=self.warnings,
             details={"phase_s": self.state.phase_seconds(),
+                     **({"confinement": self.confinement.to_json()} if self.confinement else {}),
                      **({"inputs_from_store": self.inputs_from_store} if self.inputs_from_store else {})},
             summary=summarize_result(configs, self.job.baseline_label),
         )
@@ -595,6 +607,14 @@ class Worker:
             ifn.restype = None
             ifn.argtypes = None  # built per call (scalar outputs go by pointer)
             self.init_fn = ifn
+
+    def _candidate_reads(self) -> list[str]:
+        """What this process reads once candidate code runs: the candidate's folder and the
+        stored reference outputs (loaded lazily, when compared)."""
+        job = self.job
+        assert job.cand_lib is not None
+        return [str(Path(job.cand_lib).resolve().parent),
+                *([str(Path(job.reference_outputs).resolve())] if job.reference_outputs else [])]
 
     def _load_candidate(self) -> None:
         job = self.job
@@ -1561,7 +1581,8 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(0)
 
     try:
-        result = Worker(job, state, backend_kind, gate=gate, stop=stop).run()
+        result = Worker(job, state, backend_kind, gate=gate, stop=stop,
+                        confine=lambda paths: confine_candidate(read=paths)).run()
     except Exception as exc:  # noqa: BLE001 - report, never die silently
         result = EvalResult(
             status=CRASH,
