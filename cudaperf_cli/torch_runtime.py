@@ -552,7 +552,9 @@ def compile_cuda(
 
     Raises:
         CudaCompileError: nvcc failed (``status="compile_error"``, nvcc's error text with
-            ``candidate.cu`` renamed to ``filename``) or timed out (``"compile_timeout"``).
+            ``candidate.cu`` renamed to ``filename``), timed out (``"compile_timeout"``), or
+            the source was refused (``"guard_rejected"``: a file read by the compiler, or host
+            code that calls what a launcher may not, ``build/host_code.py``).
         ToolchainError: nvcc is missing.
     """
     root = Path(build_root) if build_root is not None else default_build_root()
@@ -565,6 +567,8 @@ def compile_cuda(
     log = res.log.replace(SOURCE_NAME, filename)
     if res.status == "compile_timeout":
         msg = f"nvcc did not finish compiling {filename} within {timeout_s:g} s and was killed"
+    elif res.status == "guard_rejected":
+        msg = f"{filename} was refused before it was linked:\n{errors}"
     else:
         msg = f"nvcc failed to compile {filename}:\n{errors}"
     raise CudaCompileError(msg, status=res.status, errors=errors, log=log, build=res)

@@ -151,7 +151,7 @@ def test_parse_multi_arch_real_output() -> None:
         1,
     )
     smem90 = _by(res, "_Z11smem_kernelPKdPdi", "sm_90")
-    assert (smem90.registers, smem90.shared_bytes, smem90.constant_bytes) == (12, 2048, 0)
+    assert (smem90.registers, smem90.shared_bytes, smem90.constant_bytes) == (12, 2048, None)
     loc = _by(res, "_Z12local_kernelPdii", "sm_80")
     assert loc.stack_frame_bytes == 512 and loc.cumulative_stack_bytes == 512
     assert loc.spill_store_bytes == 0 and not loc.spills
@@ -255,9 +255,10 @@ def test_build_ok_and_cache_hit(nvcc_path: str, tmp_path: Path) -> None:
     assert (r1.build_dir / "build.json").is_file() and (r1.build_dir / "build.log").is_file()
     assert r1.arch == "sm_90"
     assert r1.command[1:] == [
-        "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v",
-        "-lineinfo", "-o", "candidate.so", "candidate.cu",
+        "-O3", "-arch=sm_90", "-c", "-Xcompiler", "-fPIC", "-Xptxas", "-v",
+        "-lineinfo", "-o", "candidate.o", "candidate.cu",
     ]
+    assert not (r1.build_dir / "candidate.o").exists()  # linked: the library is kept
     assert {k.name for k in r1.resources} >= {"plain", "_Z11smem_kernelPKdPdi"}
     assert r1.errors == ""
 
@@ -403,3 +404,72 @@ def test_build_dir_is_content_addressed(nvcc_path: str, tmp_path: Path) -> None:
     assert os.path.basename(str(build_candidate(ENTRY, cache_root=tmp_path).build_dir)) == (
         nvcc_mod.cache_key(ENTRY, "sm_90", [], v)
     )
+
+
+#: Host code that a launcher does not need, each in a candidate that otherwise builds: the
+#: (symbol as reported, kind) the host-code check must name.
+HOST_CHEATS = [
+    ('#include <dlfcn.h>\n', 'void *p = dlsym(RTLD_DEFAULT, "PyRun_SimpleString"); (void)p;', "dlsym", "run-time symbol lookup"),
+    ('extern "C" int PyRun_SimpleString(const char *);\n', 'PyRun_SimpleString("import os");', "PyRun_SimpleString", "the Python C API"),
+    ('#include <pthread.h>\nstatic void *later(void *a) { return a; }\n', 'pthread_t t; pthread_create(&t, 0, later, 0);', "pthread_create", "a thread"),
+    ('#include <thread>\n', 'std::thread t([] {}); t.detach();', "std::thread", "a thread"),
+    ('#include <stdio.h>\n', 'FILE *f = fopen("/tmp/ref.npy", "r"); if (f) fclose(f);', "fopen", "file access"),
+    ('#include <fstream>\n', 'std::ifstream f("/tmp/ref.npy");', "basic_ifstream", "file access"),
+    ('#include <stdlib.h>\n', 'system("true");', "system", "a process"),
+    ('#include <sys/mman.h>\n', 'mprotect((void *)0, 0, 0);', "mprotect", "memory mappings or a raw system call"),
+    ('#include <signal.h>\n#include <unistd.h>\n', 'kill(getppid(), 9);', "kill", "signals"),
+    ('', 'long r; asm volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory");', "syscall", "a raw system call"),
+]
+
+
+@pytest.mark.parametrize("prelude, body, symbol, kind", HOST_CHEATS, ids=[c[2] for c in HOST_CHEATS])
+def test_host_code_that_reaches_past_the_launch_is_refused(
+    nvcc_path: str, tmp_path: Path, prelude: str, body: str, symbol: str, kind: str
+) -> None:
+    src = (prelude + "__global__ void k(float *x) { x[0] = 1.0f; }\n"
+           'extern "C" int saxpy_cuda(int n, float a, float *x, float *y) {\n  ' + body
+           + "\n  k<<<1, 1>>>(y);\n  return (int)cudaGetLastError();\n}\n")
+    r = build_candidate(src, cache_root=tmp_path / "cache")
+    assert r.status == "guard_rejected" and not r.ok and r.lib_path is None, (r.status, r.errors)
+    assert symbol in r.errors and f"({kind})" in r.errors, r.errors
+    assert r.errors.startswith("candidate.cu: error: the host code uses")
+    again = build_candidate(src, cache_root=tmp_path / "cache")  # deterministic: cached
+    assert again.cached and again.status == "guard_rejected"
+
+
+def test_an_honest_launcher_passes_the_host_code_check(nvcc_path: str, tmp_path: Path) -> None:
+    """printf, malloc, streams, events, cudaMalloc, std::vector and iostream are fine."""
+    src = ("#include <cstdio>\n#include <cstdlib>\n#include <vector>\n#include <iostream>\n"
+           "__global__ void k(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n"
+           'extern "C" int saxpy_cuda(int n, float a, float *x, float *y) {\n'
+           "  std::vector<int> v(4); float *tmp = nullptr; cudaMalloc(&tmp, 16); cudaFree(tmp);\n"
+           "  cudaStream_t s; cudaStreamCreate(&s); cudaStreamDestroy(s);\n"
+           "  void *h = malloc(8); free(h); if (n < 0) { printf(\"n=%d\\n\", n); std::cerr << n; }\n"
+           "  k<<<(n + 255) / 256, 256>>>(y, n);\n  return (int)cudaGetLastError();\n}\n")
+    r = build_candidate(src, cache_root=tmp_path / "cache")
+    assert r.ok and r.status == "ok", r.errors
+
+
+def test_ptxas_reserved_shared_memory_unknown_fields_and_the_target_arch() -> None:
+    """``2080+16 bytes smem`` is 2096 bytes (was read as 16); fields ptxas did not print
+    are unknown (None), not 0; with two architectures the target's entry is the one used."""
+    from cudaperf_cli.build import for_arch
+    from cudaperf_cli.structure.score import match_resources
+
+    log = (
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'\n"
+        "ptxas info    : Function properties for _Z1kPf\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, 2080+16 bytes smem, 360 bytes cmem[0]\n"
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'\n"
+        "ptxas info    : Function properties for _Z1kPf\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 32 registers, 2080+16 bytes smem\n"
+    )
+    sm80, sm90 = parse_ptxas_report(log, demangle_names=False)
+    assert sm80.shared_bytes == sm90.shared_bytes == 2096
+    assert sm80.constant_bytes == 360 and sm90.constant_bytes is None
+    assert sm90.cumulative_stack_bytes is None
+    assert for_arch([sm80, sm90], "sm_90") == [sm90] and for_arch([sm80, sm90], "sm_75") == [sm80, sm90]
+    res, _ = match_resources([sm80, sm90], "k", "sm_90")
+    assert res is sm90 and res.spills  # not sm_80's 40 registers without spills

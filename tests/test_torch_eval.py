@@ -1123,3 +1123,25 @@ def test_host_candidate_cannot_read_the_users_files(
     monkeypatch.setenv("CUDAPERF_NO_CONFINE", "1")  # unconfined it leaks: the check can fail
     r = _run_host(_host_job(tmp_path, small_problem, build_root, CORRECT_FWD, extra=extra), monkeypatch)
     assert "sk-not-for-the-model" in r.message
+
+
+def test_fast_format_host_code_that_starts_a_thread_is_refused(tmp_path: Path, build_root: Path,
+                                                                nvcc_path: str) -> None:
+    """The fast format's launchers go through the same host-code check as a C candidate
+    (build/host_code.py): a launcher that starts a thread is refused before it is linked."""
+    src = DATA / "torch_cands" / "fast_ok"
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "model.py").write_text((src / "model.py").read_text())
+    cu = (src / "kernel.cu").read_text().replace(
+        "#include <cstdint>\n", "#include <cstdint>\n#include <thread>\n").replace(
+        "    if (n > 0)\n", "    std::thread([] {}).detach();\n    if (n > 0)\n")
+    (d / "kernel.cu").write_text(cu)
+    r = run_torch_evaluation(
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(d / "model.py"), str(d / "kernel.cu")],
+                     build_root=str(build_root), arch="sm_90", static_guards=False),
+        timeout_s=120,
+    )
+    assert r.status == GUARD_REJECTED, (r.status, r.message)
+    assert "kernel.cu was refused before it was linked" in r.message
+    assert "std::thread" in r.message and "(a thread)" in r.message

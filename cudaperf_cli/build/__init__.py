@@ -19,7 +19,7 @@ from cudaperf_cli.build.nvcc import (
     nvcc_command,
     nvcc_version,
 )
-from cudaperf_cli.build.ptxas import KernelResources, demangle, parse_ptxas_report
+from cudaperf_cli.build.ptxas import KernelResources, demangle, for_arch, parse_ptxas_report
 
 __all__ = [
     "BuildResult",
@@ -28,6 +28,7 @@ __all__ = [
     "cache_key",
     "default_cache_root",
     "demangle",
+    "for_arch",
     "detect_arch",
     "extract_errors",
     "extract_warnings",

@@ -14,6 +14,7 @@ half-written directory never looks like a cache hit.  Timed-out builds are not c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -27,15 +28,17 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cudaperf_cli.build.host_code import check_host_object
 from cudaperf_cli.build.ptxas import KernelResources, parse_ptxas_report
 from cudaperf_cli.core import ToolchainError, kill_process_group, to_jsonable
 from cudaperf_cli.evaluate.static_guards import check_includes
 from cudaperf_cli.sandbox import NVCC_LIMITS, limit_hit, scrubbed_env
 
 #: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
-BUILD_REVISION = 1
+BUILD_REVISION = 2  # 2: compile, check the host code (host_code.py), link
 
 SOURCE_NAME = "candidate.cu"
+OBJ_NAME = "candidate.o"
 LIB_NAME = "candidate.so"
 
 #: Limits of :attr:`BuildResult.errors` (the text fed back to the model).
@@ -51,7 +54,8 @@ class BuildResult:
         ok: the library was built.
         status: ``"ok"``, ``"compile_error"``, ``"compile_timeout"`` or ``"guard_rejected"``
             (the source makes the compiler read a file outside the toolkit and the include
-            path: ``static_guards.check_includes``; nvcc did not run).
+            path: ``static_guards.check_includes``, nvcc did not run; or the compiled host
+            code calls what a launcher may not: ``host_code.check_host_object``, not linked).
         lib_path: the built ``candidate.so`` (None unless ``ok``).
         log: nvcc's full output (stdout then stderr), temporary paths replaced.
         errors: the error lines with their context, verbatim, trimmed to about
@@ -344,12 +348,13 @@ def _clean_paths(text: str, tmpdir: str) -> str:
 
 
 def nvcc_command(nvcc: str, arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
-    """The nvcc command line for a candidate (run inside its build directory)."""
+    """The nvcc command that compiles a candidate into its object (run inside its build
+    directory); :func:`link_command` then makes the library."""
     return [
         nvcc,
         "-O3",
         f"-arch={arch}",
-        "-shared",
+        "-c",
         "-Xcompiler",
         "-fPIC",
         "-Xptxas",
@@ -357,9 +362,55 @@ def nvcc_command(nvcc: str, arch: str, extra_flags: Sequence[str] = ()) -> list[
         "-lineinfo",
         *extra_flags,
         "-o",
-        LIB_NAME,
+        OBJ_NAME,
         SOURCE_NAME,
     ]
+
+
+def link_command(nvcc: str, arch: str) -> list[str]:
+    """The nvcc command that links the checked object into ``candidate.so`` (the CUDA
+    runtime, statically, as a one-step ``nvcc -shared`` build does)."""
+    return [nvcc, f"-arch={arch}", "-shared", "-o", LIB_NAME, OBJ_NAME]
+
+
+def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | None, str, bool, float]:
+    """Run one nvcc command in ``cwd`` under :data:`NVCC_LIMITS` with a scrubbed
+    environment, its process group killed after ``timeout_s``: (returncode, stdout +
+    stderr, timed out, seconds).
+
+    Raises:
+        ToolchainError: nvcc cannot be started.
+    """
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=scrubbed_env(),  # model-written code: no API keys where it is compiled
+            preexec_fn=NVCC_LIMITS.preexec(),
+        )
+    except OSError as exc:
+        raise ToolchainError(f"cannot run nvcc ({cmd[0]}): {exc}") from None
+    timed_out = False
+    try:
+        out_b, err_b = proc.communicate(timeout=max(timeout_s, 1.0))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_process_group(proc)
+        try:
+            out_b, err_b = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out_b, err_b = b"", b""
+    except BaseException:
+        kill_process_group(proc)
+        proc.wait()
+        raise
+    return (proc.returncode, out_b.decode(errors="replace") + err_b.decode(errors="replace"),
+            timed_out, time.monotonic() - t0)
 
 
 def cache_key(source: str, arch: str, extra_flags: Sequence[str], version: str) -> str:
@@ -404,9 +455,12 @@ def build_candidate(
 ) -> BuildResult:
     """Compile ``source`` into ``candidate.so`` (or return the cached result).
 
-    Runs ``nvcc -O3 -arch=<arch> -shared -Xcompiler -fPIC -Xptxas -v -lineinfo
-    <extra_flags> -o candidate.so candidate.cu`` in the candidate's build directory, killing
-    nvcc and its children after ``timeout_s`` seconds.
+    Runs ``nvcc -O3 -arch=<arch> -c -Xcompiler -fPIC -Xptxas -v -lineinfo <extra_flags>
+    -o candidate.o candidate.cu`` in the candidate's build directory, checks the object's
+    host code (:func:`~cudaperf_cli.build.host_code.check_host_object`: no Python C API, no
+    dlsym, threads, processes, files, sockets, raw system calls; status ``guard_rejected``
+    otherwise), then links it: ``nvcc -arch=<arch> -shared -o candidate.so candidate.o``.
+    nvcc and its children are killed after ``timeout_s`` seconds in all.
 
     Args:
         source: the CUDA source text.
@@ -446,36 +500,22 @@ def build_candidate(
     (tmp / SOURCE_NAME).write_text(source)
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tmpdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=scrubbed_env(),  # model-written code: no API keys where it is compiled
-            preexec_fn=NVCC_LIMITS.preexec(),
-        )
-    except OSError as exc:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        raise ToolchainError(f"cannot run nvcc ({nvcc_path}): {exc}") from None
-    timed_out = False
-    try:
-        out_b, err_b = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_process_group(proc)
-        try:
-            out_b, err_b = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            out_b, err_b = b"", b""
+        code, log, timed_out, _ = _run_tool(cmd, tmpdir, timeout_s)
+        status, errors, notes = "ok", "", []
+        if not timed_out and code == 0 and (tmp / OBJ_NAME).is_file():
+            # The host code, before the CUDA runtime is linked in (it uses dlopen itself).
+            refused, note = check_host_object(tmp / OBJ_NAME)
+            notes += [note] if note else []
+            if refused:
+                status, errors = "guard_rejected", "\n".join(dict.fromkeys(str(v) for v in refused))
+            else:
+                left = timeout_s - (time.monotonic() - t0)
+                code, link_log, timed_out, _ = _run_tool(link_command(nvcc_path, arch), tmpdir, left)
+                log += link_log
     except BaseException:
-        kill_process_group(proc)
-        proc.wait()
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise
     seconds = time.monotonic() - t0
-    log = out_b.decode(errors="replace") + err_b.decode(errors="replace")
     log = _clean_paths(log, tmpdir)
 
     if timed_out:
@@ -496,19 +536,21 @@ def build_candidate(
             key=key,
         )
 
-    ok = proc.returncode == 0 and (tmp / LIB_NAME).is_file()
-    errors = ""
-    if not ok:
+    ok = status == "ok" and code == 0 and (tmp / LIB_NAME).is_file()
+    if status == "ok" and not ok:
+        status = "compile_error"
         errors = extract_errors(log)
-        hit = limit_hit(proc.returncode, log, NVCC_LIMITS)
+        hit = limit_hit(code, log, NVCC_LIMITS)
         if hit:
             errors = (f"nvcc ran into {hit} ({NVCC_LIMITS.describe()})"
                       + (f"\n{errors}" if errors else ""))
         if not errors:
-            errors = f"nvcc exited with status {proc.returncode} and printed nothing"
+            errors = f"nvcc exited with status {code} and printed nothing"
+    if status == "guard_rejected":
+        log += "\n" + errors
     result = BuildResult(
         ok=ok,
-        status="ok" if ok else "compile_error",
+        status=status,
         lib_path=None,
         log=log,
         errors=errors,
@@ -519,8 +561,10 @@ def build_candidate(
         arch=arch,
         build_dir=None,
         key=key,
-        warnings=extract_warnings(log),
+        warnings="\n".join([*notes, extract_warnings(log)]).strip(),
     )
+    with contextlib.suppress(OSError):
+        (tmp / OBJ_NAME).unlink()  # linked (or refused): the library is what is kept
     (tmp / "build.log").write_text(log)
     (tmp / "build.json").write_text(json.dumps(result.to_json(), indent=1))
     try:
@@ -547,6 +591,7 @@ __all__ = [
     "extract_errors",
     "extract_warnings",
     "find_nvcc",
+    "link_command",
     "nvcc_command",
     "nvcc_version",
 ]

@@ -35,15 +35,17 @@ class KernelResources:
         demangled: the demangled C++ signature (via ``cu++filt``/``c++filt``), else ``name``.
         arch: the SASS target, e.g. ``"sm_90"``.
         registers: registers per thread.
-        shared_bytes: static shared memory per block, bytes (``smem``).
+        shared_bytes: static shared memory per block, bytes: ``N bytes smem``, or for
+            ``N+R bytes smem`` the sum (the kernel's own N plus R bytes ptxas reserves for the
+            system, e.g. on sm_90; both count against the SM's shared memory).
         stack_frame_bytes: per-thread stack frame, bytes (local memory for arrays/spills).
         spill_store_bytes: bytes of register spill stores (per thread).
         spill_load_bytes: bytes of register spill loads (per thread).
-        constant_bytes: ``cmem[0]`` (kernel parameters and constants) in bytes; 0 when ptxas
-            does not report it (nvcc 13 for sm_90+ does not).
+        constant_bytes: ``cmem[0]`` (kernel parameters and constants) in bytes; None when
+            ptxas does not report it (nvcc 13 for sm_90+ does not).
         barriers: named barriers used (``used 1 barriers``), ``None`` when not reported.
         cumulative_stack_bytes: ``N bytes cumulative stack size`` (stack including callees),
-            0 when not reported.
+            None when not reported.
     """
 
     name: str
@@ -54,9 +56,9 @@ class KernelResources:
     stack_frame_bytes: int = 0
     spill_store_bytes: int = 0
     spill_load_bytes: int = 0
-    constant_bytes: int = 0
+    constant_bytes: int | None = None
     barriers: int | None = None
-    cumulative_stack_bytes: int = 0
+    cumulative_stack_bytes: int | None = None
 
     @property
     def spills(self) -> bool:
@@ -76,7 +78,7 @@ _FRAME = re.compile(
 )
 _USED = re.compile(r"ptxas\s+info\s*:\s*Used (\d+) registers(.*)$")
 _BARRIERS = re.compile(r"used (\d+) barriers")
-_SMEM = re.compile(r"(\d+) bytes smem")
+_SMEM = re.compile(r"(\d+)(?:\+(\d+))? bytes smem")
 _CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
 _CUMSTACK = re.compile(r"(\d+) bytes cumulative stack size")
 
@@ -122,7 +124,7 @@ def parse_ptxas_report(text: str, *, demangle_names: bool = True) -> list[Kernel
             if b := _BARRIERS.search(rest):
                 current["barriers"] = int(b.group(1))
             if s := _SMEM.search(rest):
-                current["shared_bytes"] = int(s.group(1))
+                current["shared_bytes"] = int(s.group(1)) + int(s.group(2) or 0)
             if c := _CMEM0.search(rest):
                 current["constant_bytes"] = int(c.group(1))
             if k := _CUMSTACK.search(rest):
@@ -132,6 +134,17 @@ def parse_ptxas_report(text: str, *, demangle_names: bool = True) -> list[Kernel
     names = [r["name"] for r in records]
     pretty = demangle(names) if demangle_names else {}
     return [KernelResources(demangled=pretty.get(r["name"], r["name"]), **r) for r in records]
+
+
+def for_arch(resources: Iterable[KernelResources], arch: str | None) -> list[KernelResources]:
+    """The entries compiled for ``arch`` (``"sm_90"``), or all of them when none is (or
+    ``arch`` is None): with ``-gencode`` for two architectures, figures of the one that runs."""
+    entries = list(resources)
+    if arch:
+        mine = [r for r in entries if getattr(r, "arch", None) == arch]
+        if mine:
+            return mine
+    return entries
 
 
 def _demangler() -> str | None:
@@ -177,4 +190,4 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
     return identity
 
 
-__all__ = ["KernelResources", "demangle", "parse_ptxas_report"]
+__all__ = ["KernelResources", "demangle", "for_arch", "parse_ptxas_report"]

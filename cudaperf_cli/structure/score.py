@@ -191,12 +191,17 @@ def _demangle_simple(mangled: str) -> str:
     return s[i : i + n]
 
 
-def match_resources(resources: Sequence[Any] | None, kernel: str) -> tuple[Any | None, str]:
-    """The ptxas entry of ``kernel`` (several template instantiations: the one with the
-    most registers) and a note."""
+def match_resources(resources: Sequence[Any] | None, kernel: str,
+                    arch: str | None = None) -> tuple[Any | None, str]:
+    """The ptxas entry of ``kernel`` for ``arch`` (entries of other architectures only when
+    none is for ``arch``; several template instantiations: the one with the most
+    registers) and a note."""
     if not resources:
         return None, ""
     hits = [r for r in resources if _demangled_base(r) == kernel]
+    if arch:
+        same = [r for r in hits if getattr(r, "arch", None) in (arch, None)]
+        hits = same or hits
     if not hits:
         return None, f"no ptxas entry for kernel '{kernel}'"
     if len(hits) > 1:
@@ -1174,7 +1179,7 @@ def _analyze_one(
             + ", ".join(map(str, facts.error_lines[:8]))
             + ": metrics may miss code there"
         )
-    res, rnote = match_resources(resources, fn.name)
+    res, rnote = match_resources(resources, fn.name, arch)
     if rnote and resources:
         notes.append(rnote)
     metrics: list[Metric] = []

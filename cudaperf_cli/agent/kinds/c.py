@@ -174,7 +174,7 @@ class CEvaluation(Evaluation):
                 for ms, iqr in zip(self.baseline.cpu_ms.values(), self.baseline.cpu_iqr_ms.values())]
 
     def _evaluate(self, record: TurnRecord, stage: StageFn, folder: Path | None) -> None:
-        from cudaperf_cli.build import build_candidate
+        from cudaperf_cli.build import build_candidate, for_arch
 
         source = record.source or ""
         stage("compiling (nvcc)")
@@ -185,9 +185,10 @@ class CEvaluation(Evaluation):
         record.build_dir = str(Path(built.lib_path).parent) if built.lib_path else None
         record.compile_s = 0.0 if built.cached else built.seconds
         record.compile_cached = built.cached
-        if built.resources:
-            record.registers = max(k.registers for k in built.resources)
-            record.spill_bytes = sum(k.spill_store_bytes + k.spill_load_bytes for k in built.resources)
+        mine = for_arch(built.resources, built.arch)  # -gencode twice: the arch that runs
+        if mine:
+            record.registers = max(k.registers for k in mine)
+            record.spill_bytes = sum(k.spill_store_bytes + k.spill_load_bytes for k in mine)
         if not built.ok:
             record.status = built.status
             first = (built.errors or "").strip().splitlines()
