@@ -121,3 +121,47 @@ def test_a_builtin_run_past_its_plan_stops_at_once_on_resume(tmp_path):
     proc = cli("optimize", "--resume", str(run), "--turns", "12", "--json", cwd=tmp_path)
     assert json.loads(proc.stdout)["stop_reason"].startswith("the policy had no more candidates")
     assert (run / "turns.jsonl").read_text() == before  # no new refused turn
+
+
+def _completion(text: str, finish: str, tokens: int = 900) -> bytes:
+    return json.dumps({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": finish,
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": tokens + 10},
+    }).encode()
+
+
+def test_a_reply_cut_at_the_token_limit_is_recorded_and_fed_back_as_such():
+    """finish_reason 'length' is kept in the record, and the feedback says the reply was
+    cut (not 'no fenced code block', which sent the model after the wrong fix)."""
+    from cudaperf_cli.policies.model_policy import ModelPolicy
+    from cudaperf_cli.policies.openai_policy import OpenAIChatModel
+    from cudaperf_cli.problems.c import load_c_problem
+
+    problem = load_c_problem(Path(ELEMENTWISE))
+    cut = "Here is the kernel:\n```cuda\n__global__ void k(float *x) {\n  int i = threadIdx"
+    with fake_chat_server(_completion(cut, "length")) as (url, _):
+        policy = ModelPolicy(OpenAIChatModel("m", url, max_retries=0, max_tokens=900), "openai")
+        (p,) = policy.propose_samples(problem, 0, [], 1)
+    assert p.source == "" and p.mapping["finish_reason"] == "length"
+    fb = p.mapping["format_error"]
+    assert "cut off after 900 tokens (max_tokens=900)" in fb and "fenced code block" in fb
+    with fake_chat_server(_completion("no code here", "stop", 5)) as (url, _):
+        (p,) = ModelPolicy(OpenAIChatModel("m", url, max_retries=0), "openai").propose_samples(problem, 0, [], 1)
+    assert p.mapping["finish_reason"] == "stop" and "cut off" not in p.mapping["format_error"]
+
+
+def test_re_requests_for_missing_samples_change_the_seed():
+    """A server that ignores n answers one choice a request; the policy asks again, and a
+    repeated seed would repeat the reply."""
+    from cudaperf_cli.policies.model_policy import ModelPolicy
+    from cudaperf_cli.policies.openai_policy import OpenAIChatModel
+    from cudaperf_cli.problems.c import load_c_problem
+
+    problem = load_c_problem(Path(ELEMENTWISE))
+    with fake_chat_server(_completion("no code", "stop", 3)) as (url, bodies):
+        policy = ModelPolicy(OpenAIChatModel("m", url, max_retries=0, seed=7), "openai")
+        assert len(policy.propose_samples(problem, 0, [], 3)) == 3
+    sent = [json.loads(b) for b in bodies]
+    assert [b["seed"] for b in sent] == [7, 8, 9] and [b["n"] for b in sent] == [3, 2, 1]

@@ -52,6 +52,8 @@ class Reply:
         prompt_tokens: tokens of the request, as the server counted them (0 if unknown).
         completion_tokens: tokens of this reply (0 if unknown).
         latency_s: seconds the request took (shared by the ``n`` replies of one request).
+        finish_reason: why the server stopped this reply (``"stop"``, ``"length"``: cut at
+            the token limit, ``"content_filter"``...), None when not reported.
     """
 
     text: str
@@ -59,6 +61,7 @@ class Reply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    finish_reason: str | None = None
 
 
 @runtime_checkable

@@ -107,7 +107,18 @@ def missing_torch_code_feedback(text: str | None = None) -> str:
     return f"Your reply had no usable code: {why}. Reply with {need}."
 
 
+def truncated_reply_feedback(tokens: int = 0, max_tokens: int | None = None) -> str:
+    """What to tell the model when its reply was cut at the token limit (the server's
+    ``finish_reason`` was ``"length"``) before the code was complete."""
+    where = f"after {tokens} tokens" if tokens else "at the token limit"
+    limit = f" (max_tokens={max_tokens})" if max_tokens else ""
+    return (f"Your reply was cut off {where}{limit} before its code was complete, so nothing "
+            "could be compiled. Reply again with the complete code first, in one fenced code "
+            "block, and keep the explanation to a few lines after it.")
+
+
 __all__ = [
     "LANGUAGES", "PY_LANGUAGES", "code_blocks", "entry_pattern", "extract_code",
     "extract_torch_files", "missing_code_feedback", "missing_torch_code_feedback",
+    "truncated_reply_feedback",
 ]

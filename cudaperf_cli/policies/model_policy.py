@@ -35,6 +35,7 @@ from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.policies.base import ChatModel, PolicyRefusal, Proposal, Reply
 from cudaperf_cli.policies.extract import (
     extract_code, extract_torch_files, missing_code_feedback, missing_torch_code_feedback,
+    truncated_reply_feedback,
 )
 
 #: Characters per token of the estimate (see the module docstring).
@@ -180,9 +181,15 @@ class ModelPolicy:
                 "summarised_turns": folded,
                 "reply": reply.text,
             }
+            if reply.finish_reason is not None:
+                mapping["finish_reason"] = reply.finish_reason
             if code is None:
-                mapping["format_error"] = (missing_torch_code_feedback(reply.text) if torch
-                                           else missing_code_feedback(problem.function, reply.text))
+                if reply.finish_reason == "length":  # cut at the token limit: say so
+                    mapping["format_error"] = truncated_reply_feedback(
+                        reply.completion_tokens, getattr(self.chat_model, "max_tokens", None))
+                else:
+                    mapping["format_error"] = (missing_torch_code_feedback(reply.text) if torch
+                                               else missing_code_feedback(problem.function, reply.text))
                 proposals.append(Proposal("", "reply had no usable code", mapping, self.name))
             else:
                 proposals.append(Proposal(code, _describe(reply.text, self.name), mapping, self.name,

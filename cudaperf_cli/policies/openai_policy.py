@@ -51,6 +51,7 @@ class OpenAIChatModel:
         self.timeout = timeout
         self.max_retries = max_retries
         self._client: Any = None
+        self.requests = 0  #: requests sent so far (the k-th is sent with ``seed + k``)
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -92,8 +93,13 @@ class OpenAIChatModel:
         client = self.client()
         n = n or self.n
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "n": n}
+        # A re-request for the samples a server did not return (it ignored n) must not
+        # repeat the first request's seed, or it repeats its reply: the k-th request of
+        # this model is sent with seed + k (reproducible for the same run).
+        seed = None if self.seed is None else self.seed + self.requests
+        self.requests += 1
         for key, value in (("temperature", self.temperature), ("top_p", self.top_p),
-                           ("max_tokens", self.max_tokens), ("seed", self.seed)):
+                           ("max_tokens", self.max_tokens), ("seed", seed)):
             if value is not None:
                 kwargs[key] = value
         t0 = time.perf_counter()
@@ -134,7 +140,13 @@ class OpenAIChatModel:
         if not choices:
             raise ModelServerError(f"the model server at {self.where()} answered with no choices")
         share = completion // len(choices)
-        return [Reply(_text(getattr(c, "message", None)), None, prompt, share, latency) for c in choices]
+        return [Reply(_text(getattr(c, "message", None)), None, prompt, share, latency,
+                      _finish(getattr(c, "finish_reason", None))) for c in choices]
+
+
+def _finish(value: Any) -> str | None:
+    """A choice's ``finish_reason`` as a short string, None when absent."""
+    return str(value)[:40] if isinstance(value, str) and value else None
 
 
 def _count(value: Any) -> int:
