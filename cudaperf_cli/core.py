@@ -470,6 +470,7 @@ __all__ = [
     "param_from_json",
     "param_to_json",
     "to_jsonable",
+    "write_text_atomic",
 ]
 
 
@@ -488,6 +489,27 @@ def check_checkpoint_folder(out: Path, force: bool) -> None:
     if out.is_dir() and any(out.iterdir()) and not force:
         raise CudaperfError(f"{out} exists and is not empty",
                             hint="choose another -o, or --force to replace the checkpoint in it")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
+    a reader, or the user's earlier file that ``--force`` replaces, never sees half of it;
+    on failure the temporary file is removed and ``path`` is as it was.
+
+    Raises:
+        OSError: the folder cannot be written (disk full, permissions).
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def file_tail(path: str | Path, limit: int = 4000) -> str:

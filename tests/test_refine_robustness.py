@@ -165,3 +165,34 @@ def test_re_requests_for_missing_samples_change_the_seed():
         assert len(policy.propose_samples(problem, 0, [], 3)) == 3
     sent = [json.loads(b) for b in bodies]
     assert [b["seed"] for b in sent] == [7, 8, 9] and [b["n"] for b in sent] == [3, 2, 1]
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
+    """The folder name has the second it started; 8 runs starting at once each get one
+    (was: 'File exists' with a hint to use another --run-dir, when two raced)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        stores = list(pool.map(lambda _: RunStore(tmp_path, "same"), range(8)))
+    assert len({s.path for s in stores}) == 8 and all(s.path.is_dir() for s in stores)
+
+
+def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """--force replaces the user's earlier result through a temporary file and a rename: a
+    write that fails (disk full) leaves the old file as it was and no temporary file."""
+    import os
+
+    from cudaperf_cli.core import write_text_atomic
+
+    out = tmp_path / "matmul.cu"
+    out.write_text("// the user's earlier result\n")
+    write_text_atomic(out, "// new\n")
+    assert out.read_text() == "// new\n"
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError):
+        write_text_atomic(out, "// half" * 1000)
+    assert out.read_text() == "// new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["matmul.cu"]

@@ -47,16 +47,18 @@ class RunStore:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = root / f"{name}-{stamp}"
         path, k = base, 1
-        while path.exists():
-            k += 1
-            path = base.with_name(f"{base.name}-{k}")
-        try:
-            path.mkdir(parents=True)
-        except OSError as exc:
-            raise CudaperfError(
-                f"cannot create the run folder {path}: {exc.strerror or exc}",
-                hint="choose another place with --run-dir DIR",
-            ) from None
+        while True:  # mkdir is the test: two runs started in the same second get -2, -3...
+            try:
+                path.mkdir(parents=True)
+                break
+            except FileExistsError:
+                k += 1
+                path = base.with_name(f"{base.name}-{k}")
+            except OSError as exc:
+                raise CudaperfError(
+                    f"cannot create the run folder {path}: {exc.strerror or exc}",
+                    hint="choose another place with --run-dir DIR",
+                ) from None
         self.path = path
         self.lock()
 

@@ -24,7 +24,9 @@ from cudaperf_cli.agent.kinds.base import (
     DeviceInfo, EvalSettings, Evaluation, Plan, ProblemKind, StageFn, fill_outcome,
 )
 from cudaperf_cli.agent.loop import TurnRecord
-from cudaperf_cli.core import CProblem, CudaperfError, ProblemError, param_to_json, to_jsonable
+from cudaperf_cli.core import (
+    CProblem, CudaperfError, ProblemError, param_to_json, to_jsonable, write_text_atomic,
+)
 
 #: Reference runs for the CPU baseline (median, at most), and their time budget in seconds.
 BASELINE_REPS, BASELINE_BUDGET_S = 7, 10.0
@@ -339,7 +341,7 @@ class CKind(ProblemKind):
         problem = evaluation.problem
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(result_source(problem, best.source or "", best.access))
+            write_text_atomic(out, result_source(problem, best.source or "", best.access))
         except OSError as exc:
             raise CudaperfError(
                 f"cannot write {out}: {exc.strerror or exc}",
