@@ -70,7 +70,9 @@ def score(
 
     Metrics: coalescing, occupancy, arithmetic intensity, synchronization, divergence,
     shared memory, load balance, register pressure (see docs/structural-score.md).
-    With --ncu (or --run) the kernels are also profiled with Nsight Compute.
+    With --ncu (or --run) the kernels are also profiled with Nsight Compute; where the
+    profiler cannot run (no ncu, no access to the performance counters) the static score
+    is printed, with a warning line and, in --json, "ncu": {"status": "profiler_unavailable"}.
     """
     from cudaperf_cli.core import CudaperfError, ToolchainError
     from cudaperf_cli.structure import LaunchConfig, analyze_file
@@ -95,22 +97,45 @@ def score(
         if not report.kernels and not report.not_analysed:
             raise CudaperfError(f"{kernel} defines no __global__ kernel: nothing to score")
         profiles = None
+        profiler: dict[str, str] | None = None
         if ncu or run:
-            from cudaperf_cli.structure.ncu import measure_report
+            from cudaperf_cli.structure.ncu import NcuError, find_ncu, measure_report
 
-            report, profiles = measure_report(
-                report,
-                kernel,
-                run=run,
-                arch=arch,
-                timeout_s=ncu_timeout,
-                launch_count=ncu_launches,
-            )
+            # When the profiler itself cannot run (no ncu, no access to the counters, its
+            # library not loaded), the static score stands, with one warning line.
+            why: CudaperfError | None = None
+            try:
+                report, profiles = measure_report(
+                    report,
+                    kernel,
+                    run=run,
+                    arch=arch,
+                    timeout_s=ncu_timeout,
+                    launch_count=ncu_launches,
+                )
+                profiler = {"status": "measured"}
+            except NcuError as err:
+                if err.kind not in ("permission", "unavailable"):
+                    raise  # the program's fault (no kernel launched, a crash): an error
+                why = err
+            except ToolchainError as err:
+                try:
+                    find_ncu()
+                except ToolchainError:
+                    why = err  # no ncu
+                else:
+                    raise  # nvcc, building the program
+            if why is not None:
+                profiler = {"status": "profiler_unavailable", "reason": str(why)}
+                print(f"warning: profiler unavailable: {why}; the static score follows",
+                      file=sys.stderr)
     except CudaperfError as err:
         fail(err)
     if json_out:
         doc = report.to_dict()
         doc["reasons"] = report.reasons(top)
+        if profiler is not None:
+            doc["ncu"] = profiler
         if profiles is not None:
             from cudaperf_cli.core import to_jsonable
 

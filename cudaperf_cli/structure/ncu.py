@@ -167,7 +167,8 @@ class NcuError(CudaperfError):
     """ncu ran but gave no usable profile.
 
     ``kind``: ``"permission"`` (``ERR_NVGPUCTRPERM``: no access to the GPU performance
-    counters), ``"timeout"``, ``"no_kernels"`` (nothing profiled: the program launched no
+    counters), ``"unavailable"`` (ncu's injection library did not load in the program,
+    ``LibraryNotLoaded``: the profiler, not the program, failed), ``"timeout"``, ``"no_kernels"`` (nothing profiled: the program launched no
     matching kernel) or ``"failed"``.  Exit code 3 (environment), 2 for ``no_kernels``
     (the program or ``--run`` command does not launch the file's kernels).
     """
@@ -569,6 +570,12 @@ def profile_executable(
                 "ncu cannot read the GPU performance counters (ERR_NVGPUCTRPERM): profiling "
                 "needs root or the driver option NVreg_RestrictProfilingToAdminUsers=0",
                 "permission",
+            )
+        if "LibraryNotLoaded" in both or "Failed to load the injection library" in both:
+            raise NcuError(
+                "ncu could not load its profiling library into the program (LibraryNotLoaded): "
+                "the profiler is unavailable here, the program was not at fault",
+                "unavailable",
             )
         records = parse_ncu_csv(text) or parse_ncu_csv(out)
         if records:
