@@ -17,8 +17,9 @@ everything it starts may
   private scratch folder (``$TMPDIR``, made per child by ``evaluate/child.py``) and the
   paths the caller names (a PyTorch candidate's extension folder);
 * nothing else: ``open`` of any other file fails with ``EACCES`` (``PermissionError``);
-* no TCP ``connect``/``bind`` (Landlock ABI 4 and later), and no signal to a process outside
-  the confined ones (ABI 6 and later: the CLI cannot be killed from a candidate).
+* no TCP ``connect``/``bind`` (Landlock ABI 4 and later), no signal to a process outside
+  the confined ones and no abstract Unix socket of theirs (ABI 6 and later: the CLI cannot
+  be killed from a candidate).
 
 Of ``/proc``, the process's own folder and the entries that are not a process
 (``/proc/cpuinfo``, ``/proc/driver``, ``/proc/sys``...) are readable; another process's folder
@@ -26,8 +27,14 @@ is not: Landlock refuses ``/proc/<pid>/mem`` of a process outside the domain, bu
 ``/proc/<pid>/environ``, and the CLI's environment holds the model server's key
 (``tests/test_confine.py``).
 
-Limits: Landlock confines the calling thread and what it starts; threads that existed before
-(the CUDA driver's) stay unconfined, but model-written code does not run on them.  A kernel
+Limits (an attack pass found each): Landlock confines the calling thread and what it starts;
+threads that existed before stay unconfined, and code in the same address space can hand
+them work (numpy's OpenBLAS threads were made to read a file through OpenBLAS's
+``exec_blas``): the workers therefore start with ``OPENBLAS_NUM_THREADS=1`` and
+``MKL_NUM_THREADS=1`` (``evaluate/child.py``), and the CUDA driver's own threads remain (the
+count is recorded, ``threads``).  Landlock (ABI 7) does not control UDP, connecting to a
+named Unix socket, or changing a file's metadata (``chmod``, ``utime``, ``setxattr``); a
+seccomp filter or namespaces would.  A kernel
 without Landlock (older than 5.13, or built without it) leaves the process unconfined:
 :func:`confine_candidate` then returns ``applied=False`` with the reason, the workers record it
 in the result (``details.confinement``) and ``cudaperf doctor`` shows it.
@@ -76,6 +83,7 @@ FS_REFER = 1 << 13  # ABI 2
 FS_TRUNCATE = 1 << 14  # ABI 3
 NET_BIND_TCP = 1 << 0  # ABI 4
 NET_CONNECT_TCP = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
 SCOPE_SIGNAL = 1 << 1  # ABI 6
 
 #: Rights that apply to a file (the others only to folders).
@@ -137,6 +145,8 @@ class Confinement:
         reason: one line: what is confined, or why nothing is.
         read: the folders and files granted read (and execute).
         write: those granted write.
+        threads: the process's threads when it was confined (the calling one and those
+            that existed before, which Landlock does not confine).
     """
 
     applied: bool
@@ -144,9 +154,19 @@ class Confinement:
     reason: str
     read: list[str] = field(default_factory=list)
     write: list[str] = field(default_factory=list)
+    threads: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"applied": self.applied, "abi": self.abi, "reason": self.reason}
+        return {"applied": self.applied, "abi": self.abi, "reason": self.reason,
+                "threads": self.threads}
+
+
+def _threads() -> int:
+    """Threads of this process now (``/proc/self/task``), 0 when unknown."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def _handled_fs(abi: int) -> int:
@@ -175,7 +195,7 @@ def confine(read: Iterable[str | os.PathLike[str]], write: Iterable[str | os.Pat
         return Confinement(False, 0, "not confined: this kernel has no Landlock (Linux 5.13+)")
     handled = _handled_fs(abi)
     attr = _RulesetAttr(handled, (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 and not tcp else 0,
-                        SCOPE_SIGNAL if abi >= 6 else 0)
+                        (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = _syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
                        ctypes.c_uint32(0))
@@ -217,8 +237,13 @@ def confine(read: Iterable[str | os.PathLike[str]], write: Iterable[str | os.Pat
     what = [f"reads beneath {len(granted_r) + len(granted_w)} paths", f"writes beneath {len(granted_w)}"]
     if abi >= 4 and not tcp:
         what.append("no TCP")
+    if abi >= 6:
+        what.append("no abstract sockets or signals outside")
+    threads = _threads()
+    if threads > 1:  # threads that existed before are not confined (module docstring)
+        what.append(f"{threads - 1} earlier thread(s) not confined")
     return Confinement(True, abi, f"confined by Landlock ABI {abi}: " + ", ".join(what),
-                       granted_r, granted_w)
+                       granted_r, granted_w, threads)
 
 
 def proc_entries(pid: int | None = None) -> list[str]:

@@ -418,11 +418,23 @@ HOST_CHEATS = [
     ('#include <stdlib.h>\n', 'system("true");', "system", "a process"),
     ('#include <sys/mman.h>\n', 'mprotect((void *)0, 0, 0);', "mprotect", "memory mappings or a raw system call"),
     ('#include <signal.h>\n#include <unistd.h>\n', 'kill(getppid(), 9);', "kill", "signals"),
-    ('', 'long r; asm volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory");', "syscall", "a raw system call"),
+    ('', 'long r; asm volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory");', "0f 05", "a raw system call"),
+    # Found by an attack pass against a list of refused names: each is refused now as not
+    # on the list of what a launcher may call, or by the bytes of its instruction.
+    ('#include <mntent.h>\n', 'FILE *f = setmntent("/tmp/ref.npy", "r"); (void)f;', "setmntent", "not on the list"),
+    ('#include <wordexp.h>\n', 'wordexp_t w; wordexp("$(id)", &w, 0);', "wordexp", "not on the list"),
+    ('extern "C" int __openat64_2(int, const char *, int);\n', 'int fd = __openat64_2(-100, "/tmp/x", 0); (void)fd;',
+     "__openat64_2", "not on the list"),
+    ('#include <link.h>\n#include <stdio.h>\n', 'printf("%p", (void *)_r_debug.r_map);', "_r_debug", "not on the list"),
+    ('__attribute__((naked, noinline)) static long hidden(long nr) {\n'
+     '  asm volatile("mov %rdi, %rax\\n jmp 1f+1\\n1: .byte 0xb8, 0x0f, 0x05, 0xc3, 0x90\\n"); }\n',
+     'hidden(39);', "0f 05", "a raw system call"),
+    ('', 'volatile unsigned v = 0xc3050fu; (void)v;', "0f 05", "a raw system call"),
 ]
 
 
-@pytest.mark.parametrize("prelude, body, symbol, kind", HOST_CHEATS, ids=[c[2] for c in HOST_CHEATS])
+@pytest.mark.parametrize("prelude, body, symbol, kind", HOST_CHEATS,
+                         ids=[f"{i}-{c[2].replace(' ', '')}" for i, c in enumerate(HOST_CHEATS)])
 def test_host_code_that_reaches_past_the_launch_is_refused(
     nvcc_path: str, tmp_path: Path, prelude: str, body: str, symbol: str, kind: str
 ) -> None:
@@ -431,7 +443,7 @@ def test_host_code_that_reaches_past_the_launch_is_refused(
            + "\n  k<<<1, 1>>>(y);\n  return (int)cudaGetLastError();\n}\n")
     r = build_candidate(src, cache_root=tmp_path / "cache")
     assert r.status == "guard_rejected" and not r.ok and r.lib_path is None, (r.status, r.errors)
-    assert symbol in r.errors and f"({kind})" in r.errors, r.errors
+    assert symbol in r.errors and f"({kind}" in r.errors, r.errors
     assert r.errors.startswith("candidate.cu: error: the host code uses")
     again = build_candidate(src, cache_root=tmp_path / "cache")  # deterministic: cached
     assert again.cached and again.status == "guard_rejected"

@@ -1599,6 +1599,7 @@ def test_candidate_host_code_cannot_read_or_write_the_users_files(
     assert "sk-not-for-the-model" not in (r.stderr_tail or "") and "SNOOP-DENIED" in r.stderr_tail
     assert not Path(str(secret) + ".planted").exists()
     assert r.details["confinement"]["applied"] is True
+    assert r.details["confinement"]["threads"] == 1  # no BLAS pool left unconfined
     # the same candidate unconfined reads it: the check above can fail
     r = _host_run(_job(ref_lib, cand), CAND_SECRET=str(secret), CUDAPERF_NO_CONFINE="1")
     assert "SNOOPED:OPENAI_API_KEY=sk-not-for-the-model" in r.stderr_tail

@@ -18,20 +18,26 @@ a symbol of these kinds (:data:`RULES`):
 * memory mappings and raw system calls (``mprotect``, ``mmap``, ``syscall``, ``ptrace``),
   signals (``kill``, ``sigaction``, ``setitimer``);
 
-and when its machine code holds a system-call instruction (``syscall``, ``sysenter``,
-``int $0x80``: ``objdump -d``).
+and, since an attack pass got past a list of what is refused (``setmntent`` reads a file,
+``wordexp`` runs a shell, ``__openat64_2`` is ``open`` by another name, ``_r_debug`` leads to
+every loaded library's symbols), **any import that is not on the list of what a launcher
+needs** (:data:`ALLOWED`: the CUDA runtime, printing to stdout/stderr, memory, strings,
+math, clocks, ``getenv``, the C++ runtime's allocation, exceptions, strings and streams).
+Its machine code is refused when an executable section holds the bytes of a system-call
+instruction anywhere (``0f 05``, ``0f 34``, ``cd 80`` on x86-64: a jump into the middle of an
+instruction runs bytes a disassembler never shows as one).
 
-Limits: this reads what the object imports, so code that finds such a function without
-importing it (walking the loaded libraries' symbol tables by hand from an allowed function's
-address) is not caught; the worker's Landlock confinement (``cudaperf_cli.confine``) still
-keeps files and the network out of reach.  ``nm`` and ``objdump`` come with binutils, which
-nvcc's host compiler needs; without them the check is skipped with a warning.
+Limits: code that finds a function without importing it (from the address of an allowed one,
+walking memory by hand) is not caught; the worker's Landlock confinement
+(``cudaperf_cli.confine``) still keeps files and TCP out of reach.  ``nm`` comes with
+binutils, which nvcc's host compiler needs; without it the check is skipped with a warning.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +70,39 @@ RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
      "host code may not send or handle signals"),
 )
 
-#: Machine-code instructions that make a system call (x86-64 and AArch64 spellings).
-SYSCALL_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(syscall|sysenter|int\s+\$0x80|svc\s+#0(?:x0)?)\b", re.MULTILINE)
+#: What a launcher may import (mangled names): anything else is refused.  The CUDA runtime
+#: (not host callbacks, which run on the driver's threads, nor IPC with other processes),
+#: the C++ ABI and unwinder, stdio on the streams it has, memory, strings, numbers, math,
+#: clocks, getenv, exit; in C++ allocation, exceptions, std::string, ostreams, containers'
+#: helpers and std::chrono.
+ALLOWED = re.compile(
+    r"^(?:__cuda\w+|cuda(?!LaunchHostFunc|StreamAddCallback|Ipc)[A-Z]\w*"
+    r"|__cxa_\w+|__gxx_personality_v0|_Unwind_\w+|atexit|__dso_handle|__stack_chk_fail"
+    r"|__assert_fail|__tls_get_addr|_GLOBAL_OFFSET_TABLE_|__libc_single_threaded"
+    r"|(?:__)?v?f?printf(?:_chk)?|puts|fputs|putchar|fputc|putc|fwrite|fflush|perror|stdout|stderr"
+    r"|(?:__)?v?s(?:n)?printf(?:_chk)?"
+    r"|malloc|calloc|realloc|free|aligned_alloc|posix_memalign|memalign"
+    r"|(?:__)?mem(?:cpy|move|set|cmp|chr)(?:_chk)?|(?:__)?str(?:len|nlen|cmp|ncmp|cpy|ncpy|cat|ncat|chr|rchr|str|dup|tol|toul|toll|toull|tod|tof)(?:_chk)?"
+    r"|ato[ifl]|abs|labs|llabs|div|ldiv|rand|srand|qsort|bsearch|abort|exit|_exit|getenv"
+    r"|clock|clock_gettime|gettimeofday|time"
+    r"|(?:sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh|exp|exp2|expm1|log|log2|log10|log1p|"
+    r"pow|sqrt|cbrt|hypot|fabs|floor|ceil|round|lround|llround|trunc|fmod|remainder|fmin|fmax|"
+    r"fma|ldexp|frexp|modf|erf|erfc|tgamma|lgamma|nearbyint|rint|lrint|llrint|copysign|nan)[fl]?"
+    r"|__(?:isnan|isinf|finite)[fl]?"
+    r"|pthread_(?:mutex_(?:lock|unlock|trylock)|once|key_create|getspecific|setspecific)"
+    r"|_Zn[wa]\w*|_Zd[la]\w*|_ZSt\d+__throw_\w+|_ZT[IVS]\w+|_ZSt9terminatev"
+    r"|_ZN(?:K)?St7__cxx11\d+basic_(?:string|ostringstream|stringbuf)\w*"
+    r"|_ZN(?:K)?So\w*|_ZSt4(?:cout|cerr|clog|endl\w*)|_ZStlsI\w+|_ZSt16__ostream_insert\w+"
+    r"|_ZN(?:K)?St8ios_base\w+|_ZN(?:K)?St9basic_ios\w+|_ZNKSt5ctypeIcE\w+"
+    r"|_ZN(?:K)?St(?:9exception|13runtime_error|11logic_error|12out_of_range|16invalid_argument|"
+    r"12length_error|9bad_alloc|20bad_array_new_length)\w*|_ZNSt15__exception_ptr\w+"
+    r"|_ZSt17rethrow_exception\w*|_ZSt\d+_Rb_tree\w+|_ZNSt8__detail15_Prime_rehash_policy\w+"
+    r"|_ZNSt6chrono\w+)$"
+)
+
+#: Byte sequences of system-call instructions, by ELF machine (x86-64: 62, AArch64: 183).
+SYSCALL_BYTES: dict[int, tuple[bytes, ...]] = {62: (b"\x0f\x05", b"\x0f\x34", b"\xcd\x80"),
+                                               183: (b"\x01\x00\x00\xd4",)}
 
 
 @dataclass(frozen=True)
@@ -119,20 +156,32 @@ def imported_symbols(obj: Path, nm: str | None = None) -> list[str] | None:
     return names
 
 
-def syscall_instructions(obj: Path) -> list[str] | None:
-    """The system-call instructions in ``obj``'s machine code (``objdump -d``), or None when
-    objdump is missing or cannot read it."""
-    tool = shutil.which("objdump")
-    if not tool:
-        return None
+def syscall_bytes(obj: Path) -> list[str] | None:
+    """The system-call instruction byte sequences found anywhere in ``obj``'s executable
+    sections (hex, e.g. ``["0f 05"]``), or None when it is not a 64-bit little-endian ELF
+    object this knows."""
     try:
-        proc = subprocess.run([tool, "-d", "--no-show-raw-insn", str(obj)], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
+        data = obj.read_bytes()
+    except OSError:
         return None
-    if proc.returncode != 0:
+    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
         return None
-    return sorted({m.group(1) for m in SYSCALL_INSN.finditer(proc.stdout)})
+    machine = struct.unpack_from("<H", data, 0x12)[0]
+    patterns = SYSCALL_BYTES.get(machine)
+    if patterns is None:
+        return None
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    found: set[str] = set()
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if at + 40 > len(data):
+            return None
+        _name, kind, flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, at)
+        if kind == 1 and flags & 0x4:  # SHT_PROGBITS, SHF_EXECINSTR
+            text = data[offset:offset + size]
+            found.update(p.hex(" ") for p in patterns if p in text)
+    return sorted(found)
 
 
 def check_host_object(obj: Path) -> tuple[list[HostCodeViolation], str | None]:
@@ -154,14 +203,19 @@ def check_host_object(obj: Path) -> tuple[list[HostCodeViolation], str | None]:
             if pattern.search(n):
                 hits.append((n, kind, why))
                 break
+        else:
+            if not ALLOWED.match(n):
+                hits.append((n, "not on the list of what a launcher may call",
+                             "launch kernels, call the CUDA runtime, allocate, print, compute; "
+                             "nothing else"))
     shown = _demangle([h[0] for h in hits])
     out = [HostCodeViolation(shown.get(n, n), kind, why) for n, kind, why in hits]
-    insns = syscall_instructions(obj)
-    for insn in insns or []:
-        out.append(HostCodeViolation(f"a '{insn}' instruction", "a raw system call",
-                                     "host code may not bypass the C library"))
-    note = None if insns is not None else "system-call instruction check skipped: objdump is missing"
+    found = syscall_bytes(obj)
+    for seq in found or []:
+        out.append(HostCodeViolation(f"the bytes of a system-call instruction ({seq})",
+                                     "a raw system call", "host code may not bypass the C library"))
+    note = None if found is not None else "system-call check skipped: candidate.o is not an ELF object it reads"
     return out, note
 
 
-__all__ = ["RULES", "HostCodeViolation", "check_host_object", "imported_symbols", "syscall_instructions"]
+__all__ = ["ALLOWED", "RULES", "HostCodeViolation", "check_host_object", "imported_symbols", "syscall_bytes"]

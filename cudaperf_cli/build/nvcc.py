@@ -390,7 +390,9 @@ def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | Non
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            env=scrubbed_env(),  # model-written code: no API keys where it is compiled
+            # model-written code: no API keys where it is compiled; nvcc's intermediate
+            # files (tmpxft_*) in the build folder, removed with it when nvcc is killed
+            env=scrubbed_env({"TMPDIR": str(cwd)}),
             preexec_fn=NVCC_LIMITS.preexec(),
         )
     except OSError as exc:

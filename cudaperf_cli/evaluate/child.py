@@ -616,8 +616,11 @@ def scratch_env(scratch: str) -> dict[str, str]:
     tempfile, nvcc's intermediate files: removed with the folder when the child ends, even
     when it was killed mid-compile), with the caches that default to the temporary folder
     kept where they were (``TORCHINDUCTOR_CACHE_DIR``: ``<tmp>/torchinductor_<user>``,
-    PyTorch's default)."""
-    env = {"TMPDIR": scratch}
+    PyTorch's default); and one BLAS thread (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``:
+    no pool that exists before the worker is confined, ``cudaperf_cli/confine.py``)."""
+    # One BLAS thread: threads started before the worker confines itself stay unconfined,
+    # and numpy's OpenBLAS pool was made to run a candidate's function (confine.py).
+    env = {"TMPDIR": scratch, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         try:
             user = getpass.getuser()
