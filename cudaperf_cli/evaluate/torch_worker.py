@@ -1313,7 +1313,7 @@ class TorchWorker:
             return self._baseline(default_mod)
 
         if self.confine is not None:  # from here on this process runs candidate code
-            self.confinement = self.confine(*candidate_paths(job, build=False, compiles=compiles))
+            self.confinement = self.confine(*candidate_paths(job, compiles=compiles))
         self.state.set("import_candidate")
         self.state.mark_candidate()
         name = Path(job.module_path).name
@@ -2320,17 +2320,17 @@ def _at(config: str | None, trial: int | None) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def candidate_paths(job: TorchEvalJob, *, build: bool, compiles: bool = False) -> tuple[list[str], list[str]]:
+def candidate_paths(job: TorchEvalJob, *, compiles: bool = False) -> tuple[list[str], list[str]]:
     """What a confined worker reads and writes once the candidate's code runs (the
     system, Python and toolkit folders come from :func:`~cudaperf_cli.confine.confine_candidate`):
     (read: the candidate's files and folder, the problem's file, the build cache of the
-    fast format; write: the candidate's extension folder, and with ``build`` the build
-    cache, with ``compiles`` the torch.compile caches).  The folders to write are made
-    here (a rule needs an existing path)."""
-    read = [*job.candidate, str(Path(job.module_path).resolve().parent), job.problem]
+    fast format, which the parent builds; write: the candidate's own extension folder, where
+    a load_inline build (``--build``) writes, and with ``compiles`` the torch.compile caches).
+    Never the shared build cache: a candidate could tamper with other candidates' builds.
+    The folders to write are made here (a rule needs an existing path)."""
+    read = [*job.candidate, str(Path(job.module_path).resolve().parent), job.problem,
+            str(job.build_root_path())]
     write = [str(job.extensions_dir())]
-    root = str(job.build_root_path())
-    (write if build else read).append(root)
     if compiles:
         write.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")
                      or os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
@@ -2346,7 +2346,7 @@ def build_candidate_module(job: TorchEvalJob, state: State,
                            ) -> dict[str, Any]:
     """``--build``: import the candidate (a load_inline build runs now) and report;
     ``confine`` as :class:`TorchWorker`'s, before the import."""
-    confinement = confine(*candidate_paths(job, build=True)) if confine is not None else None
+    confinement = confine(*candidate_paths(job)) if confine is not None else None
     state.set("build")
     state.mark_candidate()
     t0 = time.monotonic()
