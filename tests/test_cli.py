@@ -256,6 +256,13 @@ def test_doctor_names_the_driver_and_the_optional_packages():
     table = cli("doctor").stdout
     assert "driver" in table and "ray" in table
     assert "cudaperf[vllm]" in table or pk["vllm"]["version"]  # not eaten as Rich markup
+    # whether candidate processes can be confined here, tried as a worker does it
+    from cudaperf_cli.confine import landlock_abi
+
+    conf = json.loads(proc.stdout)["confinement"]
+    assert "confinement" in table and conf["detail"]
+    if landlock_abi() == 0:
+        assert not conf["ok"] and "could read the user's files" in conf["detail"]
 
 
 # In-process checks of the optimize command's stages (no GPU, no nvcc needed).

@@ -51,6 +51,7 @@ def collect() -> dict[str, Any]:
     }
     report["gpu"] = device_info()
     report["cuda_core"] = _cuda_core()
+    report["confinement"] = _confinement()
     report["packages"] = packages()
     return report
 
@@ -82,6 +83,24 @@ def packages() -> dict[str, dict[str, Any]]:
             version = None
         out[name] = {"version": version, "for": why}
     return out
+
+
+def _confinement() -> dict[str, Any]:
+    """Whether the evaluation workers can confine themselves here (cudaperf_cli/confine.py):
+    tried in a throwaway child, as a worker does it.  ``{"ok", "detail"}``."""
+    import subprocess
+    import sys
+
+    code = "from cudaperf_cli.confine import confine_candidate as c; r = c(); print(int(r.applied), r.reason)"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        ok, _, reason = proc.stdout.strip().partition(" ")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"ok": False, "detail": f"could not be tried: {exc}"}
+    if ok == "1":
+        return {"ok": True, "detail": reason}
+    return {"ok": False, "detail": (reason or proc.stderr.strip()[-200:] or "unknown")
+            + ": candidate code could read the user's files"}
 
 
 def _cuda_core() -> dict[str, Any]:
@@ -141,6 +160,8 @@ def run_doctor(json_out: bool) -> int:
         row("driver", False, "not loaded (see GPU)", warn=True)
     core = report["cuda_core"]
     row("cuda.core", core["ok"], core["detail"])
+    conf = report["confinement"]
+    row("confinement", conf["ok"], conf["detail"], warn=True)
     for name, pkg in report["packages"].items():
         version = pkg["version"]
         if version is not None and name == "torch":
