@@ -54,6 +54,7 @@ from cudaperf_cli.evaluate import (
     tolerance_for,
     verify,
 )
+from cudaperf_cli.evaluate.job import GUARD_BYTES
 from cudaperf_cli.evaluate.timing import speedup
 from tests.eval_refs import REF_C, SAXPY_PARAMS
 
@@ -419,7 +420,7 @@ def test_host_correct_saxpy_with_timing(ref_lib: Path, compile_c: Callable[..., 
     assert {"startup", "timing", "gpu_wait"} <= set(phases) and sum(phases.values()) <= r.elapsed_s + 0.5
     assert r.tolerances == {"float32": {"atol": 1e-4, "rtol": 1e-4}}
     # device bytes held at once: the main arrays with their guards, y's pristine copy, the flush
-    assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * 4096) + 20000 * 4 + (1 << 16)
+    assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * GUARD_BYTES) + 20000 * 4 + (1 << 16)
     assert t.bytes_in == 2 * 20000 * 4 and t.bytes_out == 20000 * 4
     assert r.device is not None and r.device["backend"] == "host"
     assert "correct" in r.message
@@ -945,7 +946,7 @@ def test_cuda_backend_on_a_fake_driver(
     assert ((0, (256 << 20) // 4)) in calls["memset32"]  # the L2 flush
     assert 3 <= t.gpu.n <= 5 and t.e2e.n == 2 and t.sync_call.n == 2
     assert ("d2d" in calls) and all(n == 4096 * 4 for (n,) in calls["d2d"])  # restore y
-    assert (0x5C, 4096) in calls["memset8"]  # guards
+    assert (0x5C, GUARD_BYTES) in calls["memset8"]  # guards
     assert all(b.closed for b in _FakeDevice.buffers)  # everything freed
 
 
@@ -1356,10 +1357,10 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     plan = plan_c_memory(job, l2_bytes=60 << 20)
     # main: A 100x50, B 50x200, C 100x200 doubles
     assert plan.footprint_bytes == (5000 + 10000 + 20000) * 8 == 280000
-    # arrays + 2 guards of 4096 each + pristine copies (roles unknown: all read-write) + flush
-    assert plan.gpu_bytes == 280000 + 3 * 2 * 4096 + 280000 + (1 << 20) == 1633152
+    # arrays + 2 guards of GUARD_BYTES each + pristine copies (roles unknown: all read-write) + flush
+    assert plan.gpu_bytes == 280000 + 3 * 2 * GUARD_BYTES + 280000 + (1 << 20)
     assert plan.flush_bytes == 1 << 20
-    assert plan.parts == {"arrays": 280000, "guards": 24576, "pristine": 280000, "flush": 1 << 20}
+    assert plan.parts == {"arrays": 280000, "guards": 6 * GUARD_BYTES, "pristine": 280000, "flush": 1 << 20}
     # inputs of every trial (small: 2 x 26 doubles) + their outputs + 2 working copies +
     # the comparison's temporaries for the largest array (20000 elements x 48 bytes)
     inputs = 2 * 26 * 8 + 280000
@@ -1367,7 +1368,7 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     roles = {"A": READ_ONLY, "B": READ_ONLY, "C": WRITE_ONLY}
     job.array_roles = roles
     known = plan_c_memory(job, l2_bytes=60 << 20)
-    assert known.gpu_bytes == 280000 + 24576 + (1 << 20)  # nothing to restore
+    assert known.gpu_bytes == 280000 + 6 * GUARD_BYTES + (1 << 20)  # nothing to restore
     assert known.host_bytes == inputs + (2 * 12 * 8 + 160000) + 2 * 280000 + 20000 * 48
     job.cand_lib = None
     ref_only = plan_c_memory(job, l2_bytes=60 << 20)
@@ -1375,7 +1376,7 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     prob = CProblem(path=tmp_path / "mm.c", function="mm", params=tuple(MM_PARAMS),
                     sizes={"n": 100, "m": 200, "k": 50})
     p = plan_c_memory(prob, l2_bytes=60 << 20)  # default flush: max(2 x L2, 256 MiB)
-    assert p.flush_bytes == 256 << 20 and p.gpu_bytes == 280000 + 24576 + 280000 + (256 << 20)
+    assert p.flush_bytes == 256 << 20 and p.gpu_bytes == 280000 + 6 * GUARD_BYTES + 280000 + (256 << 20)
     assert plan_c_memory(prob, cfgs, l2_bytes=200 << 20).flush_bytes == 400 << 20
 
 
@@ -1606,3 +1607,12 @@ def test_candidate_host_code_cannot_read_or_write_the_users_files(
     r = _host_run(_job(ref_lib, cand), CAND_SECRET=str(secret), CUDAPERF_NO_CONFINE="1")
     assert "SNOOPED:OPENAI_API_KEY=sk-not-for-the-model" in r.stderr_tail
     assert r.details["confinement"]["applied"] is False
+
+
+def test_host_write_4400_bytes_past_the_end_hits_the_guard(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    """The attack pass's far write (4400 bytes past an output: beyond the 4 KiB guard of
+    before, reported correct) lands in the guard now."""
+    cand = compile_c(_saxpy(SAXPY_OK.replace("return 0;", "((char *)(y + n))[4400] = 1; return 0;")), "far")
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == WRONG, r.message
+    assert {"array": "y", "side": "after", "offset": 4400} in r.configs[0].guard_violations

@@ -96,6 +96,12 @@ def json_float(x: float | None) -> float | str | None:
 # ---------------------------------------------------------------------------------------
 
 
+#: Canary bytes before and after every device array: 64 KiB, so that a write well past an
+#: array's end lands in them (an attack wrote 4400 bytes past an output, beyond the 4 KiB
+#: guard of the time, and was reported correct).  The plan counts them.
+GUARD_BYTES = 65536
+
+
 @dataclass
 class ConfigSpec:
     """One input configuration.
@@ -197,7 +203,8 @@ class EvalJob:
         array_roles: array name -> role, skipping output classification for those arrays.
         device: CUDA device ordinal.
         baseline_label: names the CPU baseline in reports.
-        guard_bytes: canary bytes before and after every device array (0 disables).
+        guard_bytes: canary bytes before and after every device array (0 disables;
+            default :data:`GUARD_BYTES`).
         reference_outputs: a folder of the reference's outputs, written by the reference-only
             (baseline) job of the run and read by every candidate job of it, so that the
             reference runs once per trial of a run, not once per candidate; None: the worker
@@ -226,7 +233,7 @@ class EvalJob:
     array_roles: dict[str, str] = field(default_factory=dict)
     device: int = 0
     baseline_label: str = DEFAULT_BASELINE
-    guard_bytes: int = 4096
+    guard_bytes: int = GUARD_BYTES
     reference_outputs: str | None = None
     slow_ms: float | None = None
     debug_hook: str | None = None
@@ -726,7 +733,7 @@ def plan_c_memory(
         cfgs = [c if isinstance(c, ConfigSpec) else ConfigSpec.from_json(c) for c in configs] \
             if configs is not None else [ConfigSpec("main", dict(problem.sizes), trials=1, time=True)]
         ts = timing or TimingSettings()
-        guard = 4096 if guard_bytes is None else guard_bytes
+        guard = GUARD_BYTES if guard_bytes is None else guard_bytes
         roles = dict(array_roles or {})
         candidate = True
     if not cfgs:
@@ -787,6 +794,7 @@ def plan_c_memory(
 
 
 __all__ = [
+    "GUARD_BYTES",
     "MIN_IQR_SAMPLES",
     "ArrayCheck",
     "CORRECT",
