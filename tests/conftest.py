@@ -1,4 +1,5 @@
-"""Shared fixtures: GPU detection (``gpu`` marker), C/nvcc compile helpers.
+"""Shared fixtures: GPU detection (``gpu`` marker), C/nvcc compile helpers, the one helper
+that runs the CLI in a child process (:func:`run_cli`).
 
 Tests marked ``@pytest.mark.gpu`` are skipped when no CUDA device is usable.  Detection
 runs in a *child* process (``cudaperf_cli.evaluate.probe_device``), so the pytest process
@@ -9,14 +10,30 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import pytest
 
 from cudaperf_cli.evaluate import probe_device
+
+#: This checkout (the package the tests test).
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
+            timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """``python -m cudaperf_cli ARGS...`` in a child process, as a user runs it: output
+    captured as text, 200 columns (Rich tables unwrapped), this checkout first on
+    ``PYTHONPATH`` (a worktree tests its own package), ``env`` on top of the environment."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    full = {**os.environ, "COLUMNS": "200", "PYTHONPATH": path, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "cudaperf_cli", *args], capture_output=True,
+                          text=True, cwd=cwd, env=full, timeout=timeout)
 
 @functools.lru_cache(maxsize=1)
 def cuda_device_status() -> tuple[bool, str]:

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "cudaperf_cli", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
-    )
+    return run_cli(*args, cwd=cwd)
 
 
 def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -124,7 +122,7 @@ def test_usage_errors_are_one_line(tmp_path):
         assert_one_error(proc, 2, text)
         assert "╭" not in proc.stderr and "--help" in error_lines(proc)[-1]
     proc = cli("optimize", cwd=tmp_path)
-    assert_one_error(proc, 2, "missing the C file")
+    assert_one_error(proc, 2, "missing the problem file")
 
 
 def test_bad_arch_is_refused_before_any_work(tmp_path):
@@ -475,3 +473,13 @@ def test_a_model_policy_without_jinja2_fails_before_the_baseline(tmp_path):
     lines = error_lines(proc)
     assert lines[0] == "error: the model policies need the jinja2 package, which is not installed", proc.stderr
     assert not list(tmp_path.glob("runs/*/baseline.json"))
+
+
+def test_a_run_folder_that_does_not_exist_says_so(tmp_path):
+    """`show` and `--resume` on a path that is not there: 'no such folder' (was: 'is not a
+    cudaperf run folder (no run.json in it)')."""
+    missing = tmp_path / "nonexist"
+    assert_one_error(cli("show", str(missing)), 2, "no such folder")
+    assert_one_error(cli("optimize", "--resume", str(missing)), 2, "no such folder")
+    missing.mkdir()
+    assert_one_error(cli("show", str(missing)), 2, "is not a cudaperf run folder")

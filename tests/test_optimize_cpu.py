@@ -32,6 +32,7 @@ def test_optimize_without_gpu_compiles_and_says_so(no_gpu, tmp_path, example):
     assert all(t["registers"] for t in doc["turns"])  # ptxas report parsed
     assert all(t["structure_score"] is not None for t in doc["turns"])
     assert doc["output"] is None and not (tmp_path / example.replace(".c", ".cu")).exists()
+    assert doc["exit_code"] == 4 and doc["message"].startswith("no CUDA device")  # why, in the JSON
     run = tmp_path / doc["run_dir"]
     lines = (run / "turns.jsonl").read_text().splitlines()
     assert len(lines) == 2 and "__global__" in json.loads(lines[0])["source"]

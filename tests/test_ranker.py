@@ -8,10 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from cudaperf_cli.ranker import features as F
 from cudaperf_cli.ranker import model as M
 from cudaperf_cli.ranker import pairs as P
 from cudaperf_cli.ranker import train as T
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -277,8 +276,7 @@ def test_too_little_data():
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cudaperf_cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=300)
+    return run_cli(*args, cwd=REPO, env=env)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:

@@ -16,8 +16,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import pytest
 
 from cudaperf_cli.core import CudaperfError
 from cudaperf_cli.ranker import pairs as P
+from tests.conftest import run_cli
 
 MISSING = [m for m in ("torch", "transformers", "tokenizers", "trl", "datasets", "accelerate")
            if importlib.util.find_spec(m) is None]
@@ -86,8 +85,7 @@ def cli(*args: str) -> Result:
 
 
 def cli_subprocess(*args: str, env: dict | None = None) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "cudaperf_cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=300)
+    proc = run_cli(*args, cwd=REPO, env=env)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 

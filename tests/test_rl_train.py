@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "cudaperf_cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return run_cli(*args, cwd=cwd, env={"HF_HUB_OFFLINE": "1"}, timeout=timeout)
 
 
 def one_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:

@@ -63,6 +63,7 @@ from cudaperf_cli.structure.score import (
     kernel_total,
     occupancy_score,
 )
+from tests.conftest import run_cli
 
 KERNELS = Path(__file__).parent / "data" / "kernels"
 ROOT = Path(__file__).resolve().parents[1]
@@ -564,14 +565,7 @@ def test_build_executable_and_cache(tmp_path):
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cudaperf_cli", "score", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+    return run_cli("score", *args, cwd=ROOT, env=env)
 
 
 def test_cli_ncu_without_main_or_run_is_one_line_exit_2():

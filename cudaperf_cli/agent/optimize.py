@@ -76,7 +76,7 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
 
     # 1. options, output, policy: everything that can be refused before any work
     if opts.file.is_dir():
-        raise ProblemError(f"{opts.file} is a directory, not a C file")
+        raise ProblemError(f"{opts.file} is a directory, not a problem file (.c or .py)")
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
     kind = kind_for(opts.file)
@@ -356,6 +356,7 @@ def make_summary(
     baseline), the turns (without sources and logs), the best candidate, the output, and:
 
     - ``problem_status``: None, or ``"does_not_fit"`` (nothing ran; ``message`` says why);
+      ``message`` also says why the exit code is 4 (no CUDA device: compiled, not run);
     - ``degenerate``: the problem's outputs do not depend on its inputs;
     - ``footprint_bytes`` (bytes) and ``memory`` (the plan's ``to_json()``, or None);
     - ``reference_peak_gpu_bytes``: the most device memory the reference alone held in the
@@ -365,6 +366,8 @@ def make_summary(
     - ``device``: the evaluation device as probed (free and total bytes, L2 bytes).
     """
     best = result.best
+    if message is None and code == EXIT_NO_DEVICE:  # a script reading --json sees why
+        message = "no CUDA device: the candidates were compiled, none was verified or timed"
     degenerate = (evaluation.degenerate if evaluation is not None
                   else bool(getattr(problem, "degenerate", False)))
     footprint = (evaluation.footprint_bytes if evaluation is not None

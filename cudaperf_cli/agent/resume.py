@@ -65,6 +65,9 @@ def load_resume(opts: OptimizeOptions, given: frozenset[str]) -> tuple[OptimizeO
     """
     run_dir = Path(opts.resume or ".")
     meta_path = run_dir / "run.json"
+    if not run_dir.exists():
+        raise CudaperfError(f"{run_dir}: no such folder",
+                            hint="pass a folder under cudaperf-runs/ made by cudaperf optimize")
     if not meta_path.is_file():
         raise CudaperfError(
             f"{run_dir} is not a resumable run folder (no run.json)",

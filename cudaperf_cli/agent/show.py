@@ -45,6 +45,9 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
         CudaperfError: not a run folder (exit code 2).
     """
     run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise CudaperfError(f"{run_dir}: no such folder",
+                            hint="run folders are under cudaperf-runs/ (optimize --run-dir)")
     if not run_dir.is_dir() or not (run_dir / "run.json").is_file():
         raise CudaperfError(f"{run_dir} is not a cudaperf run folder (no run.json in it)",
                             hint="run folders are under cudaperf-runs/ (optimize --run-dir)")

@@ -219,7 +219,8 @@ def optimize(
             raise ProblemError("--config does not apply with --resume: the run keeps its own options")
         given_files = list(p["files"] or [])
         if not given_files and resume is None:
-            raise ProblemError("missing the C file", hint="cudaperf optimize FILE.c, or --resume RUN_DIR")
+            raise ProblemError("missing the problem file (a C function's .c, or a PyTorch module's .py)",
+                               hint="cudaperf optimize FILE.c (or model.py), or --resume RUN_DIR")
         if given_files and resume is not None:
             raise ProblemError("give either a C file or --resume RUN_DIR, not both")
         for flag, values in (("-I", p["include"]), ("-D", p["define"])):
