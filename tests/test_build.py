@@ -430,6 +430,9 @@ HOST_CHEATS = [
      '  asm volatile("mov %rdi, %rax\\n jmp 1f+1\\n1: .byte 0xb8, 0x0f, 0x05, 0xc3, 0x90\\n"); }\n',
      'hidden(39);', "0f 05", "a raw system call"),
     ('', 'volatile unsigned v = 0xc3050fu; (void)v;', "0f 05", "a raw system call"),
+    # A host function the CUDA driver runs later, on its own (unconfined) thread.
+    ('static void CUDART_CB later(void *p) { (void)p; }\n', 'cudaLaunchHostFunc(0, later, 0);',
+     "cudaLaunchHostFunc", "not on the list"),
 ]
 
 

@@ -76,7 +76,7 @@ RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
 #: clocks, getenv, exit; in C++ allocation, exceptions, std::string, ostreams, containers'
 #: helpers and std::chrono.
 ALLOWED = re.compile(
-    r"^(?:__cuda\w+|cuda(?!LaunchHostFunc|StreamAddCallback|Ipc)[A-Z]\w*"
+    r"^(?:__cuda\w+|cuda(?!LaunchHostFunc|StreamAddCallback|Ipc|Graph\w*HostNode)[A-Z]\w*"
     r"|__cxa_\w+|__gxx_personality_v0|_Unwind_\w+|atexit|__dso_handle|__stack_chk_fail"
     r"|__assert_fail|__tls_get_addr|_GLOBAL_OFFSET_TABLE_|__libc_single_threaded"
     r"|(?:__)?v?f?printf(?:_chk)?|puts|fputs|putchar|fputc|putc|fwrite|fflush|perror|stdout|stderr"
