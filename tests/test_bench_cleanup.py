@@ -4,6 +4,7 @@ and a grace period to end them before it kills the group."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -27,22 +28,41 @@ def get_init_inputs():
 """
 
 
-def _probes() -> set[str]:
-    """``pid args`` of every PyTorch loader child running now."""
+def _probes(mark: str) -> set[str]:
+    """``pid args`` of every PyTorch loader child running now that this test's bench started
+    (its environment holds ``CUDAPERF_TEST_MARK=mark``: other tests, run beside this one
+    with pytest-xdist, start loaders too)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.strip() for line in out.splitlines() if "cudaperf_cli.problems.pytorch_probe" in line}
+    found = set()
+    for line in out.splitlines():
+        if "cudaperf_cli.problems.pytorch_probe" not in line:
+            continue
+        try:
+            env = Path(f"/proc/{line.split()[0]}/environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if f"CUDAPERF_TEST_MARK={mark}".encode() in env.split(b"\0"):
+            found.add(line.strip())
+    return found
 
 
 def test_problem_timeout_leaves_no_loader_behind(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    before = _probes()
+    mark = str(tmp_path)
     (tmp_path / "loop_fw.py").write_text(textwrap.dedent(LOOP))
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "cudaperf_cli", "bench", "run", str(tmp_path / "loop_fw.py"), "--turns", "1",
          "-j", "1", "--problem-timeout", "12", "-o", str(tmp_path / "out"), "--json"],
-        capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert '"problem_timeout"' in proc.stdout
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPERF_TEST_MARK": mark})
+    seen = False  # the loader was found by its mark while it ran: the check below can fail
+    while proc.poll() is None:
+        seen = seen or bool(_probes(mark))
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    assert '"problem_timeout"' in out
+    assert seen
     time.sleep(1.0)
-    left = _probes() - before
+    left = _probes(mark)
     assert not left, left
