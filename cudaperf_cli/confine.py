@@ -182,10 +182,12 @@ def confine(read: Iterable[str | os.PathLike[str]], write: Iterable[str | os.Pat
             *, tcp: bool = False) -> Confinement:
     """Confine the calling thread and everything it starts from now on, for good: reading
     (and executing) only beneath ``read`` and ``write``, writing only beneath ``write``;
-    without ``tcp``, no TCP connect or bind (ABI 4+); no signals outside (ABI 6+).
+    without ``tcp``, no TCP connect or bind (ABI 4+); no signals to, and no abstract Unix
+    sockets of, processes outside (ABI 6+).
 
-    Paths that do not exist are skipped; a file grants its file rights only.  Nothing is
-    applied when any step fails (the reason says which).
+    Paths that do not exist are skipped; a file grants its file rights only.  No rule is
+    enforced when any step fails (the reason says which; ``no_new_privs`` may already be
+    set then, which only stops set-uid programs from gaining privileges).
 
     Returns:
         A :class:`Confinement`; never raises for a kernel without Landlock.
