@@ -373,15 +373,14 @@ def link_command(nvcc: str, arch: str) -> list[str]:
     return [nvcc, f"-arch={arch}", "-shared", "-o", LIB_NAME, OBJ_NAME]
 
 
-def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | None, str, bool, float]:
+def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | None, str, bool]:
     """Run one nvcc command in ``cwd`` under :data:`NVCC_LIMITS` with a scrubbed
-    environment, its process group killed after ``timeout_s``: (returncode, stdout +
-    stderr, timed out, seconds).
+    environment, its process group killed after ``timeout_s`` (at once when it is not
+    positive): (returncode, stdout + stderr, timed out).
 
     Raises:
         ToolchainError: nvcc cannot be started.
     """
-    t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(cmd),
@@ -399,7 +398,7 @@ def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | Non
         raise ToolchainError(f"cannot run nvcc ({cmd[0]}): {exc}") from None
     timed_out = False
     try:
-        out_b, err_b = proc.communicate(timeout=max(timeout_s, 1.0))
+        out_b, err_b = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_process_group(proc)
@@ -411,8 +410,7 @@ def _run_tool(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | Non
         kill_process_group(proc)
         proc.wait()
         raise
-    return (proc.returncode, out_b.decode(errors="replace") + err_b.decode(errors="replace"),
-            timed_out, time.monotonic() - t0)
+    return proc.returncode, out_b.decode(errors="replace") + err_b.decode(errors="replace"), timed_out
 
 
 def cache_key(source: str, arch: str, extra_flags: Sequence[str], version: str) -> str:
@@ -502,7 +500,7 @@ def build_candidate(
     (tmp / SOURCE_NAME).write_text(source)
     t0 = time.monotonic()
     try:
-        code, log, timed_out, _ = _run_tool(cmd, tmpdir, timeout_s)
+        code, log, timed_out = _run_tool(cmd, tmpdir, timeout_s)
         status, errors, notes = "ok", "", []
         if not timed_out and code == 0 and (tmp / OBJ_NAME).is_file():
             # The host code, before the CUDA runtime is linked in (it uses dlopen itself).
@@ -512,7 +510,7 @@ def build_candidate(
                 status, errors = "guard_rejected", "\n".join(dict.fromkeys(str(v) for v in refused))
             else:
                 left = timeout_s - (time.monotonic() - t0)
-                code, link_log, timed_out, _ = _run_tool(link_command(nvcc_path, arch), tmpdir, left)
+                code, link_log, timed_out = _run_tool(link_command(nvcc_path, arch), tmpdir, left)
                 log += link_log
     except BaseException:
         shutil.rmtree(tmpdir, ignore_errors=True)
