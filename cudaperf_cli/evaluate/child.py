@@ -620,14 +620,22 @@ def scratch_env(scratch: str) -> dict[str, str]:
     no pool that exists before the worker is confined, ``cudaperf_cli/confine.py``)."""
     # One BLAS thread: threads started before the worker confines itself stay unconfined,
     # and numpy's OpenBLAS pool was made to run a candidate's function (confine.py).
-    env = {"TMPDIR": scratch, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = str(os.getuid())
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-    return env
+    return {"TMPDIR": scratch, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir()}
+
+
+def inductor_cache_dir() -> str:
+    """torch.compile's cache folder: ``$TORCHINDUCTOR_CACHE_DIR``, else PyTorch's default
+    ``<tmp>/torchinductor_<user>``.  A worker child has the variable set (by
+    :func:`scratch_env`, from the parent's temporary folder, not its own scratch one)."""
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given:
+        return given
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
 
 
 class PendingChild:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import getpass
 import importlib.util
 import inspect
 import json
@@ -30,7 +29,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -86,7 +84,7 @@ from cudaperf_cli.evaluate.torch_job import (
     trial_seed,
 )
 from cudaperf_cli.confine import Confinement, confine_candidate
-from cudaperf_cli.evaluate.child import State, flush_c_stdio, read_job, result_channel
+from cudaperf_cli.evaluate.child import State, flush_c_stdio, inductor_cache_dir, read_job, result_channel
 from cudaperf_cli.evaluate.worker import _run_hook
 
 #: record_function names around the profiled forward and the current-stream markers.
@@ -2332,8 +2330,7 @@ def candidate_paths(job: TorchEvalJob, *, compiles: bool = False) -> tuple[list[
             str(job.build_root_path())]
     write = [str(job.extensions_dir())]
     if compiles:
-        write.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-                     or os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+        write.append(inductor_cache_dir())
         write.append(os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton"))
     for w in write:
         with contextlib.suppress(OSError):
