@@ -136,12 +136,13 @@ def parse_ptxas_report(text: str, *, demangle_names: bool = True) -> list[Kernel
     return [KernelResources(demangled=pretty.get(r["name"], r["name"]), **r) for r in records]
 
 
-def for_arch(resources: Iterable[KernelResources], arch: str | None) -> list[KernelResources]:
-    """The entries compiled for ``arch`` (``"sm_90"``), or all of them when none is (or
-    ``arch`` is None): with ``-gencode`` for two architectures, figures of the one that runs."""
+def for_arch(resources: Iterable[Any], arch: str | None) -> list[Any]:
+    """The entries compiled for ``arch`` (``"sm_90"``; an entry that names no arch counts
+    as one), or all of them when none is (or ``arch`` is None): with ``-gencode`` for two
+    architectures, figures of the one that runs."""
     entries = list(resources)
     if arch:
-        mine = [r for r in entries if getattr(r, "arch", None) == arch]
+        mine = [r for r in entries if getattr(r, "arch", None) in (arch, None)]
         if mine:
             return mine
     return entries

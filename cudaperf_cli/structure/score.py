@@ -198,10 +198,9 @@ def match_resources(resources: Sequence[Any] | None, kernel: str,
     registers) and a note."""
     if not resources:
         return None, ""
-    hits = [r for r in resources if _demangled_base(r) == kernel]
-    if arch:
-        same = [r for r in hits if getattr(r, "arch", None) in (arch, None)]
-        hits = same or hits
+    from ..build.ptxas import for_arch  # not at import: the build package pulls in nvcc's
+
+    hits = for_arch([r for r in resources if _demangled_base(r) == kernel], arch)
     if not hits:
         return None, f"no ptxas entry for kernel '{kernel}'"
     if len(hits) > 1:
