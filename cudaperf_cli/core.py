@@ -20,6 +20,7 @@ import operator
 import os
 import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Union
@@ -491,20 +492,23 @@ def check_checkpoint_folder(out: Path, force: bool) -> None:
                             hint="choose another -o, or --force to replace the checkpoint in it")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
-    a reader, or the user's earlier file that ``--force`` replaces, never sees half of it;
-    on failure the temporary file is removed and ``path`` is as it was.
+def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder (named by
+    process and thread: several may write at once) and a rename: a reader, or the user's
+    earlier file that ``--force`` replaces, never sees half of it; on failure the temporary
+    file is removed and ``path`` is as it was.  ``fsync``: the data reaches the disk before
+    the rename (a result file; not needed for a report rewritten as a run goes).
 
     Raises:
         OSError: the folder cannot be written (disk full, permissions).
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         with open(tmp, "w") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

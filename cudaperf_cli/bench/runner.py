@@ -46,7 +46,7 @@ from typing import AbstractSet, Any, Callable
 from cudaperf_cli import statuses as S
 from cudaperf_cli.bench import metrics as M
 from cudaperf_cli.bench.suite import BenchProblem, Suite
-from cudaperf_cli.core import CudaperfError, terminate_process_groups
+from cudaperf_cli.core import CudaperfError, terminate_process_groups, write_text_atomic
 
 #: Version of the problem-result, candidates.jsonl and report.json formats (docs/bench.md).
 #: 2: ``correct`` means verified (``correct`` or ``slow``); problem statuses
@@ -199,10 +199,9 @@ def default_out_dir(suite: Suite, root: Path = Path("bench-results")) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename
+    (:func:`~cudaperf_cli.core.write_text_atomic`, no fsync)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n", fsync=False)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
