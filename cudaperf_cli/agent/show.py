@@ -14,6 +14,7 @@ from typing import Any
 
 from cudaperf_cli.agent.loop import TurnRecord, best_index
 from cudaperf_cli.agent.resume import read_records
+from cudaperf_cli.agent.store import candidate_stem
 from cudaperf_cli.core import CudaperfError
 
 
@@ -27,7 +28,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def candidate_file(run_dir: Path, r: TurnRecord) -> Path | None:
     """The file (C) or folder (PyTorch) of record ``r`` under ``candidates/``, if written."""
-    stem = f"turn{r.turn + 1}-sample{r.sample + 1}"
+    stem = candidate_stem(r)
     for p in (run_dir / "candidates" / f"{stem}.cu", run_dir / "candidates" / stem):
         if p.exists():
             return p

@@ -37,6 +37,12 @@ from typing import Any
 from cudaperf_cli.core import CudaperfError, to_jsonable
 
 
+def candidate_stem(record: Any) -> str:
+    """A candidate's name under ``candidates/``: ``turnT-sampleK`` (1-based), the C file
+    ``turnT-sampleK.cu`` or the PyTorch folder ``turnT-sampleK/``."""
+    return f"turn{int(record.turn) + 1}-sample{int(record.sample) + 1}"
+
+
 class RunStore:
     """Writes one run folder.  All writes are append-only or new files."""
 
@@ -118,7 +124,7 @@ class RunStore:
         if not source:
             return None
         folder = self.path / "candidates"
-        stem = f"turn{int(record.turn) + 1}-sample{int(record.sample) + 1}"
+        stem = candidate_stem(record)
         if (folder / stem).is_dir():
             return folder / stem
         folder.mkdir(exist_ok=True)

@@ -26,6 +26,7 @@ from cudaperf_cli.agent.kinds.base import (
     DeviceInfo, EvalSettings, Evaluation, Plan, ProblemKind, StageFn, fill_outcome,
 )
 from cudaperf_cli.agent.loop import TurnRecord
+from cudaperf_cli.agent.store import candidate_stem
 from cudaperf_cli.core import CudaperfError, ProblemError, to_jsonable
 
 #: Name of the baseline of ``TurnRecord.speedup_kernel`` for PyTorch problems: the worker's
@@ -303,7 +304,7 @@ class TorchEvaluation(Evaluation):
 
         files: dict[str, str] = dict(record.mapping.get("files") or {})
         if folder is None:
-            folder = self.workdir / "candidates" / f"turn{record.turn + 1}-sample{record.sample + 1}"
+            folder = self.workdir / "candidates" / candidate_stem(record)
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
         for name, text in files.items():
