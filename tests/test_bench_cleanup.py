@@ -31,18 +31,20 @@ def get_init_inputs():
 def _probes(mark: str) -> set[str]:
     """``pid args`` of every PyTorch loader child running now that this test's bench started
     (its environment holds ``CUDAPERF_TEST_MARK=mark``: other tests, run beside this one
-    with pytest-xdist, start loaders too)."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    with pytest-xdist, start loaders too).  Reads ``/proc`` itself: ``ps`` cuts its lines at
+    ``$COLUMNS`` when that is set, and the module name falls past the cut behind a long
+    interpreter path (CI's checkout)."""
     found = set()
-    for line in out.splitlines():
-        if "cudaperf_cli.problems.pytorch_probe" not in line:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
             continue
         try:
-            env = Path(f"/proc/{line.split()[0]}/environ").read_bytes()
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if f"CUDAPERF_TEST_MARK={mark}".encode() in env.split(b"\0"):
-            found.add(line.strip())
+        if b"cudaperf_cli.problems.pytorch_probe" in args and f"CUDAPERF_TEST_MARK={mark}".encode() in env:
+            found.add(f"{proc.name} {b' '.join(args).decode(errors='replace').strip()}")
     return found
 
 
