@@ -42,3 +42,25 @@ def test_a_refusal_ends_the_turns_with_its_reason():
     res = run_loop(scripted(("correct", 1.0, 10.0), ("refused", None, None), ("correct", 0.5, 20.0)),
                    turns=3, observer=QuietObserver())
     assert len(res.turns) == 2 and "no more candidates" in res.stop_reason
+
+
+def test_table_gives_build_and_evaluation_seconds_apart():
+    """The per-turn table's ``build s`` says ``cached`` for a build-cache hit and ``eval s``
+    says ``-`` where no evaluation ran (no GPU); a PyTorch row's evaluation seconds leave out
+    its build (its ``eval_s`` is the whole wall time, build overlapped included)."""
+    from rich.console import Console
+
+    from cudaperf_cli.agent.render import fmt_build_s, fmt_eval_s, turns_table
+
+    cached = TurnRecord(turn=1, policy="p", description="d", status="correct", compile_s=0.0, compile_cached=True, eval_s=2.5)
+    no_gpu = TurnRecord(turn=2, policy="p", description="d", status="no_device", compile_s=1.25, eval_s=None)
+    refused = TurnRecord(turn=3, policy="p", description="d", status="refused")
+    assert (fmt_build_s(cached), fmt_eval_s(cached)) == ("cached", "2.5")
+    assert (fmt_build_s(no_gpu), fmt_eval_s(no_gpu)) == ("1.2", "-")
+    assert (fmt_build_s(refused), fmt_eval_s(refused)) == ("-", "-")
+    torch_row = TurnRecord(turn=1, policy="p", description="d", status="correct", compile_s=3.0, eval_s=7.5)
+    assert fmt_eval_s(torch_row, "torch") == "4.5" and fmt_eval_s(torch_row) == "7.5"
+    console = Console(width=200, record=True)
+    console.print(turns_table([cached, no_gpu], width=200))
+    text = console.export_text()
+    assert "build s" in text and "eval s" in text and "cached" in text

@@ -91,16 +91,35 @@ def _columns(kind: str = "c") -> list[tuple[str, str, bool, Any]]:
          lambda r: "-" if r.structure_score is None else f"{r.structure_score:.2f}"),
         ("regs", "right", False, lambda r: "-" if r.registers is None else str(r.registers)),
         ("spill B", "right", False, lambda r: "-" if r.spill_bytes is None else str(r.spill_bytes)),
-        ("eval s", "right", False,
-         lambda r: "-" if r.eval_s is None and r.compile_s is None
-         else f"{(r.compile_s or 0) + (r.eval_s or 0):.1f}"),
+        ("build s", "right", False, fmt_build_s),
+        ("eval s", "right", False, lambda r: fmt_eval_s(r, kind)),
     ]
+
+
+def fmt_eval_s(r: TurnRecord, kind: str = "c") -> str:
+    """Seconds of the candidate's evaluation past its build (verification and timing, with
+    any GPU-lock wait), ``-`` where none ran (no GPU, or stopped before).  A PyTorch
+    candidate's ``eval_s`` is the wall time of the whole evaluation, its build overlapped
+    included: the build's seconds are taken off so the two columns add up to the wall time."""
+    if r.eval_s is None or r.status == statuses.NO_DEVICE:
+        return "-"
+    spent = r.eval_s - (r.compile_s or 0.0) if kind == "torch" else r.eval_s
+    return f"{max(spent, 0.0):.1f}"
+
+
+def fmt_build_s(r: TurnRecord) -> str:
+    """The candidate's compile seconds, ``cached`` when the build cache had it, ``-`` when
+    nothing was compiled (a refused turn)."""
+    if r.compile_cached:
+        return "cached"
+    return "-" if r.compile_s is None else f"{r.compile_s:.1f}"
 
 
 def turns_table(records: list[TurnRecord], title: str | None = None, width: int = 160,
                 kind: str = "c") -> Table:
     """The per-turn table: status, max error, GPU ms, speedups, structure, registers,
-    spills, seconds; in a terminal narrower than 120 columns, the essential columns only.
+    spills, build seconds (``cached``) and evaluation seconds (``-`` where no evaluation ran:
+    no GPU, or refused before it); in a terminal narrower than 120 columns, the essential columns only.
     ``kind="torch"``: the speedups are against PyTorch eager and torch.compile."""
     cols = [c for c in _columns(kind) if c[2] or width >= 120]
     table = Table(title=title, header_style="bold", expand=False)

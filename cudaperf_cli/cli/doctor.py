@@ -32,7 +32,8 @@ def _tool(cmd: str, version_args: list[str], path: str | None = None) -> dict[st
 
 
 def collect() -> dict[str, Any]:
-    """Facts about this machine as a JSON-ready dict (tools, GPU, Python packages)."""
+    """Facts about this machine as a JSON-ready dict: ``nvcc``, ``cc``, ``gpu``, ``driver``,
+    ``cuda_core``, ``confinement`` (each with a boolean ``ok``) and ``packages``."""
     from cudaperf_cli.build import find_nvcc
     from cudaperf_cli.core import ToolchainError
     from cudaperf_cli.evaluate import device_info
@@ -49,7 +50,12 @@ def collect() -> dict[str, Any]:
         "nvcc": _tool("nvcc", ["--version"], nvcc),
         "cc": _tool(cc, ["--version"]),
     }
-    report["gpu"] = device_info()
+    gpu = dict(device_info() or {"available": False, "reason": "no CUDA device"})
+    gpu["ok"] = bool(gpu.get("available"))  # the key every other check uses
+    report["gpu"] = gpu
+    report["driver"] = (
+        {"ok": True, "version": gpu.get("driver_version"), "cuda_version": gpu.get("driver_cuda_version")}
+        if gpu["ok"] else {"ok": False, "version": None, "cuda_version": None, "reason": "not loaded (see gpu)"})
     report["cuda_core"] = _cuda_core()
     report["confinement"] = _confinement()
     report["packages"] = packages()
@@ -65,7 +71,6 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "trl": "train policy (pip install 'cudaperf[train]')",
     "peft": "train policy with LoRA (pip install 'cudaperf[train]')",
     "vllm": "--policy vllm (pip install 'cudaperf[vllm]')",
-    "ray": "the Ray executor",
 }
 
 
@@ -119,8 +124,8 @@ def _cuda_core() -> dict[str, Any]:
 def run_doctor(json_out: bool) -> int:
     """Print the doctor report (Rich table or JSON); return the exit code."""
     report = collect()
-    gpu = report["gpu"] or {}
-    has_gpu = bool(gpu.get("available"))
+    gpu = report["gpu"]
+    has_gpu = gpu["ok"]
     code = 0
     if not report["nvcc"]["ok"] or not report["cc"]["ok"]:
         code = 3
@@ -154,7 +159,8 @@ def run_doctor(json_out: bool) -> int:
             f"{gpu.get('memory_total_bytes', 0) / 2**30:.1f} GiB"
         )
         row("GPU", True, details)
-        row("driver", True, f"{gpu.get('driver_version')} (CUDA {gpu.get('driver_cuda_version')})")
+        drv = report["driver"]
+        row("driver", True, f"{drv['version']} (CUDA {drv['cuda_version']})")
     else:
         row("GPU", False, gpu.get("reason", "no CUDA device"), warn=True)
         row("driver", False, "not loaded (see GPU)", warn=True)
