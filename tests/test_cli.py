@@ -457,6 +457,12 @@ def test_candidates_are_files_and_show_reads_the_run_back(tmp_path, nvcc_path):
     doc = json.loads(cli("show", str(run_dir), "--json").stdout)
     assert [t["turn"] for t in doc["turns"]] == [1, 2] and doc["kind"] == "c"
     assert all(Path(t["file"]).is_file() for t in doc["turns"])
+    # the table's columns are in the document too (struct, regs, spills, seconds)
+    for t, r in zip(doc["turns"], records):
+        assert (t["structure_score"], t["registers"], t["compile_s"], t["eval_s"]) == (
+            r["structure_score"], r["registers"], r["compile_s"], r["eval_s"])
+        assert t["description"] == r["description"] and "spill_bytes" in t
+    assert any(t["structure_score"] is not None for t in doc["turns"])
     assert doc["summary"]["exit_code"] == proc.returncode and doc["skipped_lines"] == 0
     text = cli("show", str(run_dir)).stdout
     assert "turn" in text and ("best: none verified" in text or "best: turn" in text) and "ended:" in text

@@ -37,8 +37,11 @@ def candidate_file(run_dir: Path, r: TurnRecord) -> Path | None:
 
 def run_facts(run_dir: Path) -> dict[str, Any]:
     """The run folder's facts as a JSON-ready dict: ``run_dir``, ``kind``, ``turns`` (one
-    entry per candidate: ``turn``/``sample`` 1-based, ``status``, ``message``, ``gpu_ms``,
-    ``speedup_kernel``, ``speedup_e2e``, ``file``), ``best`` (that entry, or None),
+    entry per candidate, the table's columns: ``turn``/``sample`` 1-based, ``description``,
+    ``status``, ``message``, ``max_rel_err``, ``gpu_ms`` (ms), ``speedup_kernel``,
+    ``speedup_e2e``, ``speedup_compile`` (PyTorch: vs torch.compile), ``structure_score``
+    (0-1), ``registers``, ``spill_bytes``, ``compile_s``, ``compile_cached``, ``eval_s``
+    (seconds), ``file``), ``best`` (that entry, or None),
     ``summary`` (``summary.json``, None for a run that never finished) and
     ``skipped_lines`` (unreadable lines of ``turns.jsonl``).
 
@@ -57,8 +60,12 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
     turns = []
     for r in records:
         f = candidate_file(run_dir, r)
-        turns.append({"turn": r.turn + 1, "sample": r.sample + 1, "status": r.status, "message": r.message,
+        turns.append({"turn": r.turn + 1, "sample": r.sample + 1, "description": r.description,
+                      "status": r.status, "message": r.message, "max_rel_err": r.max_rel_err,
                       "gpu_ms": r.gpu_ms, "speedup_kernel": r.speedup_kernel, "speedup_e2e": r.speedup_e2e,
+                      "speedup_compile": r.speedup_compile, "structure_score": r.structure_score,
+                      "registers": r.registers, "spill_bytes": r.spill_bytes, "compile_s": r.compile_s,
+                      "compile_cached": r.compile_cached, "eval_s": r.eval_s,
                       "file": str(f) if f is not None else None})
     best = best_index(records)
     return {"run_dir": str(run_dir), "kind": run.get("kind") or "c", "turns": turns,
