@@ -9,6 +9,7 @@ baseline job and the candidate jobs run in the real worker, models on the CPU.""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -17,6 +18,8 @@ import socket
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import cuda_device_status
 
 from cudaperf_cli.agent import optimize
 from cudaperf_cli.agent.kinds.base import (
@@ -184,10 +187,17 @@ def test_c_resume_reads_the_baseline_back(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(evaluate, "run_evaluation", spy)
     opts = OptimizeOptions(file=tmp_path / "scale.c", sizes={"n": 1000}, run_root=tmp_path / "runs",
                            turns=1, json_output=True, output=tmp_path / "scale.cu")
+    monkeypatch.delenv("CUDAPERF_WORKER_BACKEND", raising=False)
+    if not cuda_device_status()[0]:  # no device: no baseline either (nothing is timed against it)
+        code, out, _ = _run(capsys, opts)
+        assert code == 4 and jobs == [] and not (Path(json.loads(out)["run_dir"]) / "baseline.json").exists()
+    # the host test backend stands in for a device: the baseline is measured, then read back
+    monkeypatch.setenv("CUDAPERF_WORKER_BACKEND", "host")
+    opts = dataclasses.replace(opts, run_root=tmp_path / "runs-host")
     code, out, _ = _run(capsys, opts)
     first = json.loads(out)
     run = Path(first["run_dir"])
-    assert [j.cand_lib for j in jobs] == [None]  # the baseline job; no device: no candidate job
+    assert [j.cand_lib is None for j in jobs] == [True, False]  # the baseline job, then the candidate's
     assert jobs[0].reference_outputs == str(run / "reference" / "outputs")
     stored = json.loads((run / "baseline.json").read_text())
     assert stored["cpu_ms"]["main"] > 0 and stored["reference_outputs"] == jobs[0].reference_outputs
@@ -196,7 +206,7 @@ def test_c_resume_reads_the_baseline_back(tmp_path, capsys, monkeypatch):
     code, out, _ = _run(capsys, OptimizeOptions(file=Path("."), resume=run, turns=2, json_output=True),
                           {"turns"})
     doc = json.loads(out)
-    assert jobs == []  # not measured again
+    assert jobs and all(j.cand_lib is not None for j in jobs)  # the baseline not measured again
     assert doc["cpu_baseline"] == stored and len(doc["turns"]) == 2 and doc["run_dir"] == str(run)
 
 

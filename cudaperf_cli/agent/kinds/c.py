@@ -134,13 +134,18 @@ class CEvaluation(Evaluation):
         return EvalJob.from_problem(self.problem, ref_lib=self.reference, cand_lib=lib_path,
                                     configs=self.configs, seed=self.settings.seed, **extra)
 
-    def measure_baseline(self) -> Baseline:
+    def measure_baseline(self) -> Baseline | None:
         """Run the reference alone (child process, no GPU needed): CPU median per timed
         configuration, the arrays' measured roles, the reference's outputs on disk.
+        Without a device nothing is measured (None): no candidate will be verified or timed
+        against it, and it took tens of seconds (about 20 s for examples/matmul.c); a
+        resumed run on a GPU machine measures it then.
 
         Raises:
             ProblemError: the reference crashed, hung or failed on its own data.
         """
+        if self.device_missing:
+            return None
         from cudaperf_cli.evaluate import run_evaluation
 
         result = run_evaluation(self.job(None), timeout_s=self.settings.eval_timeout_s)
@@ -166,6 +171,8 @@ class CEvaluation(Evaluation):
         return next((float(v) for v in self.baseline.cpu_ms.values()), None)
 
     def baseline_message(self) -> str | None:
+        if self.device_missing:
+            return None
         return f"measuring the CPU baseline ({self.baseline_name})"
 
     def baseline_lines(self) -> list[str]:
