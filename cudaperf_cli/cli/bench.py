@@ -49,6 +49,12 @@ class _RunByDefault(TyperGroup):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line names the suite: ``bench SUITE [OPTIONS] | compare A.json B.json``
+        (click's default, ``[OPTIONS] COMMAND [ARGS]...``, hid that a suite is the first
+        argument)."""
+        return ["SUITE [OPTIONS] | run SUITE [OPTIONS] | compare A.json B.json"]
+
 
 bench_app = typer.Typer(
     cls=_RunByDefault,
