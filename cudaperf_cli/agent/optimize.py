@@ -52,6 +52,10 @@ from cudaperf_cli.agent.store import RunStore
 from cudaperf_cli.core import CudaperfError, ProblemError, to_jsonable
 
 
+#: The suffixes a problem file may have: C (``.c``; a header or preprocessed file holding
+#: the function) and PyTorch (``.py``, KernelBench's format).
+PROBLEM_SUFFIXES = (".c", ".h", ".i", ".py")
+
 def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozenset()) -> int:
     """Run ``cudaperf optimize``; returns the exit code (docs/exit-codes.md).
 
@@ -79,6 +83,9 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
         raise ProblemError(f"{opts.file} is a directory, not a problem file (.c or .py)")
     if not opts.file.is_file():
         raise ProblemError(f"{opts.file}: no such file")
+    if opts.file.suffix not in PROBLEM_SUFFIXES:
+        raise ProblemError(f"{opts.file} is not a problem file: a C function's .c (or .h, .i) or a "
+                           "PyTorch module's .py")
     kind = kind_for(opts.file)
     kind.check_options(opts)
     if resumed is not None and resumed.output_sha256 and \

@@ -85,6 +85,9 @@ def score(
             raise CudaperfError(f"{kernel} is a directory, not a CUDA source file")
         if not kernel.is_file():
             raise CudaperfError(f"no such file: {kernel}")
+        if kernel.suffix in (".c", ".py"):  # a problem, not kernels: what optimize takes
+            raise CudaperfError(f"{kernel} is not a CUDA source file (.cu): score reads __global__ "
+                                f"kernels; to port this file to CUDA: cudaperf optimize {kernel}")
         cfg = LaunchConfig.parse(launch) if launch else None
         sizes = parse_sizes(size)
         try:
