@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,6 +215,18 @@ def test_score_without_kernels(tmp_path):
     assert_one_error(proc, 2, "no __global__ kernel")
     (tmp_path / "d.cu").mkdir()
     assert_one_error(cli("score", "d.cu", cwd=tmp_path), 2, "is a directory")
+    # a problem file, not kernels: said so (nvcc's "does not compile" was the answer)
+    (tmp_path / "scale.c").write_text(SCALE_1D)
+    assert_one_error(cli("score", "scale.c", cwd=tmp_path), 2, "not a CUDA source file (.cu)")
+
+
+def test_optimize_refuses_a_file_that_is_no_problem(tmp_path):
+    """`optimize README.md` went to the C preprocessor and came back with a hint about -I
+    and -D: a file that is neither C nor Python is refused by its name, before any work."""
+    (tmp_path / "README.md").write_text("# cudaperf: not C\n")
+    proc = cli("optimize", "README.md", cwd=tmp_path)
+    assert_one_error(proc, 2, "README.md is not a problem file")
+    assert "-I DIR" not in proc.stderr and not (tmp_path / "cudaperf-runs").exists()
 
 
 def test_doctor_reads_cc_and_nvcc_like_the_pipeline(tmp_path):
@@ -369,6 +382,10 @@ def test_help_at_80_columns_cuts_no_option_name():
         assert proc.returncode == 0, (words, proc.stderr)
         text = proc.stdout
         assert "…" not in text and "╭" not in text, (words, text)
+        # types as a command line names them (TEXT, INTEGER, DIR), not Python annotations
+        # (<list[str]>, <int range>); a required argument is SUITE, not {SUITE}
+        assert not re.search(r"<(list\[|str|int|float|bool|Path)", text), (words, text)
+        assert "{" not in text.splitlines()[0], (words, text.splitlines()[0])
         assert max(len(line) for line in text.splitlines()) <= 80, words
         cmd = root
         for w in args:
