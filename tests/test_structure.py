@@ -356,6 +356,8 @@ def test_barrier_in_thread_dependent_branch():
     assert "out of the thread-dependent branch" in bad.hint
     assert all(b["hazard"] is None for b in good.details["barriers"])
     assert r.kernel("barrier_in_branch").score < r.kernel("barrier_outside").score
+    # undefined behaviour caps the total: it does not rank near its fixed twin (0.82 vs 0.89)
+    assert r.kernel("barrier_in_branch").score == bad.score < 0.5
 
 
 def test_barrier_after_early_return_is_flagged():

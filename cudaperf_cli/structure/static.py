@@ -2487,6 +2487,7 @@ class KernelWalker:
         self.exits: list[tuple[int, int, str]] = []  # (byte, line, text) thread-dependent returns
         self.global_mask = env.empty_mask()
         self.guard_sym = False
+        self.guard_sym_loop = False  # the thread-dependent bound is a loop's (grid-stride)
         self.errors: list[int] = []
         self.notes: list[str] = []
         self._counted_nodes: set[int] = set()
@@ -2693,6 +2694,7 @@ class KernelWalker:
                     )
                     if cv.sym:
                         self.guard_sym = True
+                        self.guard_sym_loop = True
                 if outcome is not None:
                     bmask = mask & outcome
                 elif kind == "data-dependent":
@@ -3009,6 +3011,9 @@ class KernelWalker:
             ref = self.ctx.resolve_ptr(args[0])
             if ref is not None:
                 self._atomic(node, short, ref, mask, c)
+                # its address is an access too: a scattered atomicAdd(&bins[data[i]]) costs
+                # sectors (global) or bank conflicts (shared) like a scattered store
+                self._record_access(node, (ref, ref.offset), "atomic", mask, c)
                 a0 = _strip_parens(args[0])
                 if a0.type == "pointer_expression":
                     inner = _strip_parens(a0.child_by_field_name("argument"))
@@ -3665,6 +3670,9 @@ def idle_fraction(
         env = ThreadEnv(block, block_idx=tuple(bidx), grid=grid, block_idx_exact=True)
         w = KernelWalker(sf, fn, env, template_bind=tbind, stats=False, param_values=param_values)
         w.run()
+        if w.guard_sym and w.guard_sym_loop:
+            return None, ("a loop's bound decides which threads work in its last iteration "
+                          "(a grid-stride loop): not computed statically")
         if w.guard_sym:
             return None, "the bounds check compares against a size that is not known statically"
         frac_last = float(w.global_mask.sum()) / env.threads
