@@ -66,6 +66,7 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "peft": "train policy with LoRA (pip install 'cudaperf[train]')",
     "vllm": "--policy vllm (pip install 'cudaperf[vllm]')",
     "ray": "the Ray executor",
+    "GitPython": "cudaperf port (pip install 'cudaperf[port]')",
 }
 
 
