@@ -324,8 +324,9 @@ def find_marked(text: str, rel: str) -> list[Marked]:
             while nxt is not None and nxt.type == "comment":
                 nxt = nxt.next_sibling
             if nxt is None or nxt.type != "function_definition":
-                what = ("a declaration (mark the definition)" if nxt is not None and nxt.type == "declaration"
-                        else "nothing" if nxt is None else f"a {nxt.type.replace('_', ' ')}")
+                kind = "" if nxt is None else nxt.type.replace("_", " ")
+                what = ("a declaration (mark the definition)" if kind == "declaration" else "nothing" if not kind
+                        else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}")
                 raise ProblemError(f"{rel}:{line}: '// cudaperf: port' is not directly above a function "
                                    f"definition (it is above {what})",
                                    hint="put the marker on the line right above the function's definition")
