@@ -100,8 +100,9 @@ def port(
         print(json.dumps(report, indent=2, default=str))
     else:
         for line in report_lines(report):
-            if code != 4 or line != report["message"]:  # that one goes to stderr
-                print(line)
+            if line == report["message"] and (code == 4 or not report["functions"]):
+                continue  # that one goes to stderr, below
+            print(line)
     if code == 4:
         print(f"error: {report['message']}", file=sys.stderr)
     elif code == 1:
