@@ -27,8 +27,10 @@ from cudaperf_cli.core import CudaperfError
 CONFIG_ENV = "CUDAPERF_CONFIG"
 #: The tables a config file may hold (one per command that reads it): ``optimize``;
 #: ``train`` (``[train.policy]``) and ``reward`` are read by ``cudaperf train policy
-#: --config`` (cudaperf_cli/rl/config.py, docs/rl.md) and left alone by ``optimize``.
-SECTIONS = ("optimize", "train", "reward")
+#: --config`` (cudaperf_cli/rl/config.py, docs/rl.md) and left alone by ``optimize``; ``port``
+#: (per-file flags of ``cudaperf port``, read from the repository's committed
+#: ``cudaperf.toml`` by cudaperf_cli/port.py) is left alone by both.
+SECTIONS = ("optimize", "train", "reward", "port")
 
 
 def find_config(explicit: Path | None) -> Path | None:

@@ -259,7 +259,7 @@ def test_doctor_names_the_driver_and_the_optional_packages():
                           text=True, timeout=300, check=False)
     report = json.loads(proc.stdout)
     pk = report["packages"]
-    assert set(pk) == {"torch", "openai", "jinja2", "transformers", "trl", "peft", "vllm"}
+    assert set(pk) == {"torch", "openai", "jinja2", "transformers", "trl", "peft", "vllm", "GitPython"}
     for key in ("nvcc", "cc", "gpu", "driver", "cuda_core", "confinement"):
         assert isinstance(report[key]["ok"], bool), key
     assert report["driver"]["ok"] == report["gpu"]["ok"]

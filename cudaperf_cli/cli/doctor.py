@@ -71,6 +71,7 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "trl": "train policy (pip install 'cudaperf[train]')",
     "peft": "train policy with LoRA (pip install 'cudaperf[train]')",
     "vllm": "--policy vllm (pip install 'cudaperf[vllm]')",
+    "GitPython": "cudaperf port (pip install 'cudaperf[port]')",
 }
 
 

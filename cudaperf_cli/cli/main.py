@@ -58,6 +58,7 @@ typer.core.TyperArgument._rich_display_name = (  # type: ignore[method-assign]
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes
 from cudaperf_cli.cli.bench import bench_app
+from cudaperf_cli.cli.port import port
 from cudaperf_cli.cli.ranker import data_app, rank, train_app
 from cudaperf_cli.cli.score import score
 from cudaperf_cli.cli.train_policy import train_policy
@@ -363,6 +364,7 @@ def show(
 
 
 app.command(name="score")(score)
+app.command(name="port")(port)
 app.add_typer(bench_app, name="bench")
 app.add_typer(data_app, name="data")
 train_app.command("policy")(train_policy)

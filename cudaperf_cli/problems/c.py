@@ -42,8 +42,11 @@ from ._cpp import Preprocessed, normalize_cpp_args, preprocess
 from .reference import ReferenceLib, build_reference, init_argtypes, reference_argtypes
 
 __all__ = [
+    "PORT_MARKER",
     "ReferenceLib",
+    "annotation_body",
     "build_reference",
+    "has_port_marker",
     "init_argtypes",
     "is_step_count",
     "load_c_problem",
@@ -52,6 +55,9 @@ __all__ = [
 ]
 
 ANNOTATION_PREFIX = "cudaperf:"
+#: The item of a ``// cudaperf:`` line that marks a function for ``cudaperf port`` (a bare
+#: word, no extents); the loader skips it (cudaperf_cli/port.py finds the marked functions).
+PORT_MARKER = "port"
 
 
 # ---------------------------------------------------------------------------------------
@@ -356,17 +362,11 @@ def _read_annotations(
     for comment in comments:
         first_row = comment.start_point.row
         for offset, raw in enumerate(syn.text_of(comment).split("\n")):
-            text = raw.strip()
-            for prefix in ("//", "/*"):
-                if text.startswith(prefix):
-                    text = text[len(prefix) :]
-            if text.endswith("*/"):
-                text = text[:-2]
-            text = text.strip().lstrip("*").strip()
-            if not text.startswith(ANNOTATION_PREFIX):
+            body = annotation_body(raw)
+            if body is None:
                 continue
             line = pre.origin_line(first_row + offset)
-            for item in _parse_items(text[len(ANNOTATION_PREFIX) :], f"{path.name}:{line}"):
+            for item in _parse_items(body, f"{path.name}:{line}"):
                 if item.name in out:
                     raise ProblemError(
                         f"{path.name}:{line}: '{item.name}' is annotated twice "
@@ -376,8 +376,37 @@ def _read_annotations(
     return out
 
 
+def annotation_body(line: str) -> str | None:
+    """The text after ``cudaperf:`` of one comment line (``// cudaperf: x[n]``, ``/*
+    cudaperf: x[n] */``, `` * cudaperf: x[n]`` inside a block comment), or None when the
+    line is not a cudaperf line."""
+    text = line.strip()
+    for prefix in ("//", "/*"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    if text.endswith("*/"):
+        text = text[:-2]
+    text = text.strip().lstrip("*").strip()
+    if not text.startswith(ANNOTATION_PREFIX):
+        return None
+    return text[len(ANNOTATION_PREFIX) :]
+
+
+def has_port_marker(body: str) -> bool:
+    """Whether the items of a ``cudaperf:`` line (:func:`annotation_body`) include the bare
+    word ``port`` (:data:`PORT_MARKER`; ``port[n]`` is an extent annotation, not a marker)."""
+    text = body
+    while True:  # bracket groups become one mark, innermost first: A[idx[n]] -> A\0
+        stripped = re.sub(r"\[[^\[\]]*\]", "\0", text)
+        if stripped == text:
+            break
+        text = stripped
+    return PORT_MARKER in re.split(r"[\s,;]+", text.strip())
+
+
 def _parse_items(text: str, where: str) -> list[_Annotation]:
-    """``x[n] y[n], A[n*m]`` -> items (a tiny scanner, not C parsing)."""
+    """``x[n] y[n], A[n*m]`` -> items (a tiny scanner, not C parsing); the bare item
+    ``port`` (the ``cudaperf port`` marker) is skipped."""
     items: list[_Annotation] = []
     i = 0
     while i < len(text):
@@ -406,6 +435,8 @@ def _parse_items(text: str, where: str) -> list[_Annotation]:
                 raise ProblemError(f"{where}: empty extent in cudaperf annotation of '{name}'")
             extents.append(extent)
             i = j + 1
+        if not extents and name == PORT_MARKER:
+            continue  # the cudaperf port marker, not an array
         if not extents:
             raise ProblemError(
                 f"{where}: '{name}' has no extent in the cudaperf annotation",

@@ -257,8 +257,8 @@ def load_train_config(path: Path | None, overrides: Mapping[str, Any] | None = N
                     policy = _normalise(table)
             elif key == "reward" and isinstance(value, dict):
                 reward = dict(value)
-            elif key == "optimize" and isinstance(value, dict):
-                continue  # cudaperf optimize's defaults may share the file
+            elif key in ("optimize", "port") and isinstance(value, dict):
+                continue  # cudaperf optimize's defaults and port's flags may share the file
             else:
                 raise CudaperfError(f"{path}: unknown table or key '{key}'",
                                     hint="tables read by train policy: [train.policy], [reward]")
