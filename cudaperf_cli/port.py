@@ -689,7 +689,8 @@ def port_function(res: FunctionResult, opts: Any, *, allow_unverified: bool, set
         res.baseline = summary.get("baseline")
         cpu = summary.get("cpu_baseline") or {}
         res.cpu_ms = next(iter((cpu.get("cpu_ms") or {}).values()), None)
-        # the arrays' roles measured by the CPU baseline (it ran): the wrapper's copies
+        # the arrays' roles, where a CPU baseline measured them (without a device none runs:
+        # every non-const array is then copied in and out, the safe default of the wrapper)
         access = chosen.access or {name: ACCESS_OF_ROLE[role] for name, role in (cpu.get("roles") or {}).items()
                                    if role in ACCESS_OF_ROLE}
         problem = CKind().load(opts)
