@@ -44,7 +44,47 @@ def cuda_device_status() -> tuple[bool, str]:
     return False, str(info.get("reason", "no CUDA device"))
 
 
+#: Tests marked ``slow`` (``python -m pytest -m "not slow"`` leaves them out): each took
+#: about 15 s or more in the CPU suite on 2 cores (``--durations``, pytest-xdist ``-n 2``,
+#: 2026-12-02), whole optimize/bench/training runs and compile-everything sweeps.  A file
+#: name marks every test in it; ``file::test`` one test (its parametrisations too).
+SLOW_TESTS = (
+    "test_ranker_suite.py",
+    "test_builtin_policy.py",
+    "test_rl_train.py",
+    "test_builtin_torch_policy.py",
+    "test_torch_large_load.py",
+    "test_ranker_lm.py",
+    "test_bench_cleanup.py",
+    "test_optimize_driver.py::test_torch_baseline_once_then_every_candidate_job_gets_it_and_resume_reads_it",
+    "test_torch_eval.py::test_host_candidate_errors",
+    "test_torch_eval.py::test_hanging_worker_is_killed_at_the_time_limit",
+    "test_ranker.py::test_damaged_inputs_are_one_line",
+    "test_ranker.py::test_cli_pairs_train_rank",
+    "test_ranker.py::test_cli_cv_line",
+    "test_bench.py::test_resume_skips_done_problems_and_checks_settings",
+    "test_bench.py::test_compare_warns_and_refuses_other_gpus",
+    "test_bench.py::test_ctrl_c_kills_children_writes_partial_report_and_resumes",
+    "test_bench.py::test_hang_crash_and_error_do_not_stop_the_suite",
+    "test_torch_optimize.py::test_model_replies_through_the_loop_with_guards",
+    "test_torch_problems.py::test_hanging_file_is_killed_at_the_time_limit_and_the_folder_goes_on",
+    "test_torch_problems.py::test_a_problem_that_forks_at_import_does_not_hang_the_loader",
+    "test_torch_problems.py::test_single_file_error_is_a_problem_error",
+    "test_sandbox.py::test_a_dev_zero_include_is_one_line_under_the_memory_limit",
+    "test_transformers_policy.py::test_optimize_end_to_end_with_a_random_model",
+)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    file = item.path.name
+    test = f"{file}::{item.originalname if hasattr(item, 'originalname') else item.name}"
+    return file in SLOW_TESTS or test in SLOW_TESTS
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for it in items:
+        if _is_slow(it):
+            it.add_marker(pytest.mark.slow)
     gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
