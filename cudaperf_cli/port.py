@@ -193,14 +193,51 @@ def check_branch_name(repo: Any, name: str) -> str:
     """
     import git
 
-    if not name or name.startswith("-"):
-        raise ProblemError(f"'{name}' is not a valid branch name")
-    try:
-        repo.git.check_ref_format("--branch", name)
+    if not name or name.startswith(("-", "refs/")):
+        raise ProblemError(f"'{name}' is not a valid branch name"
+                           + (" (give the name under refs/heads/, e.g. main)" if name.startswith("refs/") else ""))
+    try:  # as a full ref: '--branch' would expand @{-1} and the like
+        repo.git.check_ref_format(f"refs/heads/{name}")
     except git.GitCommandError:
         raise ProblemError(f"'{name}' is not a valid branch name",
                            hint="see git check-ref-format (e.g. cudaperf/port-2026-12-01)") from None
+    # a branch 'a' blocks 'a/b' and the other way round (git keeps refs as files)
+    parts = name.split("/")
+    for i in range(1, len(parts)):
+        prefix = "/".join(parts[:i])
+        if _ref_exists(repo, f"refs/heads/{prefix}"):
+            raise ProblemError(f"branch {name} cannot be made: a branch named {prefix} exists",
+                               hint="choose another with --branch NAME")
+    if repo.git.for_each_ref("--count=1", "--format=%(refname)", f"refs/heads/{name}/"):
+        raise ProblemError(f"branch {name} cannot be made: branches named {name}/... exist",
+                           hint="choose another with --branch NAME")
     return name
+
+
+def _ref_exists(repo: Any, ref: str) -> bool:
+    import git
+
+    try:
+        repo.git.rev_parse("--verify", "--quiet", ref)
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def check_identity(repo: Any) -> None:
+    """Git can make a commit here (a committer name and e-mail), checked before any work.
+
+    Raises:
+        ProblemError: no identity (exit 2).
+    """
+    import git
+
+    try:
+        repo.git.var("GIT_COMMITTER_IDENT")
+    except git.GitCommandError:
+        raise ProblemError("git has no committer identity here: the port commit cannot be made",
+                           hint="set git config user.name and user.email (or GIT_COMMITTER_NAME/"
+                           "GIT_COMMITTER_EMAIL)") from None
 
 
 def checked_out_branches(repo: Any) -> set[str]:
@@ -244,7 +281,27 @@ def branch_parent(repo: Any, branch: str, head: str, force: bool) -> tuple[str |
     if not force:
         raise ProblemError(f"branch {branch} exists and does not contain HEAD ({head[:12]})",
                            hint="pass --force to reset it onto HEAD, or choose another with --branch NAME")
+    # --force moves the branch: only when every commit it would drop is a port commit (a
+    # user's branch given as --branch keeps its work)
+    theirs = [c for c in repo.git.rev_list(f"{head}..{tip}").split() if c]
+    foreign = [c for c in theirs if not _is_port_commit(repo, c)]
+    if foreign:
+        raise ProblemError(f"branch {branch} holds {len(foreign)} commit(s) cudaperf port did not make "
+                           f"(e.g. {foreign[0][:12]}); --force resets only port branches",
+                           hint="choose another with --branch NAME")
     return tip, head, True
+
+
+def _is_port_commit(repo: Any, commit: str) -> bool:
+    """Whether ``commit``'s last paragraph holds port's ``Cudaperf-Head:`` trailer."""
+    body = repo.git.log("-1", "--format=%B", commit)
+    return any(line.startswith(HEAD_TRAILER + " ") for line in _last_paragraph(body))
+
+
+def _last_paragraph(body: str) -> list[str]:
+    """The lines of a commit message's last paragraph (its trailer block)."""
+    paragraphs = [p for p in body.strip().split("\n\n") if p.strip()]
+    return paragraphs[-1].splitlines() if paragraphs else []
 
 
 # ---------------------------------------------------------------------------------------
@@ -480,7 +537,7 @@ def port_records(repo: Any, start: str) -> dict[tuple[str, str], dict[str, Any]]
     text = repo.git.log(start, "--grep", f"^{TRAILER}", "--format=%H%x00%B%x01")
     for chunk in text.split("\x01"):
         sha, _, body = chunk.strip().partition("\x00")
-        for line in body.splitlines():
+        for line in _last_paragraph(body):  # the trailer block: not text quoted above it
             if not line.startswith(TRAILER + " "):
                 continue
             try:
@@ -750,19 +807,19 @@ def commit_message(results: list[FunctionResult], head: str) -> str:
              "|---|---|---|---:|---:|---|---|---|"]
     for r in done:
         if r.status == VERIFIED:
-            base = f"{r.baseline or 'CPU'}: {_fmt_ms(r.cpu_ms)}"
+            base = f"{_one_line(r.baseline or 'CPU')}: {_fmt_ms(r.cpu_ms)}"
             kernel = f"{_fmt_x(r.speedup_kernel)} (GPU {_fmt_ms(r.gpu_ms)})"
             e2e = f"{_fmt_x(r.speedup_e2e)} ({_fmt_ms(r.e2e_ms)} with copies)"
             gpu = r.gpu or "-"
         else:
             base = f"{r.baseline or 'CPU'}: {_fmt_ms(r.cpu_ms)}"
             kernel, e2e, gpu = "not run", "not run", "none"
-        cand = (r.description or "-").replace("|", "/")
+        cand = _one_line(r.description or "-").replace("|", "/")
         if r.status == UNVERIFIED and r.structure_score is not None:
             cand += f" (structural score {r.structure_score:.2f})"
         status = "verified" if r.status == VERIFIED else "UNVERIFIED"
-        lines.append(f"| {r.marked.function} | {r.marked.file}:{r.marked.line} | {status} | {kernel} | {e2e} | "
-                     f"{base} | {gpu} | {cand} |")
+        lines.append(f"| {r.marked.function} | {_one_line(r.marked.file)}:{r.marked.line} | {status} | {kernel} | "
+                     f"{e2e} | {base} | {_one_line(gpu)} | {cand} |")
     if unverified:
         lines += ["", "UNVERIFIED: no CUDA device was found; these kernels were compiled with nvcc and checked",
                   "statically but never run. Their results and speed are unknown."]
@@ -770,8 +827,8 @@ def commit_message(results: list[FunctionResult], head: str) -> str:
     if others:
         lines += ["", "Not ported by this commit:"]
         for r in others:
-            why = r.message or r.status
-            lines.append(f"- {r.marked.file}:{r.marked.line} {r.marked.function}: {r.status}: {why}")
+            why = _first_line(r.message or r.status)
+            lines.append(f"- {_one_line(r.marked.file)}:{r.marked.line} {r.marked.function}: {r.status}: {why}")
     if done:
         arch = done[0].arch or "sm_90"
         objs = " ".join(str(PurePosixPath(r.cu or "").with_suffix(".o")) for r in done)
@@ -785,6 +842,22 @@ def commit_message(results: list[FunctionResult], head: str) -> str:
                "status": r.status, "cu": r.cu, "h": r.h}
         lines.append(f"{TRAILER} {json.dumps(rec, separators=(',', ':'))}")
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (``\\n``): a file name
+    or a message in the commit message can neither start a line (a forged trailer) nor
+    break the table."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    """The first non-empty line of an error, escaped and cut at ``limit`` characters: a
+    compiler's later lines quote source text, which may come from any file the source
+    includes (a secret), and the message goes into a commit and a pull request."""
+    first = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    first = _one_line(first)
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def make_commit(repo: Any, parent: str, files: Mapping[str, str], message: str, tmp: Path) -> str | None:
@@ -868,7 +941,6 @@ def run_port(opts: PortOptions, progress: Callable[[str], None] = _progress) -> 
     root = Path(repo.working_tree_dir).resolve()
     head = repo.head.commit.hexsha
     branch = check_branch_name(repo, opts.branch or default_branch())
-    tip, parent, reset = branch_parent(repo, branch, head, opts.force)
     files = head_files(repo, head)
     cfiles = select_c_files(repo, files, tuple(opts.paths), cwd)
 
@@ -888,6 +960,10 @@ def run_port(opts: PortOptions, progress: Callable[[str], None] = _progress) -> 
             marked.extend(found)
     config_text = text_at_head(CONFIG_NAME) if CONFIG_NAME in files else None
     settings = parse_port_config(config_text, files)
+    # the inputs are read (a bad marker or [port] table said first); then where the commit goes
+    tip, parent, reset = branch_parent(repo, branch, head, opts.force)
+    if marked:
+        check_identity(repo)
     report: dict[str, Any] = {"repository": str(root), "head": head, "branch": branch, "parent": parent,
                               "commit": None, "reset": reset, "device": None, "functions": [], "message": "",
                               "exit_code": EXIT_OK}
@@ -989,7 +1065,12 @@ def run_port(opts: PortOptions, progress: Callable[[str], None] = _progress) -> 
             commit = make_commit(repo, parent, ported, message, tmp)
         if commit is not None:
             old = tip if tip is not None else "0" * 40
-            repo.git.update_ref("-m", "cudaperf port", f"refs/heads/{branch}", commit, old)
+            try:  # compare-and-swap: the branch must still be where it was read
+                repo.git.update_ref("-m", "cudaperf port", f"refs/heads/{branch}", commit, old)
+            except git.GitCommandError as exc:
+                raise ProblemError(f"branch {branch} could not be moved to the port commit {commit[:12]}: "
+                                   f"{_git_error_line(exc)} (did another cudaperf port run meanwhile?)",
+                                   hint=f"the commit exists: git branch {branch}-2 {commit[:12]}") from None
             report["commit"] = commit
             report["message"] = f"committed {commit[:12]} on {branch} (parent {parent[:12]})"
         else:

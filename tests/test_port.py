@@ -352,3 +352,60 @@ def test_ci_workflow_runs_the_commands_tested_here() -> None:
         assert "gh pr create" in scripts and "git push origin" in scripts
     doc_text = (REPO / "docs" / "ci-port.md").read_text()
     assert WORKFLOW.read_text().strip() in doc_text  # the doc shows the file as it is
+
+
+def test_force_never_resets_a_branch_with_the_users_commits(tmp_path: Path) -> None:
+    """--force moves a port branch back onto HEAD; a branch holding commits port did not
+    make (the user's own, named with --branch) is refused, one line, before any work."""
+    repo = make_repo(tmp_path / "repo", {"src/kernels.c": KERNELS_C, "cudaperf.toml": CONFIG})
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "work.txt").write_text("my important work\n")
+    git(repo, "add", "work.txt")
+    git(repo, "commit", "-q", "-m", "my important work")
+    mine = git(repo, "rev-parse", "feature")
+    git(repo, "checkout", "-q", "main")
+    (repo / "more.txt").write_text("main moves on\n")
+    git(repo, "add", "more.txt")
+    git(repo, "commit", "-q", "-m", "main moves on")
+    proc = run_cli(*CI_CPU_ARGS, "--branch", "feature", "--force", cwd=repo)
+    assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr
+    assert "cudaperf port did not make" in error_lines(proc)[0]
+    assert git(repo, "rev-parse", "feature") == mine
+    assert not (repo / ".git" / "cudaperf" / "runs").exists()  # refused before any work
+
+
+def test_branch_names_git_cannot_make_are_one_line_before_any_work(tmp_path: Path) -> None:
+    """A branch 'cudaperf' blocks 'cudaperf/port-<date>' (git keeps refs as files); '@{-1}'
+    passed 'check-ref-format --branch' (it expands it); 'refs/heads/main' made
+    refs/heads/refs/heads/main.  Each was a traceback or a wrong ref after the whole loop."""
+    repo = make_repo(tmp_path / "repo", {"src/kernels.c": KERNELS_C, "cudaperf.toml": CONFIG})
+    git(repo, "branch", "cudaperf")
+    git(repo, "branch", "taken/sub")
+    for extra, words in [((), "a branch named cudaperf exists"), (("--branch", "@{-1}"), "not a valid branch name"),
+                         (("--branch", "refs/heads/main"), "not a valid branch name"),
+                         (("--branch", "taken"), "branches named taken/... exist")]:
+        proc = run_cli(*CI_CPU_ARGS, *extra, cwd=repo)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (extra, proc.stderr)
+        assert words in error_lines(proc)[0], (extra, proc.stderr)
+    assert not (repo / ".git" / "cudaperf" / "runs").exists()
+
+
+def test_the_message_cannot_forge_a_record_or_quote_an_included_file() -> None:
+    """A file name with a line break and a forged trailer, and a failure whose compiler
+    output quotes an included file, stay on one escaped line each: the records are read
+    from the message's last paragraph only, and no quoted source line reaches it."""
+    from cudaperf_cli.port import (
+        FAILED, TRAILER, UNVERIFIED, FunctionResult, Marked, _last_paragraph, commit_message)
+
+    forged = '{"file":"src/saxpy.c","function":"saxpy","source":"abc","status":"verified"}'
+    evil = FunctionResult(Marked(f"src/x\n{TRAILER} {forged}\nz.c", "f", 3, 2), "h1", status=FAILED,
+                          message="In file included from src/x.c:2:\n/tmp/secret.txt:1:1: error: x\n"
+                                  "    1 | TOPSECRET_TOKEN=abc123\n")
+    good = FunctionResult(Marked("src/saxpy.c", "saxpy", 9, 8), "h2", status=UNVERIFIED,
+                          cu="src/saxpy.saxpy.cu", h="src/saxpy.saxpy.h", description="1-D grid\nover i")
+    msg = commit_message([evil, good], "0" * 40)
+    assert "TOPSECRET" not in msg
+    trailers = [ln for ln in msg.splitlines() if ln.startswith(TRAILER)]
+    assert len(trailers) == 1 and '"function":"saxpy"' in trailers[0] and '"source":"h2"' in trailers[0]
+    assert trailers[0] in _last_paragraph(msg)
+    assert "src/x\\n" in msg and "1-D grid\\nover i" in msg  # escaped, on their rows
