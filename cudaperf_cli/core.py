@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import functools
 import operator
 import os
 import signal
@@ -373,6 +374,43 @@ def eval_int_expr(expr: str, env: Mapping[str, int]) -> int:
 # ---------------------------------------------------------------------------------------
 # Child processes
 # ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def source_checkout() -> str | None:
+    """The cudaperf checkout this code comes from: the source tree itself (an editable
+    install, or run from the tree: ``pyproject.toml`` beside the package), else the folder a
+    ``pip install .`` was made from (pip's ``direct_url.json``), else None (an index)."""
+    import json as _json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    tree = Path(__file__).resolve().parents[1]
+    if (tree / "pyproject.toml").is_file() and (tree / "cudaperf_cli").is_dir():
+        return str(tree)
+    try:
+        text = metadata.distribution("cudaperf").read_text("direct_url.json")
+        url = _json.loads(text or "{}").get("url", "")
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        return None
+    if not url.startswith("file://"):
+        return None
+    return unquote(urlparse(url).path) or None
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs cudaperf's optional ``extra`` (``llm``, ``train``,
+    ``vllm``, ``port``) here: ``pip install -e '/path/to/checkout[train]'`` for an install
+    from a checkout (cudaperf is not on PyPI: ``'cudaperf[train]'`` names nothing an index
+    has), else ``pip install 'cudaperf[train]'``."""
+    src = source_checkout()
+    return f"pip install -e '{src}[{extra}]'" if src else f"pip install 'cudaperf[{extra}]'"
+
+
+#: How to get torch: PyPI's default for Linux x86-64 is the CUDA build (several GB); on a
+#: machine without a GPU PyTorch's CPU build is what the PyTorch path needs.
+TORCH_INSTALL_HINT = ("pip install torch (without a GPU, the CPU build: pip install torch "
+                      "--index-url https://download.pytorch.org/whl/cpu)")
 
 
 def kill_process_group(proc: "subprocess.Popen[Any]") -> None:

@@ -312,7 +312,7 @@ def test_missing_gitpython_is_exit_3_with_the_pip_hint(tmp_path: Path) -> None:
     proc = run_cli("port", cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join([str(hide), str(REPO)])})
     assert proc.returncode == 3, proc.stderr
     assert error_lines(proc) == ["error: cudaperf port needs the GitPython package, which is not installed"]
-    assert "hint: pip install 'cudaperf[port]'" in proc.stderr
+    assert "hint: pip install " in proc.stderr and "[port]'" in proc.stderr
 
 
 def test_port_help_at_80_columns() -> None:

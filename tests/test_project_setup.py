@@ -44,3 +44,14 @@ def test_ci_runs_the_readme_test_command_after_a_cpu_torch():
     run_at = ci.index("python -m pip install -q -e '.[test]' && python -m pytest -n auto")
     assert torch_at < train_at < run_at
     assert "torch.version.cuda is None" in ci  # a CUDA build getting in stops the run
+
+
+def test_install_hints_name_the_checkout_cudaperf_runs_from():
+    """cudaperf is not on an index: a hint 'pip install cudaperf[train]' names nothing pip
+    can find; from a checkout it is 'pip install -e <checkout>[train]'.  Torch's hint names
+    the CPU build for a machine without a GPU."""
+    from cudaperf_cli.core import TORCH_INSTALL_HINT, install_hint, source_checkout
+
+    assert source_checkout() == str(ROOT)
+    assert install_hint("train") == f"pip install -e '{ROOT}[train]'"
+    assert "download.pytorch.org/whl/cpu" in TORCH_INSTALL_HINT

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cudaperf_cli.core import install_hint
+
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +175,7 @@ def test_trl_not_installed(monkeypatch, tmp_path):
     with pytest.raises(CudaperfError, match="needs the trl package") as info:
         trainer.preflight("tiny", [EXAMPLES / "matmul.c"], tmp_path / "o", force=False, use_vllm=False,
                           lora=False)
-    assert info.value.hint == "pip install 'cudaperf[train]'"
+    assert info.value.hint == install_hint("train")
 
 
 def test_model_folders_that_must_not_be_trained_or_overwritten(tmp_path):

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from cudaperf_cli.core import install_hint
+
 from cudaperf_cli.policies.base import ChatModel, Reply
 from cudaperf_cli.policies.openai_policy import ModelServerError
 from cudaperf_cli.policies.vllm_policy import VLLMChatModel
@@ -218,7 +220,7 @@ def test_missing_vllm_is_a_model_server_error_with_the_hint(monkeypatch):
     err = info.value
     assert err.exit_code == 3
     assert "\n" not in str(err) and "vllm" in str(err)
-    assert "pip install 'cudaperf[vllm]'" in err.hint and "vllm serve" in err.hint
+    assert install_hint("vllm") in err.hint and "vllm serve" in err.hint
     assert "--policy openai --base-url" in err.hint
     assert err.__cause__ is None and err.__suppress_context__
 

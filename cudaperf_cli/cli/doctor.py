@@ -62,32 +62,37 @@ def collect() -> dict[str, Any]:
     return report
 
 
-#: The optional Python packages and what needs them (the extra that installs them).
-OPTIONAL_PACKAGES: dict[str, str] = {
-    "torch": "PyTorch problems (pip install torch; a CPU build suffices without a GPU)",
-    "openai": "--policy openai (pip install 'cudaperf[llm]')",
-    "jinja2": "model policies' prompts (pip install 'cudaperf[llm]')",
-    "transformers": "--policy transformers, train ranker --kind lm (pip install 'cudaperf[train]')",
-    "trl": "train policy (pip install 'cudaperf[train]')",
-    "peft": "train policy with LoRA (pip install 'cudaperf[train]')",
-    "vllm": "--policy vllm (pip install 'cudaperf[vllm]')",
-    "GitPython": "cudaperf port (pip install 'cudaperf[port]')",
+#: The optional Python packages: what needs each, and the extra that installs it (None:
+#: torch, installed by itself, its CPU build on a machine without a GPU).
+OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
+    "torch": ("PyTorch problems", None),
+    "openai": ("--policy openai", "llm"),
+    "jinja2": ("model policies' prompts", "llm"),
+    "transformers": ("--policy transformers, train ranker --kind lm", "train"),
+    "trl": ("train policy", "train"),
+    "peft": ("train policy with LoRA", "train"),
+    "vllm": ("--policy vllm", "vllm"),
+    "GitPython": ("cudaperf port", "port"),
 }
 
 
 def packages() -> dict[str, dict[str, Any]]:
     """Installed versions of :data:`OPTIONAL_PACKAGES`, read from the package metadata (no
-    import: torch alone takes seconds): ``{name: {"version": str | None, "for": what needs
-    it}}``; torch's version carries its build (``2.13.0+cpu``, ``2.11.0+cu130``)."""
+    import: torch alone takes seconds): ``{name: {"ok": installed, "version": str | None,
+    "for": what needs it and the pip command}}``; torch's version carries its build
+    (``2.13.0+cpu``, ``2.11.0+cu130``)."""
     from importlib import metadata
 
+    from cudaperf_cli.core import TORCH_INSTALL_HINT, install_hint
+
     out: dict[str, dict[str, Any]] = {}
-    for name, why in OPTIONAL_PACKAGES.items():
+    for name, (why, extra) in OPTIONAL_PACKAGES.items():
         try:
             version: str | None = metadata.version(name)
         except metadata.PackageNotFoundError:
             version = None
-        out[name] = {"version": version, "for": why}
+        how = install_hint(extra) if extra else TORCH_INSTALL_HINT
+        out[name] = {"ok": version is not None, "version": version, "for": f"{why} ({how})"}
     return out
 
 

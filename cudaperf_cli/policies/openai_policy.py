@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.core import CudaperfError, install_hint
 from cudaperf_cli.policies.base import Reply
 
 
@@ -65,7 +65,7 @@ class OpenAIChatModel:
 
                 raise MissingPackageError(
                     "the openai policy needs the openai package, which is not installed",
-                    hint="pip install 'cudaperf[llm]'",
+                    hint=install_hint("llm"),
                 ) from None
             from cudaperf_cli.sandbox import mark_secret
 

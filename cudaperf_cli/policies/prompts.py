@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from cudaperf_cli.core import ArrayParam, CProblem, MissingPackageError
+from cudaperf_cli.core import ArrayParam, CProblem, MissingPackageError, install_hint
 
 
 @lru_cache(maxsize=None)
@@ -19,7 +19,7 @@ def _environment() -> Any:
     except ImportError:  # pragma: no cover - depends on the install
         raise MissingPackageError(
             "the model policies need the jinja2 package, which is not installed",
-            hint="pip install 'cudaperf[llm]'",
+            hint=install_hint("llm"),
         ) from None
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load), undefined=jinja2.StrictUndefined,

@@ -38,11 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cudaperf_cli.core import install_hint
 from cudaperf_cli.policies.base import Reply
 from cudaperf_cli.policies.openai_policy import ModelServerError
 
 INSTALL_HINT = (
-    "pip install 'cudaperf[train]' (or pip install transformers torch), or serve the model with "
+    f"{install_hint('train')} (or pip install transformers torch), or serve the model with "
     "`vllm serve PATH` and use --policy openai --base-url ..."
 )
 #: Most new tokens of a reply when ``max_tokens`` is not set (also bounded by the context).

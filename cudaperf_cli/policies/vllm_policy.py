@@ -20,11 +20,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from cudaperf_cli.core import install_hint
 from cudaperf_cli.policies.base import Reply
 from cudaperf_cli.policies.openai_policy import ModelServerError
 
 INSTALL_HINT = (
-    "pip install 'cudaperf[vllm]' (vllm brings its own torch), or serve the model with `vllm serve M` "
+    f"{install_hint('vllm')} (vllm brings its own torch), or serve the model with `vllm serve M` "
     "and use --policy openai --base-url ..."
 )
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..core import ProblemError, ToolchainError, file_tail, isolated_child, kill_process_group, last_line
+from ..core import (TORCH_INSTALL_HINT, ProblemError, ToolchainError, file_tail, isolated_child, kill_process_group,
+                   last_line)
 
 __all__ = [
     "PROBE_MODULE",
@@ -662,7 +663,7 @@ def _talk(
                 kill_process_group(proc)
                 raise ToolchainError(
                     f"cannot load PyTorch problems: {doc.get('error')}",
-                    "install PyTorch in this Python environment (pip install torch)",
+                    f"install PyTorch in this Python environment: {TORCH_INSTALL_HINT}",
                 )
             if ev == "ready":
                 ready = True

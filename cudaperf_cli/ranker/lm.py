@@ -59,7 +59,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.core import CudaperfError, install_hint
 from cudaperf_cli.ranker import model as M
 from cudaperf_cli.ranker import pairs as P
 from cudaperf_cli.ranker import train as T
@@ -99,7 +99,7 @@ LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05
 #: Texts per forward pass at inference.
 INFERENCE_BATCH = 16
 
-TRAIN_EXTRA = "pip install 'cudaperf[train]'"
+TRAIN_EXTRA = install_hint("train")
 TEXT_FORMAT = ("// problem: <problem file name>\\n<kernel source without comments and strings>, "
                "first max_length-1 tokens + EOS")
 

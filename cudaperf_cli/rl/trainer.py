@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cudaperf_cli.core import CudaperfError, MissingPackageError, check_checkpoint_folder
+from cudaperf_cli.core import CudaperfError, MissingPackageError, check_checkpoint_folder, install_hint
 from cudaperf_cli.rl.config import PolicyTrainConfig
 
-INSTALL_HINT = "pip install 'cudaperf[train]'"
+INSTALL_HINT = install_hint("train")
 #: Packages training needs (import name -> what to say).
 REQUIRED = ("trl", "transformers", "torch", "datasets", "accelerate")
 #: Files and folders of a checkpoint that ``--force`` removes before training (nothing else

@@ -61,7 +61,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cudaperf_cli.core import ToolchainError, file_tail, isolated_child, kill_process_group, last_line
+from cudaperf_cli.core import (TORCH_INSTALL_HINT, ToolchainError, file_tail, isolated_child, kill_process_group,
+                               last_line)
 from cudaperf_cli.policies.base import PolicyRefusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -400,7 +401,7 @@ def _talk(
             if ev == "fatal":
                 raise ToolchainError(
                     f"cannot trace PyTorch problems: {doc.get('error')}",
-                    "install PyTorch in this Python environment (pip install torch)",
+                    f"install PyTorch in this Python environment: {TORCH_INSTALL_HINT}",
                 )
             if ev == "ready":
                 ready = True
