@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-from cudaperf_cli.core import CudaperfError, MissingPackageError, ProblemError, ToolchainError
+from cudaperf_cli.core import CudaperfError, MissingPackageError, ProblemError, ToolchainError, install_hint
 
 #: Exit codes of ``cudaperf port`` (docs/exit-codes.md).
 EXIT_OK = 0  #: every marked function is ported (now or by an earlier commit), or none is marked
@@ -52,7 +52,7 @@ CONFIG_NAME = "cudaperf.toml"
 FILE_KEYS = ("includes", "defines", "sources", "sizes", "init", "functions")
 FUNCTION_KEYS = ("sizes", "init")
 CONFIG_HINT = "see docs/ci-port.md (the [port] table)"
-INSTALL_HINT = "pip install 'cudaperf[port]' (or pip install 'GitPython>=3.1')"
+INSTALL_HINT = f"{install_hint('port')} (or pip install 'GitPython>=3.1')"
 #: Trailer lines of a port commit: one JSON object per ported function.
 TRAILER = "Cudaperf-Port:"
 HEAD_TRAILER = "Cudaperf-Port-Head:"
@@ -1090,7 +1090,8 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
         what = {VERIFIED: f"verified, {_fmt_x(f.get('speedup_kernel'))} kernel, {_fmt_x(f.get('speedup_e2e'))} "
                           f"end-to-end vs {f.get('baseline')} ({f.get('gpu')})",
                 UNVERIFIED: "UNVERIFIED (compiled, not run: no CUDA device)",
-                }.get(f["status"], f"{f['status']}" + (f": {f['message']}" if f.get("message") else ""))
+                }.get(f["status"], f"{f['status']}" + (f": {f['message']}" if f.get("message")
+                                                      and not f["message"].startswith(f["status"]) else ""))
         files = f" -> {', '.join(f['files'])}" if f["status"] in (VERIFIED, UNVERIFIED) else ""
         dirty = " (work-tree copy differs from HEAD; HEAD's was ported)" if f.get("worktree_differs") else ""
         lines.append(f"{f['file']}:{f['line']} {f['function']}: {what}{files}{dirty}")

@@ -19,6 +19,11 @@ from typing import Callable, Iterator, Mapping
 
 import pytest
 
+# Human output (tables) follows $COLUMNS when it is set: CI's environment may set it (an 80
+# column log), this machine's does not.  One width for every test and every child it starts;
+# a test of narrow output sets its own.
+os.environ["COLUMNS"] = "200"
+
 from cudaperf_cli.evaluate import probe_device
 
 #: This checkout (the package the tests test).

@@ -33,10 +33,13 @@ def status_text(status: str | None) -> Text:
 
 
 def stdout_console() -> Console:
-    """The Console for human output: the terminal's width, or 160 columns in logs and pipes
-    (Rich's default of 80 folds the tables into one word per line)."""
+    """The Console for human output: the terminal's width, ``$COLUMNS`` when set, else 160
+    columns in logs and pipes (Rich's default of 80 folds the tables into one word per
+    line; narrower than 120, the tables keep their essential columns)."""
+    import os
+
     console = Console(highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
         console = Console(highlight=False, width=160)
     return console
 

@@ -341,7 +341,12 @@ def _given_options(ctx: typer.Context) -> frozenset[str]:
 def doctor(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
-    """Check the toolchain and the GPU: nvcc, the C compiler, device, driver, cuda.core."""
+    """Check the toolchain and the GPU: nvcc, the C compiler, device, driver, cuda.core,
+    confinement, optional packages.
+
+    Exit code 0 when everything is usable, 4 when only a CUDA device is missing (compiling
+    works), 3 when nvcc or the C compiler is missing.
+    """
     from cudaperf_cli.cli.doctor import run_doctor
 
     raise typer.Exit(run_doctor(json_out))
