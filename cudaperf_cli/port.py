@@ -591,9 +591,19 @@ def c_signature(function_source: str) -> str:
     return head
 
 
+def wrapper_signature(cu_text: str, function: str) -> str | None:
+    """The drop-in wrapper's prototype as the ``.cu`` defines it (C++: array parameters as
+    pointers, ``extern "C"`` dropped), or None when it is not found."""
+    m = re.search(r'extern\s+"C"\s+([^;{]*?\b' + re.escape(function) + r'\s*\([^)]*\))\s*\{', cu_text)
+    return " ".join(m.group(1).split()) if m else None
+
+
 def header_source(marked: Marked, signature: str, cu_path: str, compile_cmd: str, *, status: str,
-                  source: str, note: str) -> str:
-    """The ``.h`` declaring the drop-in wrapper with the original signature."""
+                  source: str, note: str, cxx_signature: str | None = None) -> str:
+    """The ``.h`` declaring the drop-in wrapper: for C the original signature (a C99 array
+    parameter such as ``const double A[n][m]`` stays as the caller wrote it), for C++ the
+    wrapper's own (``cxx_signature``: pointers; C++ has no variable-length array
+    parameters, and the C form did not compile there)."""
     guard = "CUDAPERF_" + re.sub(r"[^A-Za-z0-9]", "_", PurePosixPath(cu_path).with_suffix("").name).upper() + "_H"
     lines = [f"/* {GENERATED_MARK} port from {marked.file}, function {marked.function} (source {source[:12]})."]
     if status == UNVERIFIED:
@@ -603,8 +613,13 @@ def header_source(marked: Marked, signature: str, cu_path: str, compile_cmd: str
               " * (host pointers, the original signature).",
               f" * Build: {compile_cmd}",
               f" * {note}", " */",
-              f"#ifndef {guard}", f"#define {guard}", "", "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
-              f"{signature};", "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
+              f"#ifndef {guard}", f"#define {guard}", ""]
+    if cxx_signature and cxx_signature != signature:
+        lines += ["#ifdef __cplusplus", f'extern "C" {cxx_signature};', "#else", f"{signature};", "#endif"]
+    else:
+        lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif", "",
+                  f"{signature};", "", "#ifdef __cplusplus", "}", "#endif"]
+    lines += ["", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 
 
@@ -772,6 +787,7 @@ def port_function(res: FunctionResult, opts: Any, *, allow_unverified: bool, set
     flags = " ".join([f"-I{i}" for i in settings.includes] + [f"-D{d}" for d in settings.defines])
     res.compile_cmd = how.compile.replace(" -c ", f" {flags} -c ", 1) if flags else how.compile
     res.h_text = header_source(res.marked, c_signature(problem.function_source), cu_rel, res.compile_cmd,
+                               cxx_signature=wrapper_signature(res.cu_text or "", res.marked.function),
                                status=res.status, source=res.source_hash, note=how.note)
 
 

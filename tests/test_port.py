@@ -409,3 +409,19 @@ def test_the_message_cannot_forge_a_record_or_quote_an_included_file() -> None:
     assert len(trailers) == 1 and '"function":"saxpy"' in trailers[0] and '"source":"h2"' in trailers[0]
     assert trailers[0] in _last_paragraph(msg)
     assert "src/x\\n" in msg and "1-D grid\\nover i" in msg  # escaped, on their rows
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("gcc") is None, reason="needs gcc and g++")
+def test_the_header_compiles_from_c_and_cpp(ported: dict[str, Any], tmp_path: Path) -> None:
+    """row_sums(int n, int m, const double A[n][m], double s[n]): C keeps that prototype;
+    C++ has no variable-length array parameters (the header failed there: 'use of parameter
+    outside function body') and gets the wrapper's own, with pointers."""
+    repo, commit = ported["repo"], ported["report"]["commit"]
+    (tmp_path / "k.h").write_text(git(repo, "show", f"{commit}:src/kernels.row_sums.h"))
+    (tmp_path / "use.c").write_text('#include "k.h"\nint main(void) { return 0; }\n')
+    (tmp_path / "use.cpp").write_text('#include "k.h"\nint main() { return 0; }\n')
+    for cc, src in (("gcc", "use.c"), ("g++", "use.cpp")):
+        proc = subprocess.run([cc, "-fsyntax-only", "-Wall", src], cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, (cc, proc.stderr)
+    text = (tmp_path / "k.h").read_text()
+    assert "const double A[n][m]" in text and 'extern "C" void row_sums(' in text
