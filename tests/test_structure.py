@@ -162,9 +162,13 @@ def test_launch_parse():
     lc = LaunchConfig.parse("64x64,16x16")
     assert lc.grid == (64, 64, 1) and lc.block == (16, 16, 1) and lc.grid_blocks == 4096
     assert LaunchConfig.parse("8,32x4x2,4096").dynamic_smem == 4096
-    for bad in ("1024", "a,b", "0,256", "1,2,3,4"):
+    for bad in ("1024", "a,b", "0,256", "1,2,3,4",
+                # past CUDA's launch limits (a 20-digit grid was scored as a gather)
+                "99999999999999999999,256", "2147483648,256", "1x65536,32", "8,2048", "8,32x32x2", "8,1x1x65",
+                "8,256,-1"):
         with pytest.raises(CudaperfError):
             LaunchConfig.parse(bad)
+    assert LaunchConfig.parse("2147483647x65535x65535,32x32").block_threads == 1024
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,6 +348,38 @@ def test_reduction_tail_steps_diverge():
 # ---------------------------------------------------------------------------------------
 # Synchronization
 # ---------------------------------------------------------------------------------------
+
+
+def test_a_compound_update_before_the_access_counts():
+    """``i *= 32;`` (or ``i <<= 5;``) between the index's definition and the access made a
+    stride-32 access score as coalesced (the update was taken as a loop's next step); a
+    grid-stride loop's ``i += stride`` still leaves the first iteration's index alone."""
+    src = """
+__global__ void mul(float* __restrict__ y, const float* __restrict__ x, int n)
+{ int i = blockIdx.x * blockDim.x + threadIdx.x; i *= 32; if (i < n) y[i] = 2.0f * x[i]; }
+__global__ void shl(float* __restrict__ y, const float* __restrict__ x, int n)
+{ int i = blockIdx.x * blockDim.x + threadIdx.x; i <<= 5; if (i < n) y[i] = 2.0f * x[i]; }
+__global__ void gs(float* __restrict__ y, const float* __restrict__ x, int n)
+{ for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] = 2.0f * x[i]; }
+int main() { float *x, *y; mul<<<1024,256>>>(y, x, 1<<20); shl<<<1024,256>>>(y, x, 1<<20); gs<<<264,256>>>(y, x, 1<<20); }
+"""
+    r = analyze_source(src)
+    for k in ("mul", "shl"):
+        m = r.kernel(k).metric("coalescing")
+        assert m.static == pytest.approx(32.0) and "stride 32" in m.reason, (k, m.reason)
+    assert r.kernel("gs").metric("coalescing").score == pytest.approx(1.0)
+
+
+def test_a_block_that_cannot_launch_totals_zero():
+    """999999999 bytes of dynamic shared memory: occupancy says the launch fails, and the
+    total said 0.72 from the other metrics."""
+    src = """
+__global__ void unit(float* __restrict__ y, const float* __restrict__ x, int n)
+{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }
+"""
+    r = analyze_source(src, launch=LaunchConfig.parse("4096,256,999999999"))
+    k = r.kernel("unit")
+    assert k.metric("occupancy").reason.startswith("cannot launch") and k.score == 0.0
 
 
 def test_barrier_in_thread_dependent_branch():

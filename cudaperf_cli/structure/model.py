@@ -100,7 +100,17 @@ class LaunchConfig:
                 smem = int(parts[2])
             except ValueError:
                 raise CudaperfError(f"bad --launch shared-memory bytes '{parts[2]}'") from None
-        return cls(grid=dims(parts[0]), block=dims(parts[1]), dynamic_smem=smem, source=source)
+            if smem < 0:
+                raise CudaperfError(f"bad --launch shared-memory bytes '{parts[2]}': negative")
+        grid, block = dims(parts[0]), dims(parts[1])
+        # CUDA's launch limits (every architecture since sm_30; CUDA C++ Programming Guide,
+        # "Technical Specifications per Compute Capability")
+        if grid[0] > 2**31 - 1 or grid[1] > 65535 or grid[2] > 65535:
+            raise CudaperfError(f"bad --launch grid '{parts[0]}': CUDA allows at most 2147483647 x 65535 x 65535 blocks")
+        if block[0] > 1024 or block[1] > 1024 or block[2] > 64 or block[0] * block[1] * block[2] > 1024:
+            raise CudaperfError(f"bad --launch block '{parts[1]}': CUDA allows at most 1024 threads "
+                                "(x, y <= 1024, z <= 64)")
+        return cls(grid=grid, block=block, dynamic_smem=smem, source=source)
 
     def describe(self) -> str:
         """``<<<grid, block[, smem]>>> (source)`` for messages."""

@@ -1021,7 +1021,8 @@ def kernel_total(metrics: Sequence[Metric]) -> tuple[float | None, float]:
     undefined behaviour, a deadlock on pre-Volta GPUs) caps the total at the
     synchronization score: a kernel that may hang or compute garbage must not rank near its
     fixed twin because its other seven metrics are fine (the weighted mean alone gave 0.82
-    against 0.89, tests/data/kernels/barrier_in_branch.cu)."""
+    against 0.89, tests/data/kernels/barrier_in_branch.cu).  A block that cannot launch
+    (occupancy: too many registers or too much shared memory per block) totals 0."""
     scored = [m for m in metrics if m.score is not None]
     applicable = [m for m in metrics if m.status != "n/a"]
     wsum = sum(m.weight for m in scored)
@@ -1030,6 +1031,8 @@ def kernel_total(metrics: Sequence[Metric]) -> tuple[float | None, float]:
         hazard = ((m.details or {}).get("factors") or {}).get("hazard", 1.0) if m.key == "synchronization" else 1.0
         if total is not None and hazard < 1.0:
             total = min(total, m.score)  # type: ignore[type-var]
+        if total is not None and m.key == "occupancy" and m.reason.startswith("cannot launch"):
+            total = 0.0  # a block that cannot launch computes nothing
     wall = sum(m.weight for m in applicable)
     return total, (wsum / wall if wall else 0.0)
 

@@ -1332,6 +1332,21 @@ class _Def:
     node: Any
 
 
+
+def _in_loop_header(node) -> bool:
+    """Whether ``node`` is (inside) the update clause of a ``for`` loop: it runs after the
+    body, though it stands before it in the text."""
+    child, parent = node, node.parent
+    while parent is not None:
+        if parent.type == "for_statement":
+            return parent.child_by_field_name("update") is not None and \
+                parent.child_by_field_name("update").start_byte <= child.start_byte < \
+                parent.child_by_field_name("update").end_byte
+        if parent.type in ("compound_statement", "function_definition"):
+            return False
+        child, parent = parent, parent.parent
+    return False
+
 class FuncCtx:
     """Definitions, types and arrays of one function, and its expression evaluator."""
 
@@ -1581,11 +1596,24 @@ class FuncCtx:
                 v = Val(0, sym=True, poly=Poly.sym(name))
             else:
                 v = self.eval(base.rhs)
+            # a compound update in straight-line code between that definition and ``pos``
+            # (``i *= 32;`` before ``x[i]``) runs before the access: applied, in order
+            base_at = base.node.end_byte if base is not None else -1
+            applied: set[int] = set()
+            for i, d in enumerate(defs):
+                if d.kind != "compound" or not (base_at <= d.node.start_byte < pos) \
+                        or _in_loop_header(d.node) or not d.op.endswith("=") or len(d.op) < 2:
+                    continue
+                if any(e.kind in ("init", "assign") and base_at <= e.node.start_byte < d.node.start_byte
+                       for e in defs):
+                    continue
+                v = self._binop(d.op[:-1], v, self.eval(d.rhs), d.node)
+                applied.add(i)
             tid, data, sym = v.tid, v.data, v.sym
             poly = v.poly
             num = v.num
-            for d in defs:
-                if d.kind != "compound":
+            for i, d in enumerate(defs):
+                if d.kind != "compound" or i in applied:
                     continue
                 r = self.eval(d.rhs)
                 if r.tid:
