@@ -513,6 +513,17 @@ def test_a_run_folder_that_does_not_exist_says_so(tmp_path):
     assert_one_error(cli("optimize", "--resume", str(missing)), 2, "no such folder")
     missing.mkdir()
     assert_one_error(cli("show", str(missing)), 2, "is not a cudaperf run folder")
+    # a damaged run.json or summary.json: said so (show had said 'the run never finished,
+    # resume it', and the resume then failed)
+    (missing / "run.json").write_text("{not json")
+    assert_one_error(cli("show", str(missing)), 2, "run.json is unreadable")
+    (missing / "run.json").write_text("{}")
+    (missing / "summary.json").write_text("[1, 2")
+    proc = cli("show", str(missing))
+    assert proc.returncode == 2 and "summary.json is unreadable" in error_lines(proc)[0]
+    # a file that is not a regular file: not 'no such file'
+    if Path("/dev/null").exists():
+        assert_one_error(cli("optimize", "/dev/null"), 2, "is not a regular file")
 
 
 def test_piped_tables_follow_columns_when_it_is_set(tmp_path):

@@ -81,8 +81,10 @@ def run_optimize_command(opts: OptimizeOptions, given: frozenset[str] = frozense
     # 1. options, output, policy: everything that can be refused before any work
     if opts.file.is_dir():
         raise ProblemError(f"{opts.file} is a directory, not a problem file (.c or .py)")
-    if not opts.file.is_file():
+    if not opts.file.exists():
         raise ProblemError(f"{opts.file}: no such file")
+    if not opts.file.is_file():
+        raise ProblemError(f"{opts.file} is not a regular file (a device, a pipe or a socket), not a problem file")
     if opts.file.suffix not in PROBLEM_SUFFIXES:
         raise ProblemError(f"{opts.file} is not a problem file: a C function's .c (or .h, .i) or a "
                            "PyTorch module's .py")

@@ -46,7 +46,8 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
     ``skipped_lines`` (unreadable lines of ``turns.jsonl``).
 
     Raises:
-        CudaperfError: not a run folder (exit code 2).
+        CudaperfError: not a run folder, or its run.json or summary.json unreadable (exit
+            code 2).
     """
     run_dir = Path(run_dir)
     if not run_dir.exists():
@@ -55,7 +56,15 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir() or not (run_dir / "run.json").is_file():
         raise CudaperfError(f"{run_dir} is not a cudaperf run folder (no run.json in it)",
                             hint="run folders are under cudaperf-runs/ (optimize --run-dir)")
-    run = _read_json(run_dir / "run.json") or {}
+    run = _read_json(run_dir / "run.json")
+    if run is None:
+        raise CudaperfError(f"{run_dir / 'run.json'} is unreadable (not a JSON object): the run folder is "
+                            "damaged and cannot be resumed")
+    summary_path = run_dir / "summary.json"
+    summary = _read_json(summary_path)
+    if summary is None and summary_path.exists():
+        raise CudaperfError(f"{summary_path} is unreadable (not a JSON object): the run's end was not "
+                            "recorded whole", hint=f"its turns are in {run_dir / 'turns.jsonl'}")
     records, skipped = read_records(run_dir / "turns.jsonl")
     turns = []
     for r in records:
@@ -70,7 +79,7 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
     best = best_index(records)
     return {"run_dir": str(run_dir), "kind": run.get("kind") or "c", "turns": turns,
             "best": turns[best] if best is not None else None,
-            "summary": _read_json(run_dir / "summary.json"), "skipped_lines": skipped,
+            "summary": summary, "skipped_lines": skipped,
             "records": records}
 
 
