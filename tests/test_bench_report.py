@@ -163,7 +163,7 @@ def test_report_verdicts_memory_and_seconds(tmp_path: Path, fake: dict[str, str]
     assert m["correct"] == 4 and m["correct_rate"] == pytest.approx(4 / 9)  # degen, huge, ok, slowonly
     assert m["speedup"]["kernel"]["fast_p"]["0"] == pytest.approx(4 / 9)  # fast_0: slow included
     assert m["speedup"]["kernel"]["fast_p"]["1"] == pytest.approx(3 / 9)
-    assert m["outcomes"] == {"correct": 4, "no_device": 1, "does_not_fit": 2, "failed": 2}
+    assert m["outcomes"] == {"correct": 4, "no_device": 1, "does_not_fit": 2, "missing_tool": 0, "failed": 2}
     v = m["verdicts"]
     assert v["counts"] == {"correct": 3, "slow": 1, "does_not_fit": 2, "no_device": 1,
                            "guard_rejected": 1, "refused_at_load": 1}
@@ -290,6 +290,9 @@ def test_problem_verdict_rules() -> None:
     assert problem_verdict(None, 5, False, err, 1) == ("does_not_fit", "x.c needs 9 GB, 1 GB free")
     assert problem_verdict(None, 2, False, "error: bad\nhint: h\n", 1) == ("refused_at_load", "bad (hint: h)")
     assert problem_verdict(None, -9, False, "", 1) == ("error", "optimize was killed by SIGKILL without a result")
+    # exit 3 without a result: a package or tool missing here (torch), not a failure of the policy
+    assert problem_verdict(None, 3, False, "error: needs torch\nhint: pip install torch\n", 1) == (
+        "missing_tool", "needs torch (hint: pip install torch)")
     assert problem_verdict({"turns": [], "problem_status": None}, 1, False, "", 1) == (None, "")
     # an unknown problem_status is not trusted: the candidates decide
     assert problem_verdict({"turns": [], "problem_status": "weird"}, 0, False, "", 1) == (None, "")
@@ -422,3 +425,16 @@ def test_structure_scores_print_two_decimals() -> None:
     from cudaperf_cli.bench.report import fmt_score
 
     assert [fmt_score(v) for v in (1.0, 0.95, 0.9, None, float("nan"))] == ["1.00", "0.95", "0.90", "-", "-"]
+
+
+def test_problems_not_run_for_a_missing_tool_leave_the_rates_alone() -> None:
+    """14 PyTorch files on a machine without torch counted as 14 compile failures
+    ('compile rate 33%'); they are 'missing_tool' now, listed, and outside the rates."""
+    from cudaperf_cli.bench.metrics import outcome_class, suite_metrics
+
+    problems = ([{"id": f"c{i}", "status": "no_device", "compiled": True} for i in range(7)]
+                + [{"id": f"t{i}", "status": "missing_tool", "message": "needs torch"} for i in range(14)])
+    m = suite_metrics(problems)
+    assert (m["problems"], m["ran"], m["compile_rate"]) == (21, 7, 1.0)
+    assert m["outcomes"]["missing_tool"] == 14 and m["outcomes"]["failed"] == 0
+    assert outcome_class("missing_tool") == "missing_tool"

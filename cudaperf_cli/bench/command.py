@@ -136,7 +136,8 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         })
 
     # correct: verified (correct or slow); no GPU and does-not-fit are not failures
-    tally = {"done": 0, "correct": 0, "failed": 0, "no_device": 0, "does_not_fit": 0}
+    tally = {"done": 0, "correct": 0, "failed": 0, "no_device": 0, "does_not_fit": 0, "missing_tool": 0}
+    said: set[str] = set()  # messages printed once (14 PyTorch files without torch: one line)
     speeds: list[float] = []
 
     def count(res: dict[str, Any]) -> None:
@@ -150,7 +151,8 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
     def describe() -> str:
         g = M.geomean(speeds)
         extra = "".join(f" · {label} {tally[k]}" for k, label in
-                        (("no_device", "not verified (no GPU)"), ("does_not_fit", "does not fit"))
+                        (("no_device", "not verified (no GPU)"), ("does_not_fit", "does not fit"),
+                         ("missing_tool", "not run (missing tool)"))
                         if tally[k])
         return (f"done {tally['done']} · correct {tally['correct']} · failed {tally['failed']}"
                 f"{extra} · geomean {fmt_x(g) if g else '-'}")
@@ -165,6 +167,9 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         if human:
             s = (res.get("speedups") or {}).get(opts.primary)
             extra = f" {fmt_x(s)}" if s is not None else (f": {res['message']}" if res.get("message") else "")
+            if res.get("status") == M.MISSING_TOOL and res.get("message") in said:
+                extra = " (as above)"
+            said.add(str(res.get("message")))
             flag = " (degenerate)" if res.get("degenerate") else ""
             progress.console.print(f"{escape(res['id'])}: {res['status']}{escape(extra)}{flag} "
                                    f"({res.get('wall_s') or 0:.0f} s)")

@@ -54,6 +54,9 @@ PROBLEM_ERROR = "error"  #: optimize died or ended without a result (a crash, a 
 REFUSED_AT_LOAD = "refused_at_load"  #: optimize refused the problem (exit 2: bad input); its reason
 NO_CANDIDATE = "no_candidate"  #: optimize ran no turn
 INTERRUPTED = "interrupted"  #: Ctrl-C stopped it (never stored as done)
+#: optimize stopped before any work: a package or tool it needs is missing here (exit 3:
+#: torch for a PyTorch problem on a machine without it); the machine's, not the policy's
+MISSING_TOOL = "missing_tool"
 #: optimize reported the problem itself does not fit the device (``problem_status``, exit 5).
 DOES_NOT_FIT = S.DOES_NOT_FIT
 #: The bench's problem-level statuses: name -> (label, Rich style); after the candidate
@@ -63,6 +66,7 @@ BENCH_STATUSES: dict[str, tuple[str, str]] = {
     NO_CANDIDATE: ("no candidate", "yellow"),
     PROBLEM_TIMEOUT: ("problem timeout", "red"),
     PROBLEM_ERROR: ("error", "red"),
+    MISSING_TOOL: ("missing tool", "cyan"),
     INTERRUPTED: ("interrupted", "dim"),
 }
 #: Order of the verdict table: the furthest status first (``correct``, ``slow``, ``wrong``,
@@ -71,7 +75,7 @@ VERDICT_ORDER: tuple[str, ...] = (
     tuple(n for n in reversed(S.NAMES) if n != S.PENDING) + (S.PENDING, *BENCH_STATUSES))
 #: Problem statuses whose ``message`` is the verdict's reason (listed in the reports).
 WITH_REASON = frozenset({REFUSED_AT_LOAD, DOES_NOT_FIT, PROBLEM_ERROR, PROBLEM_TIMEOUT,
-                         NO_CANDIDATE, S.REFERENCE_ERROR, S.REFUSED})
+                         NO_CANDIDATE, S.REFERENCE_ERROR, S.REFUSED, MISSING_TOOL})
 #: Of those, the statuses whose reasons the reports group by message (KernelBench level 1:
 #: 65 policy refusals, most of them "nothing to fuse: conv2d is left to cuDNN").
 GROUPED_REASONS = frozenset({S.REFUSED})
@@ -114,13 +118,16 @@ def outcome_class(status: str | None) -> str:
     """How the progress tallies count a problem's status: ``"correct"`` (verified),
     ``"no_device"`` (compiled; not verified: no usable CUDA device, not a failure),
     ``"does_not_fit"`` (the problem's planned memory exceeds the device's: a verdict on the
-    problem, not a failure) or ``"failed"`` (everything else)."""
+    problem, not a failure), ``"missing_tool"`` (not run: a package or tool is missing
+    here) or ``"failed"`` (everything else)."""
     if status in VERIFIED:
         return "correct"
     if status == S.NO_DEVICE:
         return "no_device"
     if status == S.DOES_NOT_FIT:
         return "does_not_fit"
+    if status == MISSING_TOOL:
+        return "missing_tool"
     return "failed"
 
 
@@ -296,8 +303,10 @@ def geomean(values: Iterable[float]) -> float | None:
 
 def fast_p(problems: Sequence[Mapping[str, Any]], p: float, key: str = "kernel") -> float | None:
     """KernelBench fast_p: problems that are correct AND have ``speedups[key] > p``, over
-    ALL ``problems`` (None for an empty suite).  A correct problem without that speedup
-    counts as not fast."""
+    ALL ``problems`` that ran (None for an empty suite): a ``missing_tool`` problem (torch
+    missing on this machine) is left out, as from the correct rate, so fast_0 stays the
+    correct rate.  A correct problem without that speedup counts as not fast."""
+    problems = [pr for pr in problems if pr.get("status") != MISSING_TOOL]
     if not problems:
         return None
     hits = 0
@@ -332,7 +341,8 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
     """Suite metrics from the problem results (every problem of the suite, errors included).
 
     Returns:
-        ``{"problems", "compiled", "correct" (verified), "compile_rate", "correct_rate",
+        ``{"problems", "ran" (not ``missing_tool``), "compiled", "correct" (verified),
+        "compile_rate", "correct_rate" (both over ``ran``),
         "statuses": {status: count}, "outcomes": {correct, no_device, does_not_fit, failed}
         (:func:`outcome_class` counts), "baselines": [names], "primary": key, "speedup":
         {key: speedup_stats}, "verdicts": :func:`verdicts`, "degenerate": count,
@@ -342,6 +352,9 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
         (the candidates.jsonl rows); a problem without them contributes nothing.
     """
     n = len(problems)
+    # the rates are over the problems that ran: one whose package is missing here (torch)
+    # says nothing about the policy
+    ran = n - sum(1 for pr in problems if pr.get("status") == MISSING_TOOL)
     compiled = sum(1 for pr in problems if pr.get("compiled"))
     correct = sum(1 for pr in problems if pr.get("correct"))
     statuses: dict[str, int] = {}
@@ -353,7 +366,7 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
         if pr.get("correct"):
             keys += [k for k in (pr.get("speedups") or {}) if k not in keys]
     baselines = sorted({str(pr["baseline"]) for pr in problems if pr.get("baseline")})
-    outcomes = {"correct": 0, "no_device": 0, "does_not_fit": 0, "failed": 0}
+    outcomes = {"correct": 0, "no_device": 0, "does_not_fit": 0, "missing_tool": 0, "failed": 0}
     for pr in problems:
         outcomes[outcome_class(pr.get("status"))] += 1
     rows = [c for pr in problems for c in (pr.get("candidates") or [])]
@@ -362,8 +375,9 @@ def suite_metrics(problems: Sequence[Mapping[str, Any]], primary: str = "kernel"
         "problems": n,
         "compiled": compiled,
         "correct": correct,
-        "compile_rate": compiled / n if n else None,
-        "correct_rate": correct / n if n else None,
+        "ran": ran,
+        "compile_rate": compiled / ran if ran else None,
+        "correct_rate": correct / ran if ran else None,
         "statuses": dict(sorted(statuses.items())),
         "outcomes": outcomes,
         "baselines": baselines,

@@ -210,7 +210,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "| metric | value |",
         "|---|---:|",
-        f"| problems | {m['problems']} |",
+        f"| problems | {m['problems']}" + (f" ({m['problems'] - m['ran']} not run: a missing tool; the rates "
+                                           f"are over the {m['ran']} that ran)" if m.get('ran', m['problems'])
+                                           != m['problems'] else "") + " |",
         f"| compile rate | {fmt_rate(m['compile_rate'])} ({m['compiled']}) |",
         f"| correct rate | {fmt_rate(m['correct_rate'])} ({m['correct']}) |",
     ]
@@ -465,7 +467,10 @@ def metrics_lines(report: dict[str, Any]) -> list[str]:
         verdict = ", ".join(f"{k} {n}" for k, n in m["statuses"].items())
     degenerate = f"; degenerate {m['degenerate']}" if m.get("degenerate") else ""
     out = [
-        f"problems {m['problems']}: compiled {fmt_rate(m['compile_rate'])}, correct "
+        f"problems {m['problems']}"
+        + (f" ({m['problems'] - m['ran']} not run: a missing tool)" if m.get("ran", m["problems"]) != m["problems"]
+           else "")
+        + f": compiled {fmt_rate(m['compile_rate'])}, correct "
         f"{fmt_rate(m['correct_rate'])}; verdicts: {verdict}{degenerate}",
     ]
     for key, st in m["speedup"].items():

@@ -57,7 +57,7 @@ SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 #: optimize's exit codes the runner reads (docs/exit-codes.md): 2 bad input (the problem is
 #: refused at load), 5 the problem does not fit the device's memory.
-EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 2, 5
+EXIT_BAD_INPUT, EXIT_MISSING_TOOL, EXIT_DOES_NOT_FIT = 2, 3, 5
 #: Command run instead of ``<python> -m cudaperf_cli optimize`` (split like a shell line);
 #: for tests and wrappers (e.g. ``nice``).  It receives the same arguments.
 OPTIMIZE_CMD_ENV = "CUDAPERF_BENCH_OPTIMIZE"
@@ -321,6 +321,8 @@ def problem_verdict(doc: dict[str, Any] | None, rc: int | None, timed_out: bool,
       the result's ``message`` or optimize's error line (the bytes needed and free);
     - exit code 2 without a result (bad input: the loader refused the file):
       ``refused_at_load`` with optimize's error line;
+    - exit code 3 without a result (a package or tool missing here, torch say):
+      ``missing_tool`` with optimize's error line;
     - no result otherwise (a crash, a missing tool): ``error``.
 
     ``rc``: optimize's exit status (negative: killed by that signal; None: unknown).
@@ -335,6 +337,8 @@ def problem_verdict(doc: dict[str, Any] | None, rc: int | None, timed_out: bool,
         return M.DOES_NOT_FIT, line or "optimize: the problem does not fit the device (exit 5)"
     if doc is None and rc == EXIT_BAD_INPUT:
         return M.REFUSED_AT_LOAD, line or "optimize refused the problem (exit 2, no error line)"
+    if doc is None and rc == EXIT_MISSING_TOOL:
+        return M.MISSING_TOOL, line or "optimize: a required package or tool is missing (exit 3)"
     if doc is None:
         return M.PROBLEM_ERROR, line or f"optimize {_signal_text(rc)} without a result"
     return None, ""
