@@ -21,39 +21,9 @@ if "TYPER_USE_RICH" not in os.environ and (
     os.environ["TYPER_USE_RICH"] = "0"
 
 import typer  # noqa: E402
-import typer.core  # noqa: E402
+from cudaperf_cli.cli import help_format  # noqa: E402
 
-
-def _help_type(self: typer.core.TyperArgument | typer.core.TyperOption, ctx: object) -> str:
-    """What help prints after an option or argument name: its ``metavar`` where one is
-    given (``-I DIR``), else the type as click names it (``TEXT``, ``INTEGER``, ``FLOAT``,
-    ``PATH``, ``[a|b]``).  Typer 0.29 prints Python annotations instead (``<list[str]>``,
-    ``<int range>``), which read as code, not as a command line."""
-    if self.metavar:  # an argument's metavar is its name already
-        return "" if isinstance(self, typer.core.TyperArgument) else self.metavar
-    label = _typer_help_type(self, ctx).strip("<>")  # type: ignore[arg-type]
-    while label.startswith("list[") and label.endswith("]"):  # repeatable: the help says so
-        label = label[5:-1]
-    label = label.removesuffix(" range")
-    names = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "Path": "PATH", "path": "PATH",
-             "file": "FILE", "directory": "DIR", "bool": "BOOLEAN"}
-    return names.get(label, f"[{label}]" if "|" in label else label.upper())
-
-
-def _argument_name(self: typer.core.TyperArgument) -> str:
-    """An argument in help and usage as click writes it: ``SUITE``, ``[FILE]...``
-    (Typer 0.29 writes a required one in braces, ``{SUITE}``, which reads as a set)."""
-    name = self.display_name_raw
-    name = name if self.required else f"[{name}]"
-    return name + ("..." if self.nargs != 1 else "")
-
-
-_typer_help_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _help_type  # type: ignore[method-assign]
-typer.core.TyperArgument.display_type_rich = _help_type  # type: ignore[method-assign]
-typer.core.TyperArgument._usage_display_name = _argument_name  # type: ignore[method-assign]
-typer.core.TyperArgument._rich_display_name = (  # type: ignore[method-assign]
-    lambda self: self.display_name_raw + ("..." if self.nargs != 1 else ""))
+help_format.install()
 
 from cudaperf_cli import __version__
 from cudaperf_cli.cli.common import fail, parse_sizes
