@@ -220,6 +220,8 @@ def test_score_without_kernels(tmp_path):
     # a problem file, not kernels: said so (nvcc's "does not compile" was the answer)
     (tmp_path / "scale.c").write_text(SCALE_1D)
     assert_one_error(cli("score", "scale.c", cwd=tmp_path), 2, "not a CUDA source file (.cu)")
+    (tmp_path / "README.md").write_text("# notes\n")
+    assert_one_error(cli("score", "README.md", cwd=tmp_path), 2, "not a CUDA source file")
 
 
 def test_optimize_refuses_a_file_that_is_no_problem(tmp_path):

@@ -14,6 +14,10 @@ import typer
 from cudaperf_cli.cli.common import fail, parse_sizes
 
 
+#: Suffixes of files that may hold CUDA kernels (CUDA and C++ sources and headers).
+CUDA_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hh", ".inl")
+
+
 def score(
     kernel: Path = typer.Argument(..., metavar="KERNEL.cu", help="CUDA source file (.cu) with __global__ kernels."),
     arch: str = typer.Option(
@@ -88,6 +92,9 @@ def score(
         if kernel.suffix in (".c", ".py"):  # a problem, not kernels: what optimize takes
             raise CudaperfError(f"{kernel} is not a CUDA source file (.cu): score reads __global__ "
                                 f"kernels; to port this file to CUDA: cudaperf optimize {kernel}")
+        if kernel.suffix.lower() not in CUDA_SUFFIXES:
+            raise CudaperfError(f"{kernel} is not a CUDA source file (.cu, .cuh, or a C++ source or "
+                                "header holding __global__ kernels)")
         cfg = LaunchConfig.parse(launch) if launch else None
         sizes = parse_sizes(size)
         try:
