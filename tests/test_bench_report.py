@@ -316,6 +316,8 @@ def test_eval_seconds_per_kind_and_without_lock_wait() -> None:
         {"kind": "torch", "eval_s": 20.0, "lock_wait_s": 10.0},
         {"kind": "c", "eval_s": 1.0},  # no lock wait reported: its whole eval_s counts
         {"kind": "c", "eval_s": None, "lock_wait_s": 3.0},  # never evaluated: left out
+        # no GPU: the torch worker imported torch and found no device; nothing was evaluated
+        {"kind": "torch", "status": "no_device", "eval_s": 5.4},
     ]
     e = M.eval_seconds(rows)
     assert list(e) == ["c", "torch", "all"]

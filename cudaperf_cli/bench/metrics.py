@@ -536,7 +536,9 @@ def eval_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Seconds per candidate evaluation, per problem kind and over all.
 
     Over the candidate rows with an ``eval_s`` (the whole evaluation, GPU-lock wait
-    included; candidates that never reached the evaluation have none):
+    included; candidates that never reached the evaluation have none), ``no_device`` rows
+    left out (nothing was evaluated: on a machine without a GPU a PyTorch worker still
+    imported torch before finding no device, about 5 s that measured nothing):
 
     - ``eval_s``: that time;
     - ``excl_lock_s``: ``eval_s - lock_wait_s`` (the evaluation's own time; a row without
@@ -556,7 +558,7 @@ def eval_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     phases: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         total = _finite(r.get("eval_s"))
-        if total is None:
+        if total is None or r.get("status") == S.NO_DEVICE:
             continue
         wait = _finite(r.get("lock_wait_s"))
         prep = _finite(r.get("prepare_s"))
