@@ -1148,3 +1148,27 @@ def test_fast_format_host_code_that_starts_a_thread_is_refused(tmp_path: Path, b
     assert r.status == GUARD_REJECTED, (r.status, r.message)
     assert "kernel.cu was refused before it was linked" in r.message
     assert "std::thread" in r.message and "(a thread)" in r.message
+
+
+def test_a_build_only_job_starts_no_worker(build_root: Path, nvcc_path: str, monkeypatch) -> None:
+    """No device here (the run's probe said so): the candidate is built and ends no_device
+    without an evaluation worker (it imported torch, about 5 s, to find no device)."""
+    pytest.importorskip("torch")
+    import cudaperf_cli.evaluate.torch_job as tj
+
+    monkeypatch.setattr(tj, "_start_worker", lambda *a, **k: pytest.fail("a worker was started"))
+    d = DATA / "torch_cands" / "fast_ok"
+    r = run_torch_evaluation(
+        TorchEvalJob(problem=str(PROBLEM), candidate=[str(d / "model.py"), str(d / "kernel.cu")],
+                     build_root=str(build_root), arch="sm_90", build_only=True),
+        timeout_s=120,
+    )
+    assert r.status == "no_device" and r.phase == "build", r.message
+    assert r.build["libs"][0]["launchers"]
+    bad = DATA / "torch_cands"  # a build failure is still the build's verdict
+    files = [str(p) for p in sorted((bad / "fast_ok").iterdir()) if p.suffix == ".py"]
+    (build_root / "broken.cu").write_text("__global__ void k( {\n")
+    r = run_torch_evaluation(TorchEvalJob(problem=str(PROBLEM), candidate=[*files, str(build_root / "broken.cu")],
+                                          build_root=str(build_root), arch="sm_90", build_only=True),
+                             timeout_s=120)
+    assert r.status == "compile_error", r.message

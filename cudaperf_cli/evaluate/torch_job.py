@@ -206,6 +206,9 @@ class TorchEvalJob:
             caught by a fingerprint of its bytes.
         debug_hook: test-only behaviour (the C worker's hooks: ``sleep:S``, ``segv``...),
             honoured only with ``CUDAPERF_TEST_HOOKS=1``.
+        build_only: no usable device here (the run's probe said so): the candidate is
+            checked and built, no evaluation worker is started (it imported torch, about
+            5 s, only to find no device), and a successful build ends ``no_device``.
     """
 
     problem: str
@@ -235,6 +238,7 @@ class TorchEvalJob:
     slow_ms: float | None = None
     modifies_inputs: bool = False
     debug_hook: str | None = None
+    build_only: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.candidate, (str, Path)):
@@ -949,7 +953,8 @@ def run_torch_evaluation(
         child_env.update(env)
     # The evaluation worker starts now: its preparation (importing torch, the CUDA context,
     # the problem's module: seconds) overlaps the build; it waits at `ready` for the build.
-    worker = _start_worker(job, timeout_s, child_env, footprint_bytes)
+    # Without a device (build_only) there is nothing for it to do.
+    worker = None if job.build_only else _start_worker(job, timeout_s, child_env, footprint_bytes)
     try:
         if job.format == FAST:
             bstatus, bmsg, build = _build_fast(job, arch)
@@ -957,11 +962,13 @@ def run_torch_evaluation(
             bstatus, bmsg, build = _build_inline(job, arch, child_env)
     except BaseException:
         with contextlib.suppress(Exception):
-            worker.cancel()
+            if worker is not None:
+                worker.cancel()
         raise
     if bstatus != "ok":
         with contextlib.suppress(Exception):  # the build's verdict is the result
-            worker.cancel()
+            if worker is not None:
+                worker.cancel()
         errors = build.get("errors") or ""
         message = bmsg if not errors or errors in bmsg else f"{bmsg}:\n{errors}"
         return done(TorchEvalResult(
@@ -973,6 +980,9 @@ def run_torch_evaluation(
             warnings=warnings,
         ))
 
+    if worker is None:
+        return done(TorchEvalResult(status=NO_DEVICE, message="compiled; not run (no CUDA device)",
+                                    build=build, phase="build", warnings=warnings))
     return _evaluate_in_child(worker.go(), timeout_s, build, warnings, done)
 
 

@@ -321,6 +321,7 @@ class TorchEvaluation(Evaluation):
             baseline_ms=None if self.baseline is None else self.baseline.baseline_ms,
             reference_peak_bytes=None if self.baseline is None else self.baseline.peak_gpu_bytes,
             modifies_inputs=bool(getattr(self.problem, "modifies_inputs", False)),
+            build_only=s.device_missing,
         )
         result = run_torch_evaluation(job, timeout_s=s.eval_timeout_s,
                                       footprint=getattr(self.problem, "footprint_bytes", None))
