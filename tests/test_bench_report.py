@@ -9,7 +9,6 @@ canned run folders; the figures are computed by hand here.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import subprocess

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaperf_cli.core import CudaperfError, ProblemError, ToolchainError
+from cudaperf_cli.core import ProblemError, ToolchainError
 from cudaperf_cli.problems.pytorch import (
     TensorSpec,
     TorchLoadError,
