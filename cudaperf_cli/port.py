@@ -205,7 +205,7 @@ def check_branch_name(repo: Any, name: str) -> str:
     parts = name.split("/")
     for i in range(1, len(parts)):
         prefix = "/".join(parts[:i])
-        if _ref_exists(repo, f"refs/heads/{prefix}"):
+        if _resolve_ref(repo, f"refs/heads/{prefix}") is not None:
             raise ProblemError(f"branch {name} cannot be made: a branch named {prefix} exists",
                                hint="choose another with --branch NAME")
     if repo.git.for_each_ref("--count=1", "--format=%(refname)", f"refs/heads/{name}/"):
@@ -214,14 +214,14 @@ def check_branch_name(repo: Any, name: str) -> str:
     return name
 
 
-def _ref_exists(repo: Any, ref: str) -> bool:
+def _resolve_ref(repo: Any, ref: str) -> str | None:
+    """The commit id ``ref`` names, or None when there is no such ref."""
     import git
 
     try:
-        repo.git.rev_parse("--verify", "--quiet", ref)
+        return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
     except git.GitCommandError:
-        return False
-    return True
+        return None
 
 
 def check_identity(repo: Any) -> None:
@@ -266,15 +266,12 @@ def branch_parent(repo: Any, branch: str, head: str, force: bool) -> tuple[str |
         ProblemError: the branch is checked out in a work tree, or it exists without HEAD
             and ``force`` is not set (exit 2).
     """
-    import git
-
     ref = f"refs/heads/{branch}"
     if ref in checked_out_branches(repo):
         raise ProblemError(f"branch {branch} is checked out; cudaperf port never moves a checked-out branch",
                            hint="switch to another branch, or pass --branch NAME")
-    try:
-        tip = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
-    except git.GitCommandError:
+    tip = _resolve_ref(repo, ref)
+    if tip is None:
         return None, head, False
     if repo.is_ancestor(head, tip):
         return tip, tip, False
@@ -283,8 +280,8 @@ def branch_parent(repo: Any, branch: str, head: str, force: bool) -> tuple[str |
                            hint="pass --force to reset it onto HEAD, or choose another with --branch NAME")
     # --force moves the branch: only when every commit it would drop is a port commit (a
     # user's branch given as --branch keeps its work)
-    theirs = [c for c in repo.git.rev_list(f"{head}..{tip}").split() if c]
-    foreign = [c for c in theirs if not _is_port_commit(repo, c)]
+    foreign = [sha for sha, body in _commit_messages(repo, f"{head}..{tip}")
+               if not any(line.startswith(HEAD_TRAILER + " ") for line in _last_paragraph(body))]
     if foreign:
         raise ProblemError(f"branch {branch} holds {len(foreign)} commit(s) cudaperf port did not make "
                            f"(e.g. {foreign[0][:12]}); --force resets only port branches",
@@ -292,10 +289,15 @@ def branch_parent(repo: Any, branch: str, head: str, force: bool) -> tuple[str |
     return tip, head, True
 
 
-def _is_port_commit(repo: Any, commit: str) -> bool:
-    """Whether ``commit``'s last paragraph holds port's ``Cudaperf-Head:`` trailer."""
-    body = repo.git.log("-1", "--format=%B", commit)
-    return any(line.startswith(HEAD_TRAILER + " ") for line in _last_paragraph(body))
+def _commit_messages(repo: Any, *log_args: str) -> list[tuple[str, str]]:
+    """``(commit id, message)`` of the commits ``git log *log_args`` lists, in one call."""
+    text = repo.git.log(*log_args, "--format=%H%x00%B%x01")
+    out = []
+    for chunk in text.split("\x01"):
+        sha, _, body = chunk.strip().partition("\x00")
+        if sha:
+            out.append((sha, body))
+    return out
 
 
 def _last_paragraph(body: str) -> list[str]:
@@ -456,12 +458,7 @@ def parse_port_config(text: str | None, files: list[str], where: str = CONFIG_NA
                                hint=CONFIG_HINT)
         if not rel.endswith(".c"):
             raise ProblemError(f"{here}: '{name}' is not a .c file", hint=CONFIG_HINT)
-        if not isinstance(table, dict):
-            raise ProblemError(f"{here}: expected a table of settings", hint=CONFIG_HINT)
-        bad = sorted(set(table) - set(FILE_KEYS))
-        if bad:
-            raise ProblemError(f"{here}: unknown key(s) {', '.join(bad)}; known: {', '.join(FILE_KEYS)}",
-                               hint=CONFIG_HINT)
+        _settings_table(table, FILE_KEYS, here)
         values = _checked(table, ("sizes", "defines", "init"), here)
         includes = _paths(table, "includes", here, lambda p: p in folders or p == ".", "a committed folder")
         sources = _paths(table, "sources", here, lambda p: p in known, "a committed file")
@@ -472,16 +469,24 @@ def parse_port_config(text: str | None, files: list[str], where: str = CONFIG_NA
                                f'[port.files."{name}".functions.my_function]', hint=CONFIG_HINT)
         for fn, ftable in raw_funcs.items():
             fhere = f"{here[:-1]}.functions.{fn}]"
-            if not isinstance(ftable, dict):
-                raise ProblemError(f"{fhere}: expected a table of settings", hint=CONFIG_HINT)
-            fbad = sorted(set(ftable) - set(FUNCTION_KEYS))
-            if fbad:
-                raise ProblemError(f"{fhere}: unknown key(s) {', '.join(fbad)}; known: {', '.join(FUNCTION_KEYS)}",
-                                   hint=CONFIG_HINT)
+            _settings_table(ftable, FUNCTION_KEYS, fhere)
             funcs[str(fn)] = _checked(ftable, FUNCTION_KEYS, fhere)
         out[rel] = FileSettings(includes=includes, defines=tuple(values.get("defines", ())), sources=sources,
                                 sizes=dict(values.get("sizes", {})), init=values.get("init"), functions=funcs)
     return out
+
+
+def _settings_table(table: Any, keys: tuple[str, ...], here: str) -> None:
+    """``table`` is a TOML table whose keys are all in ``keys``.
+
+    Raises:
+        ProblemError: not a table, or an unknown key (one line naming ``here``; exit 2).
+    """
+    if not isinstance(table, dict):
+        raise ProblemError(f"{here}: expected a table of settings", hint=CONFIG_HINT)
+    bad = sorted(set(table) - set(keys))
+    if bad:
+        raise ProblemError(f"{here}: unknown key(s) {', '.join(bad)}; known: {', '.join(keys)}", hint=CONFIG_HINT)
 
 
 def _checked(table: Mapping[str, Any], keys: tuple[str, ...], here: str) -> dict[str, Any]:
@@ -534,9 +539,7 @@ def port_records(repo: Any, start: str) -> dict[tuple[str, str], dict[str, Any]]
     """``(file, function)`` -> the newest ``Cudaperf-Port:`` record reachable from commit
     ``start`` (its ``source`` hash, ``status``, ``cu``/``h`` paths, and ``commit``)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    text = repo.git.log(start, "--grep", f"^{TRAILER}", "--format=%H%x00%B%x01")
-    for chunk in text.split("\x01"):
-        sha, _, body = chunk.strip().partition("\x00")
+    for sha, body in _commit_messages(repo, start, "--grep", f"^{TRAILER}"):
         for line in _last_paragraph(body):  # the trailer block: not text quoted above it
             if not line.startswith(TRAILER + " "):
                 continue
