@@ -174,6 +174,13 @@ class Metric:
         return self.measured if self.measured is not None else self.static
 
     @property
+    def barrier_hazard(self) -> bool:
+        """The synchronization metric found a barrier only some threads reach (its hazard
+        factor below 1): the kernel's total is capped at this metric's score."""
+        factors = (self.details or {}).get("factors") or {}
+        return self.key == "synchronization" and factors.get("hazard", 1.0) < 1.0
+
+    @property
     def value_unit(self) -> str:
         """The unit of :attr:`value` (``measured_unit`` for a measured value, if set)."""
         if self.measured is not None and self.measured_unit:

@@ -51,9 +51,8 @@ def print_report(report: StructureReport, con: Console, top: int = 5) -> None:
             Text(total, style="bold"),
             Text(
                 f"weighted over {k.coverage * 100:.0f}% of the applicable weight"
-                + ("; capped at the synchronization score (a barrier hazard)" if any(
-                    m.key == "synchronization" and ((m.details or {}).get("factors") or {}).get("hazard", 1.0) < 1.0
-                    for m in k.metrics) else "")
+                + ("; capped at the synchronization score (a barrier hazard)"
+                   if any(m.barrier_hazard for m in k.metrics) else "")
                 + (f"; launch {k.launch.describe()}" if k.launch else "; launch unknown")
                 + (
                     f"; measured {k.measured_duration_ns / 1e3:.1f} us/launch"

@@ -1028,8 +1028,7 @@ def kernel_total(metrics: Sequence[Metric]) -> tuple[float | None, float]:
     wsum = sum(m.weight for m in scored)
     total = sum(m.weight * m.score for m in scored) / wsum if wsum else None  # type: ignore[operator]
     for m in scored:
-        hazard = ((m.details or {}).get("factors") or {}).get("hazard", 1.0) if m.key == "synchronization" else 1.0
-        if total is not None and hazard < 1.0:
+        if total is not None and m.barrier_hazard:
             total = min(total, m.score)  # type: ignore[type-var]
         if total is not None and m.key == "occupancy" and m.reason.startswith("cannot launch"):
             total = 0.0  # a block that cannot launch computes nothing

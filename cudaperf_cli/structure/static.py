@@ -1336,16 +1336,16 @@ class _Def:
 def _in_loop_header(node) -> bool:
     """Whether ``node`` is (inside) the update clause of a ``for`` loop: it runs after the
     body, though it stands before it in the text."""
-    child, parent = node, node.parent
+    parent = node.parent
     while parent is not None:
         if parent.type == "for_statement":
-            return parent.child_by_field_name("update") is not None and \
-                parent.child_by_field_name("update").start_byte <= child.start_byte < \
-                parent.child_by_field_name("update").end_byte
+            update = parent.child_by_field_name("update")
+            return update is not None and update.start_byte <= node.start_byte < update.end_byte
         if parent.type in ("compound_statement", "function_definition"):
             return False
-        child, parent = parent, parent.parent
+        parent = parent.parent
     return False
+
 
 class FuncCtx:
     """Definitions, types and arrays of one function, and its expression evaluator."""
