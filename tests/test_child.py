@@ -57,14 +57,15 @@ def _run(job: dict[str, Any], **kw: Any) -> ChildRun:
 
 @contextlib.contextmanager
 def _held(seconds: float) -> Iterator[dict[str, float]]:
-    """Hold GPU 0's lock in a thread for ``seconds``; yields {"released": monotonic time}."""
+    """Hold GPU 0's lock in a thread for ``seconds``, or until the ``with`` block ends if that
+    comes first; yields {"released": monotonic time}."""
     info: dict[str, float] = {}
-    got = threading.Event()
+    got, done = threading.Event(), threading.Event()
 
     def hold() -> None:
         with gpu_lock(0):
             got.set()
-            time.sleep(seconds)
+            done.wait(seconds)
             info["released"] = time.monotonic()
 
     t = threading.Thread(target=hold)
@@ -73,6 +74,7 @@ def _held(seconds: float) -> Iterator[dict[str, float]]:
     try:
         yield info
     finally:
+        done.set()
         t.join()
 
 
@@ -114,12 +116,14 @@ def test_lock_is_taken_only_after_ready_and_neither_wait_is_counted(tmp_path: Pa
 
 def test_hang_before_ready_is_killed_at_the_prepare_deadline(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    with _held(8):
+    # The prepare deadline leaves the child time to start and enter "prepare" on a loaded
+    # machine (CI at -n auto: 1 s was too short for its imports, and the state file was empty).
+    with _held(60):
         t0 = time.monotonic()
-        run = _run({"log": str(log), "prepare_s": 60}, prepare_timeout_s=1.0, timeout_s=60)
+        run = _run({"log": str(log), "prepare_s": 60}, prepare_timeout_s=5.0, timeout_s=60)
         took = time.monotonic() - t0
-    assert took < 6  # returned while the lock was still held: it never asked for it
-    assert run.timed_out and run.timeout_phase == "prepare" and run.timeout_limit_s == 1.0
+    assert took < 30  # returned while the lock was still held: it never asked for it
+    assert run.timed_out and run.timeout_phase == "prepare" and run.timeout_limit_s == 5.0
     assert not run.ready and run.lock_wait_s == 0.0 and run.run_s is None
     assert run.signal == "SIGKILL" and run.state["phase"] == "prepare"
     assert run.prepare_s == pytest.approx(run.elapsed_s)
@@ -185,7 +189,7 @@ def test_ctrl_c_in_go_ends_a_child_waiting_for_the_lock(tmp_path: Path) -> None:
         with pytest.raises(KeyboardInterrupt):
             pending.go()
         assert time.monotonic() - t0 < 7  # not held until the lock came free
-        assert pending._thread is not None and not pending._thread.is_alive()
+        assert pending._done.is_set()  # the thread has reaped the child
     (_, pid, _), = _events(log)
     assert _gone(pid)
 

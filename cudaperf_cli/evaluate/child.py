@@ -649,6 +649,11 @@ class PendingChild:
         self._run: ChildRun | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        # Set by the thread when run_child has returned or raised.  _finish waits on this,
+        # not on Thread.join: on Python 3.11 a Ctrl-C that interrupts join() can mark a
+        # running thread as stopped (the bpo-45274 handling releases its state lock), after
+        # which join() returns at once, before the child was reaped.
+        self._done = threading.Event()
 
     def _started(self, pid: int) -> None:
         self.pid = pid
@@ -656,13 +661,13 @@ class PendingChild:
     def _finish(self) -> ChildRun:
         assert self._thread is not None
         try:
-            while self._thread.is_alive():
-                self._thread.join(0.2)
+            while not self._done.wait(0.2):
+                pass
         except BaseException:  # Ctrl-C while the child runs: end it, then re-raise
             self.hold.abort()  # a child not spawned yet is killed as it starts
             if self.pid is not None:
                 _killpg(self.pid)
-            self._thread.join(5.0)  # the thread reaps it and removes its files
+            self._done.wait(5.0)  # the thread reaps it and removes its files
             raise
         if self._error is not None:
             raise self._error
@@ -698,6 +703,8 @@ def start_child(module: str, args: Sequence[str], job_doc: Any, **kw: Any) -> Pe
                                      started=pending._started, **kw)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             pending._error = exc
+        finally:
+            pending._done.set()
 
     pending._thread = threading.Thread(target=target, name=f"cudaperf-child-{module}", daemon=True)
     pending._thread.start()
