@@ -7,6 +7,9 @@ that each one loads, builds its CPU reference and runs it.
     python benchmarks/polybench.py check [--polybench DIR] [--dataset LARGE] [--json FILE]
                                          [--no-policy] [--optimize] [--only NAME ...]
 
+    python benchmarks/polybench.py emulate [--polybench DIR] [--dataset MINI] [--turns 3]
+                                           [--json FILE] [--only NAME ...]
+
 ``DIR`` is a checkout of PolyBench/C 4.2.1 (github.com/MatthiasJReisinger/PolyBenchC-4.2.1;
 default ``$CUDAPERF_POLYBENCH``).  No PolyBench code is in this file: the kernels are found
 in ``DIR`` (``DIR/**/<name>/<name>.c`` beside its ``<name>.h``, ``utilities/`` left out), and
@@ -23,9 +26,15 @@ what ``cudaperf optimize FILE utilities/polybench.c -I ... --turns 1 --json`` en
 ``no_device``, on a machine without a GPU).  It asserts nothing; exit 0
 once the table is printed, 2 on bad input (not a PolyBench/C 4.2.1 folder).
 
+``emulate`` runs the built-in policy's first ``--turns`` candidates of every kernel on the
+CPU emulation of the CUDA they use (``cudaperf_cli/policies/builtin/emulate.py``) through
+the real verifier (the evaluation worker with its host backend, the configurations
+``cudaperf optimize`` checks): a wrong mapping shows as ``wrong`` without a GPU.  MINI by
+default (one OS thread per CUDA thread).  It prints a table and the counts; exit 0.
+
 Importable: :func:`polybench_root`, :func:`find_kernels`, :func:`kernel_settings`,
 :func:`manifest_text`, :func:`write_manifest`, :func:`load_kernel`, :func:`check_kernel`,
-:func:`optimize_command`, :func:`run_optimize`.
+:func:`optimize_command`, :func:`run_optimize`, :func:`emulate_kernel`.
 """
 
 from __future__ import annotations
@@ -363,6 +372,110 @@ def _policy_verdict(problem: CProblem, cache: Path, arch: str) -> str:
     return f"{built.status}: {first[0] if first else ''}"
 
 
+@dataclass
+class EmulationRow:
+    """One candidate of the built-in policy run on the CPU emulation (:func:`emulate_kernel`).
+
+    Attributes:
+        name: the kernel; turn: the plan entry (``-1`` when the policy refused the kernel or
+            it did not load).
+        mapping: the candidate's one-line description, or the refusal / load error.
+        status: the verifier's status (``correct``, ``wrong``, ``runtime_error``, ``timeout``
+            ...), ``refused``, ``load_error``, ``reference_error`` or ``emulation_build_error``.
+        message: the verifier's message (first 300 characters), or the error.
+        seconds: wall time of the emulated build and evaluation.
+    """
+
+    name: str
+    turn: int
+    mapping: str
+    status: str
+    message: str = ""
+    seconds: float | None = None
+
+
+def emulate_kernel(root: Path, kernel: Path, work: Path, *, dataset: str = "MINI",
+                   turns: int = 3, timeout_s: float = 600.0) -> list[EmulationRow]:
+    """Run the first ``turns`` entries of the built-in policy's plan for one kernel on the CPU
+    emulation (:mod:`cudaperf_cli.policies.builtin.emulate`) through the real verifier (the
+    evaluation worker with its host backend): the configurations ``cudaperf optimize`` checks
+    (the small odd one, twice, and the dataset's sizes), none timed.
+
+    Args:
+        root, kernel: the checkout and the kernel's file; work: a folder for the builds.
+        dataset: PolyBench's dataset (MINI by default: the emulation runs one OS thread
+            per CUDA thread, and the blocks of a grid one after another).
+        turns: plan entries to run (at most).
+        timeout_s: limit of one evaluation, seconds.
+
+    Returns:
+        One row per candidate (or one row saying why there is none); never raises for a
+        kernel's failure.
+    """
+    from cudaperf_cli.agent.kinds.c import verification_configs
+    from cudaperf_cli.evaluate.job import ConfigSpec, EvalJob
+    from cudaperf_cli.evaluate.runner import run_evaluation
+    from cudaperf_cli.policies.base import PolicyRefusal
+    from cudaperf_cli.policies.builtin.emulate import build_emulated
+    from cudaperf_cli.policies.builtin.policy import BuiltinPolicy
+    from cudaperf_cli.problems.c import build_reference
+
+    name = kernel.stem
+    try:
+        problem = load_kernel(root, kernel, dataset)
+    except CudaperfError as exc:
+        return [EmulationRow(name, -1, _one_line(exc), "load_error")]
+    policy = BuiltinPolicy()
+    try:
+        plan = policy.plan(problem)
+    except PolicyRefusal as exc:
+        return [EmulationRow(name, -1, _one_line(exc), "refused")]
+    try:
+        ref = build_reference(problem, work / name / "reference")
+    except CudaperfError as exc:
+        return [EmulationRow(name, -1, _one_line(exc), "reference_error")]
+    configs = [ConfigSpec.from_json({**c, "time": False}) for c in verification_configs(problem)]
+    rows = []
+    for turn, mapping in enumerate(plan[:turns]):
+        t0 = time.perf_counter()
+        row = EmulationRow(name, turn, mapping.describe(), "")
+        try:
+            lib = build_emulated(policy.source(problem, mapping), work / name, f"turn-{turn}",
+                                 extra_flags=problem.cpp_args)
+            job = EvalJob.from_problem(problem, ref_lib=ref, cand_lib=lib, configs=configs)
+            res = run_evaluation(job, timeout_s=timeout_s,
+                                 env={"CUDAPERF_WORKER_BACKEND": "host"})
+            row.status, row.message = res.status, " ".join((res.message or "").split())[:300]
+        except CudaperfError as exc:
+            row.status, row.message = "emulation_build_error", _one_line(exc)[:300]
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def emulation_table(rows: Sequence[EmulationRow], dataset: str) -> str:
+    """A Markdown table of emulated candidates, with the counts below it."""
+    lines = [f"| kernel | turn | mapping | status ({dataset}, CPU emulation) | message | s |",
+             "|---|---:|---|---|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r.name} | {r.turn if r.turn >= 0 else '-'} | {r.mapping.replace('|', '/')} "
+                     f"| {r.status} | {r.message.replace('|', '/')} | {_fmt_s(r.seconds)} |")
+    cands = [r for r in rows if r.turn >= 0]
+    counts: dict[str, int] = {}
+    for r in cands:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    kernels = {r.name for r in rows}
+    with_cand = {r.name for r in cands}
+    correct_k = {r.name for r in cands if r.status == "correct"}
+    wrong_k = sorted({r.name for r in cands if r.status == "wrong"})
+    lines.append("")
+    lines.append(f"{len(kernels)} kernels, {len(with_cand)} with a candidate, {len(cands)} candidates: "
+                 + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+                 + f"; kernels with a correct candidate: {len(correct_k)}; "
+                 + f"kernels with a wrong one: {len(wrong_k)}" + (f" ({', '.join(wrong_k)})" if wrong_k else ""))
+    return "\n".join(lines)
+
+
 def optimize_command(root: Path, kernel: Path, work: Path,
                      dataset: str = DEFAULT_DATASET) -> list[str]:
     """``python -m cudaperf_cli optimize`` of one kernel as a user types it, one turn of the
@@ -436,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(prog="benchmarks/polybench.py", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    for name in ("manifest", "check"):
+    for name in ("manifest", "check", "emulate"):
         p = sub.add_parser(name)
         p.add_argument("--polybench", type=Path, default=None,
                        help=f"PolyBench/C 4.2.1 checkout (default ${ENV})")
@@ -455,6 +568,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     chk.add_argument("--optimize", action="store_true",
                      help="also run cudaperf optimize FILE utilities/polybench.c ... --turns 1")
+    emu = sub.choices["emulate"]
+    emu.set_defaults(dataset="MINI")
+    emu.add_argument("--work", type=Path, default=Path("polybench-emulate"),
+                     help="folder for references and emulated builds (default ./polybench-emulate)")
+    emu.add_argument("--only", nargs="+", default=None, help="kernel names to run")
+    emu.add_argument("--turns", type=int, default=3, help="plan entries per kernel (default 3)")
+    emu.add_argument("--timeout", type=float, default=600.0,
+                     help="limit of one evaluation, seconds (default 600)")
+    emu.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = ap.parse_args(argv)
     try:
         root = polybench_root(args.polybench)
@@ -472,6 +594,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             kernels = [k for k in kernels if k.stem in args.only]
         cores, load = os.cpu_count(), os.getloadavg()[0]
         print(f"machine: {cores} cores, load average {load:.1f} at the start", file=sys.stderr)
+        if args.command == "emulate":
+            if args.turns < 1:
+                raise ProblemError("--turns must be at least 1")
+            emu_rows: list[EmulationRow] = []
+            for k in kernels:
+                got = emulate_kernel(root, k, args.work.resolve(), dataset=args.dataset,
+                                     turns=args.turns, timeout_s=args.timeout)
+                for r in got:
+                    print(f"{r.name} {r.turn}: {r.status} {r.mapping} {r.message}"[:300],
+                          file=sys.stderr, flush=True)
+                emu_rows.extend(got)
+            print(emulation_table(emu_rows, args.dataset))
+            if args.json is not None:
+                args.json.write_text(json.dumps([asdict(r) for r in emu_rows], indent=1) + "\n")
+            return 0
         rows = []
         for k in kernels:
             row = check_kernel(root, k, args.work.resolve(), dataset=args.dataset,
