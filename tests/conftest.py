@@ -77,6 +77,7 @@ SLOW_TESTS = (
     "test_torch_problems.py::test_single_file_error_is_a_problem_error",
     "test_sandbox.py::test_a_dev_zero_include_is_one_line_under_the_memory_limit",
     "test_transformers_policy.py::test_optimize_end_to_end_with_a_random_model",
+    "test_polybench.py::test_polybench_candidates_verify_on_the_cpu_emulation",
 )
 
 

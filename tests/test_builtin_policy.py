@@ -32,12 +32,15 @@ from cudaperf_cli.core import (
     ArrayParam,
     CProblem,
     ProblemError,
+    ToolchainError,
     ScalarKind,
     ScalarParam,
 )
 from cudaperf_cli.policies.base import PolicyRefusal, Proposal
 from cudaperf_cli.policies.builtin import BuiltinPolicy, Mapping
 from cudaperf_cli.policies.builtin.analysis import analyze
+from cudaperf_cli.policies.builtin.emulate import build_emulated, have_emulation
+from cudaperf_cli.policies.builtin.mapping import BLOCKS
 from cudaperf_cli.policies.builtin.dependence import Dependence
 from cudaperf_cli.policies.builtin.ir import For, parse_function, walk
 
@@ -174,6 +177,121 @@ TRIANGULAR = problem(
     """,
     {"n": 37, "m": 21},
 )
+
+# The row-update order of the reference BLAS: k outside j, so the j loops of the row must be
+# interchanged with k and fused before i and j can both map onto the grid (transform.py).
+MATMUL_KJ = problem(
+    "gemm_kj",
+    [size("ni"), size("nj"), size("nk"), coef("alpha"), coef("beta"), arr("C", ("ni", "nj")),
+     arr("A", ("ni", "nk"), const=True), arr("B", ("nk", "nj"), const=True)],
+    """
+    void gemm_kj(int ni, int nj, int nk, double alpha, double beta,
+                 double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
+    {
+        int i, j, k;
+        for (i = 0; i < ni; i++) {
+            for (j = 0; j < nj; j++)
+                C[i][j] = beta * C[i][j];
+            for (k = 0; k < nk; k++) {
+                double a = alpha * A[i][k];
+                for (j = 0; j < nj; j++)
+                    C[i][j] = C[i][j] + a * B[k][j];
+            }
+        }
+    }
+    """,
+    {"ni": 37, "nj": 29, "nk": 23},
+)
+
+TRIANGULAR_KJ = problem(  # the same for a lower-triangular rank-k update (j <= i)
+    "syrk_kj",
+    [size("n"), size("m"), coef("alpha"), coef("beta"), arr("C", ("n", "n")),
+     arr("A", ("n", "m"), const=True)],
+    """
+    void syrk_kj(int n, int m, double alpha, double beta, double C[n][n], const double A[n][m])
+    {
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j <= i; j++)
+                C[i][j] *= beta;
+            for (int k = 0; k < m; k++)
+                for (int j = 0; j <= i; j++)
+                    C[i][j] += alpha * A[i][k] * A[j][k];
+        }
+    }
+    """,
+    {"n": 37, "m": 21},
+)
+
+# Two products in one nest: s = A^T r (columns) and q = A p (rows).  Loop i carries s[j];
+# distribution splits the nest so that q's rows are a row reduction and s's nest can be
+# interchanged (transform.distribute).
+TWO_PRODUCTS = problem(
+    "two_products",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("r", ("n",), const=True),
+     arr("p", ("m",), const=True), arr("s", ("m",)), arr("q", ("n",))],
+    """
+    void two_products(int n, int m, const double A[n][m], const double r[n],
+                      const double p[m], double s[m], double q[n])
+    {
+        for (int j = 0; j < m; j++)
+            s[j] = 0;
+        for (int i = 0; i < n; i++) {
+            q[i] = 0;
+            for (int j = 0; j < m; j++) {
+                s[j] = s[j] + r[i] * A[i][j];
+                q[i] = q[i] + A[i][j] * p[j];
+            }
+        }
+    }
+    """,
+    {"n": 37, "m": 29},
+)
+
+# y = A^T (A x) through a row temporary: the second statement group reads t[i], which the
+# first writes in the same iteration only (a loop-independent flow: distribution is legal).
+NORMAL_PRODUCT = problem(
+    "normal_product",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("x", ("m",), const=True),
+     arr("y", ("m",)), arr("t", ("n",))],
+    """
+    void normal_product(int n, int m, const double A[n][m], const double x[m], double y[m],
+                        double t[n])
+    {
+        for (int j = 0; j < m; j++)
+            y[j] = 0;
+        for (int i = 0; i < n; i++) {
+            t[i] = 0;
+            for (int j = 0; j < m; j++)
+                t[i] += A[i][j] * x[j];
+            for (int j = 0; j < m; j++)
+                y[j] += A[i][j] * t[i];
+        }
+    }
+    """,
+    {"n": 37, "m": 29},
+)
+
+NORMS = problem(  # a row reduction, a scalar sum, a map: a source-order fallback
+    "norms",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("y", ("n",)), arr("z", ("n",))],
+    """
+    void norms(int n, int m, const double A[n][m], double y[n], double z[n])
+    {
+        for (int i = 0; i < n; i++) {
+            y[i] = 0;
+            for (int j = 0; j < m; j++)
+                y[i] += A[i][j] * A[i][j];
+        }
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += y[i];
+        for (int i = 0; i < n; i++)
+            z[i] = y[i] / s;
+    }
+    """,
+    {"n": 40, "m": 33},
+)
+
 
 AXPY = problem(  # elementwise map, single precision
     "saxpy",
@@ -419,6 +537,11 @@ PORTABLE = {
     "scan_scale": (SCAN_THEN_SCALE, None),
     "decay": (DECAY, None),
     "flat_matmul": (FLAT_MATMUL, None),
+    "matmul_kj": (MATMUL_KJ, None),
+    "triangular_kj": (TRIANGULAR_KJ, None),
+    "two_products": (TWO_PRODUCTS, None),
+    "normal_product": (NORMAL_PRODUCT, None),
+    "norms": (NORMS, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -834,6 +957,75 @@ def test_float_problem_keeps_single_precision():
     assert "out[i] = scale * sqrtf(u[i] * u[i] + v[i] * v[i]) + sqrt((double)u[i]);" in mag
 
 
+def test_k_outside_j_is_interchanged_and_fused_into_a_2d_nest():
+    plan = descriptions(MATMUL_KJ)
+    assert plan[0] == "grid2d i->y j->x block 32x8 (k, j interchanged, 2 j loops fused); k sequential"
+    src = POLICY.propose(MATMUL_KJ, 0).source
+    assert "rewritten: k, j interchanged, 2 j loops fused" in src
+    assert POLICY.plan(MATMUL_KJ)[0].to_json()["nests"][0]["transforms"] == [
+        "k, j interchanged", "2 j loops fused"]
+    tri = descriptions(TRIANGULAR_KJ)
+    assert tri[0] == ("block_per_row i->block j->thread block 128 (k, j interchanged, "
+                      "2 j loops fused); k sequential")
+
+
+def _row_body(body: str, extra_params=()) -> CProblem:
+    return problem(
+        "rows", [size("n"), arr("A", ("n", "n")), arr("B", ("n", "n")), *extra_params],
+        f"void rows(int n, double A[n][n], double B[n][n]{''.join(', double ' + q.name for q in extra_params)})\n"
+        f"{{\n    for (int i = 0; i < n; i++) {{\n{textwrap.indent(textwrap.dedent(body), '        ')}    }}\n}}\n",
+        {"n": 16})
+
+
+@pytest.mark.parametrize("body,why", [
+    # the second loop reads an element the first writes in another iteration
+    ("for (int j = 0; j < n; j++) A[i][j] = 2 * B[i][j];\n"
+     "for (int j = 0; j < n - 1; j++) B[i][j] = A[i][j + 1];\n", "headers differ"),
+    ("for (int j = 1; j < n; j++) A[i][j] = 2 * B[i][j];\n"
+     "for (int j = 1; j < n; j++) B[i][j] = A[i][j - 1];\n", "carried after fusion"),
+    # a scalar flows from the first loop's last iteration into the second loop
+    ("double t = 0;\nfor (int j = 0; j < n; j++) t = A[i][j];\n"
+     "for (int j = 0; j < n; j++) B[i][j] = t;\n", "shared scalar"),
+    # k carries a dependence along j too: no interchange
+    ("for (int j = 0; j < n; j++) A[i][j] = 0;\n"
+     "for (int k = 1; k < n; k++)\n    for (int j = 1; j < n; j++) A[i][j] += A[i][j - 1] * B[k][j];\n",
+     "no interchange"),
+])
+def test_illegal_fusion_or_interchange_keeps_the_nest(body: str, why: str):
+    plan = descriptions(_row_body(body))
+    assert all("fused" not in d and "interchanged" not in d for d in plan), (why, plan)
+    assert plan[0].startswith("grid1d i->x"), (why, plan)
+
+
+def test_independent_statements_are_distributed():
+    plan = descriptions(TWO_PRODUCTS)
+    assert plan[0] == ("grid1d j->x block 256 | grid1d i->x block 256 | grid1d j->x block 256 "
+                       "(loops i, j interchanged); i sequential | warp_reduce i->warp j->lane "
+                       "block 128 (shuffle sum into q[i])")
+    assert "loop i (line 6): distributed into 3 loops" in POLICY.propose(TWO_PRODUCTS, 0).source
+    plan = descriptions(NORMAL_PRODUCT)  # t[i] flows from the first group into the last
+    assert plan[0] == ("grid1d j->x block 256 | grid1d i->x block 256 | warp_reduce i->warp "
+                       "j->lane block 128 (shuffle sum into t[i]) | grid1d j->x block 256 "
+                       "(loops i, j interchanged); i sequential")
+
+
+def test_a_backward_carried_flow_is_not_distributed():
+    """a[i] reads b[i - 1], which the second statement wrote one iteration earlier: the
+    loops cannot run one after the other in this order (nor is the loop parallel)."""
+    p = problem("backward", [size("n"), arr("a", ("n",)), arr("b", ("n",)), arr("c", ("n",), const=True)],
+                """
+                void backward(int n, double a[n], double b[n], const double c[n])
+                {
+                    for (int i = 1; i < n; i++) {
+                        a[i] = b[i - 1];
+                        b[i] = 2 * c[i];
+                    }
+                }
+                """, {"n": 16})
+    with pytest.raises(PolicyRefusal, match="b\\[i - 1\\] is read by other iterations"):
+        POLICY.plan(p)
+
+
 def test_c89_and_c99_loops_plan_alike():
     c99 = problem("f", [size("n"), size("m"), arr("A", ("n", "m"))],
                   "void f(int n, int m, double A[n][m]) { for (int i = 0; i < n; i++) "
@@ -885,125 +1077,7 @@ def test_first_mappings_compile_for_sm80(tmp_path):
 # Numerics on the CPU: a small emulation of the CUDA subset the policy emits
 # ---------------------------------------------------------------------------------------
 
-EMU_H = r"""
-// CPU emulation of the CUDA subset emitted by the built-in policy (tests only).
-#include <barrier>
-#include <cstring>
-#include <functional>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <vector>
-#include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-#define __global__
-#define __device__
-#define __shared__ static
-#define __launch_bounds__(...)
-typedef int cudaError_t;
-#define cudaSuccess 0
-static inline cudaError_t cudaGetLastError(void) { return 0; }
-struct dim3 {
-    unsigned int x, y, z;
-    dim3(unsigned int a = 1, unsigned int b = 1, unsigned int c = 1) : x(a), y(b), z(c) {}
-};
-struct cp_emu_warp { std::barrier<> *bar; unsigned char slot[32][16]; };
-static thread_local dim3 threadIdx, blockIdx;
-static dim3 blockDim, gridDim;
-static std::barrier<> *cp_emu_block_bar;
-static thread_local cp_emu_warp *cp_emu_w;
-static thread_local int cp_emu_lane;
-static std::mutex cp_emu_mtx;
-static inline void __syncthreads(void) { cp_emu_block_bar->arrive_and_wait(); }
-static inline void __syncwarp(unsigned int = 0xffffffffu) { cp_emu_w->bar->arrive_and_wait(); }
-template <class T> static T __shfl_down_sync(unsigned int, T v, int off)
-{
-    std::memcpy(cp_emu_w->slot[cp_emu_lane], &v, sizeof(T));
-    cp_emu_w->bar->arrive_and_wait();
-    T r = v;
-    if (cp_emu_lane + off < 32) std::memcpy(&r, cp_emu_w->slot[cp_emu_lane + off], sizeof(T));
-    cp_emu_w->bar->arrive_and_wait();
-    return r;
-}
-template <class T> static T atomicAdd(T *p, T v)
-{
-    std::lock_guard<std::mutex> g(cp_emu_mtx);
-    T old = *p;
-    *p = old + v;
-    return old;
-}
-// One OS thread per thread of a block; the blocks of the grid run one after another.
-static void cp_emu_launch(dim3 grid, dim3 block, std::function<void()> body)
-{
-    blockDim = block;
-    gridDim = grid;
-    int nt = block.x * block.y * block.z, nw = (nt + 31) / 32;
-    std::barrier<> bbar(nt);
-    cp_emu_block_bar = &bbar;
-    std::vector<std::unique_ptr<std::barrier<>>> wbars;
-    std::vector<cp_emu_warp> warps(nw);
-    for (int w = 0; w < nw; w++) {
-        wbars.emplace_back(new std::barrier<>(w == nw - 1 ? nt - 32 * w : 32));
-        warps[w].bar = wbars.back().get();
-    }
-    std::vector<std::thread> ts;
-    for (int t = 0; t < nt; t++)
-        ts.emplace_back([&, t]() {
-            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-            cp_emu_w = &warps[t / 32];
-            cp_emu_lane = t % 32;
-            for (unsigned int bz = 0; bz < grid.z; bz++)
-                for (unsigned int by = 0; by < grid.y; by++)
-                    for (unsigned int bx = 0; bx < grid.x; bx++) {
-                        blockIdx = dim3(bx, by, bz);
-                        body();
-                        bbar.arrive_and_wait();
-                    }
-        });
-    for (auto &th : ts) th.join();
-}
-"""
-
-
-def emulated(src: str) -> str:
-    """``k<<<grid, block>>>(args);`` -> ``cp_emu_launch(dim3(grid), dim3(block), ...)``."""
-    out, i = [], 0
-    while (k := src.find("<<<", i)) >= 0:
-        j = k
-        while j > 0 and (src[j - 1].isalnum() or src[j - 1] == "_"):
-            j -= 1
-        e = src.index(">>>", k)
-        cfg, depth = src[k + 3 : e], 0
-        for cut, ch in enumerate(cfg):
-            depth += ch in "(["
-            depth -= ch in ")]"
-            if ch == "," and depth == 0:
-                break
-        depth = 0
-        for q in range(e + 3, len(src)):
-            depth += src[q] == "("
-            depth -= src[q] == ")"
-            if depth == 0:
-                break
-        launch = (f"cp_emu_launch(dim3({cfg[:cut]}), dim3({cfg[cut + 1:]}), "
-                  f"[&]() {{ {src[j:k]}({src[e + 4:q]}); }})")
-        out.append(src[i:j] + launch)
-        i = q + 1
-    out.append(src[i:])
-    return "".join(out)
-
-
-def _have_cxx20_barrier() -> bool:
-    if shutil.which("g++") is None or shutil.which("gcc") is None:
-        return False
-    r = subprocess.run(["g++", "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-                       input="#include <barrier>\nstd::barrier<> b(1);\n", text=True,
-                       capture_output=True, check=False)
-    return r.returncode == 0
-
-
-HAVE_EMU = _have_cxx20_barrier()
+HAVE_EMU = have_emulation()
 
 _CTYPES = {"double": ctypes.c_double, "float": ctypes.c_float, "int": ctypes.c_int,
            "long": ctypes.c_long}
@@ -1054,8 +1128,6 @@ def _run_compare(name: str, libs: list[str], ref: str) -> None:
 @pytest.mark.parametrize("name", sorted(PORTABLE))
 def test_every_mapping_matches_c_on_cpu_emulation(name, tmp_path):
     p, _ = PORTABLE[name]
-    (tmp_path / "cuda_runtime.h").write_text("")
-    (tmp_path / "cp_emu.h").write_text(EMU_H)
     ref_c = tmp_path / "ref.c"
     # the reference is the C function itself (made non-static so that ctypes finds it)
     ref_c.write_text("#include <math.h>\n#include <stdlib.h>\n"
@@ -1065,18 +1137,16 @@ def test_every_mapping_matches_c_on_cpu_emulation(name, tmp_path):
                    check=True, capture_output=True)
     plan = POLICY.plan(p)
 
-    def build(t: int) -> tuple[Path, subprocess.CompletedProcess]:
-        cpp, lib = tmp_path / f"cand{t}.cpp", tmp_path / f"cand{t}.so"
-        cpp.write_text(emulated(POLICY.source(p, plan[t])))
-        return lib, subprocess.run(
-            ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include",
-             str(tmp_path / "cp_emu.h"), f"-I{tmp_path}", "-o", str(lib), str(cpp)],
-            capture_output=True, text=True, check=False)
+    def build(t: int) -> tuple[Path, str]:
+        try:
+            return build_emulated(POLICY.source(p, plan[t]), tmp_path, f"cand{t}"), ""
+        except ToolchainError as exc:
+            return tmp_path / f"cand{t}.so", str(exc)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         built = list(pool.map(build, range(len(plan))))
-    for (lib, r), m in zip(built, plan):
-        assert r.returncode == 0, f"{m.describe()}:\n{r.stderr}"
+    for (lib, err), m in zip(built, plan):
+        assert not err, f"{m.describe()}:\n{err}"
     libs = [str(lib) for lib, _ in built]
     # a child process: a wrong barrier would hang, and each library keeps static state
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
@@ -1104,3 +1174,79 @@ def test_too_deep_nesting_is_a_refusal_not_a_crash():
     )
     with pytest.raises(PolicyRefusal, match="too deeply"):
         BuiltinPolicy().propose(prob, 0)
+
+
+REVERSE_UNSIGNED = problem(
+    "reverse_scale",
+    [size("n", "unsigned int"), arr("x", ("n",))],
+    """
+    void reverse_scale(unsigned int n, double x[n])
+    {
+        for (int i = n - 1; i >= 0; i--)
+            x[i] = 2 * x[i];
+    }
+    """,
+    {"n": 33},
+)
+
+
+def test_trip_count_converts_the_first_value_to_the_index_type():
+    """C assigns ``n - 1`` to ``int i``: at n == 0 that is -1 and the loop runs no iteration;
+    the trip count must not widen the unsigned 4294967295 instead."""
+    src = POLICY.propose(REVERSE_UNSIGNED, 0).source
+    assert "(long long)(int)(n - 1) - (long long)0 + 1" in src, src
+
+
+@pytest.mark.skipif(not HAVE_EMU, reason="needs g++ with C++20 <barrier>")
+def test_unsigned_reverse_loop_at_zero_runs_nothing(tmp_path):
+    lib = build_emulated(POLICY.propose(REVERSE_UNSIGNED, 0).source, tmp_path)
+    code = ("import ctypes, sys; f = ctypes.CDLL(sys.argv[1]).reverse_scale_cuda; "
+            "f.argtypes = [ctypes.c_uint, ctypes.c_void_p]; x = (ctypes.c_double * 1)(1.5); "
+            "assert f(0, ctypes.cast(x, ctypes.c_void_p)) == 0 and x[0] == 1.5; "
+            "y = (ctypes.c_double * 3)(1, 2, 3); f(3, ctypes.cast(y, ctypes.c_void_p)); "
+            "assert list(y) == [2, 4, 6], list(y)")
+    r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_parallel_float_sum_gets_a_source_order_fallback():
+    """After the default-shape entries, a plan that adds a floating-point sum in parallel
+    gets the entry that keeps every such sum in one thread, in the C code's order (an
+    ill-conditioned problem verifies on nothing else), before the block-shape variants."""
+    plan = POLICY.plan(SUM_SQUARES)
+    assert [m.describe() for m in plan] == [
+        "grid_reduce i->grid block 256 (atomicAdd sum into s) | 1-thread kernel: s += cp_red0; out[0] = s",
+        "grid_reduce i->grid block 512 (atomicAdd sum into s) | 1-thread kernel: s += cp_red0; out[0] = s",
+    ], "no fallback when nothing else would be parallel"
+    p = NORMS
+    plan = POLICY.plan(p)
+    exact = [(t, m) for t, m in enumerate(plan) if m.source_order]
+    assert len(exact) == 1
+    t, m = exact[0]
+    assert m.describe().startswith("sums in source order: ")
+    assert all(n.kind not in ("grid_reduce", "warp_reduce") for n in m.nests)
+    assert m.to_json()["source_order"] is True
+    src = POLICY.source(p, m)
+    assert "atomicAdd" not in src and "__shfl" not in src
+    # the block-shape variants come after it
+    assert all(x.block == BLOCKS[x.kind][0] for x in plan[:t])
+    assert any(x.block != BLOCKS[x.kind][0] for x in plan[t + 1:])
+
+
+def test_integer_sums_need_no_source_order_fallback():
+    p = problem("count", [size("n"), arr("x", ("n",), "int", const=True), arr("c", ("n",), "int"),
+                          arr("out", ("1",), "int", source="annotation")],
+                """
+                // cudaperf: out[1]
+                void count(int n, const int x[n], int c[n], int *out)
+                {
+                    int s = 0;
+                    for (int i = 0; i < n; i++)
+                        s += x[i];
+                    for (int i = 0; i < n; i++)
+                        c[i] = x[i] + s;
+                    out[0] = s;
+                }
+                """, {"n": 40})
+    assert not any(m.source_order for m in POLICY.plan(p))

@@ -11,6 +11,7 @@ run through the reference-only evaluation job, at the MINI dataset (LARGE is for
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from cudaperf_cli.bench.suite import load_suite
 from cudaperf_cli.core import ProblemError
+from cudaperf_cli.policies.builtin.emulate import have_emulation
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parent / "benchmarks" / "polybench.py"
@@ -120,6 +122,23 @@ def test_check_of_the_stand_in(tmp_path: Path, capsys) -> None:
     assert "| gemm | ok | ok |" in out and "| lu | ok | ok |" in out
 
 
+@pytest.mark.skipif(not have_emulation(), reason="needs g++ with C++20 <barrier>")
+def test_emulate_of_the_stand_in(tmp_path: Path, capsys) -> None:
+    """The stand-in's kernels (A[i] = 2 * A[i]) through the emulation and the verifier."""
+    root = _stand_in(tmp_path)
+    out_json = tmp_path / "rows.json"
+    code = pb.main(["emulate", "--polybench", str(root), "--only", "gemm", "--turns", "2",
+                    "--work", str(tmp_path / "w"), "--json", str(out_json)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| gemm | 0 | grid1d i->x block 256 | correct | correct on 2 configuration(s)" in out
+    assert "1 kernels, 1 with a candidate, 2 candidates: 2 correct" in out
+    rows = json.loads(out_json.read_text())
+    assert [(r["turn"], r["status"]) for r in rows] == [(0, "correct"), (1, "correct")]
+    assert pb.main(["emulate", "--polybench", str(root), "--turns", "0"]) == 2
+    assert "--turns must be at least 1" in capsys.readouterr().err
+
+
 def test_optimize_command_puts_the_source_after_the_file(tmp_path: Path) -> None:
     root = pb.polybench_root(_stand_in(tmp_path))
     kernel = root / "group" / "lu" / "lu.c"
@@ -162,3 +181,22 @@ def test_polybench_kernel_loads_builds_and_runs(name: str, tmp_path: Path) -> No
     assert row.init == "init_array"  # every 4.2.1 kernel has one, and it is used
     assert row.reference == "ok", row.reference
     assert row.status == "reference_only" and row.reference_s is not None
+
+
+@needs_polybench
+@pytest.mark.parametrize("name", ["gemm", "bicg", "gramschmidt"])
+def test_polybench_candidates_verify_on_the_cpu_emulation(name: str, tmp_path: Path) -> None:
+    """gemm (interchange and fusion), bicg (distribution): every candidate of the first three
+    correct at MINI; gramschmidt (fewer rows than columns: its last norms are rounding
+    noise): the parallel sums are wrong, the source-order entry is correct."""
+    root = pb.polybench_root(REAL)
+    kernel = next(k for k in pb.find_kernels(root)[0] if k.stem == name)
+    rows = pb.emulate_kernel(root, kernel, tmp_path, dataset="MINI", turns=3)
+    by_turn = {r.turn: r for r in rows}
+    if name == "gramschmidt":
+        exact = [r for r in rows if r.mapping.startswith("sums in source order: ")]
+        assert len(exact) == 1 and exact[0].status == "correct", rows
+    else:
+        assert len(rows) == 3 and all(r.status == "correct" for r in rows), rows
+    if name == "gemm":
+        assert "(k, j interchanged, 2 j loops fused)" in by_turn[0].mapping

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from cudaperf_cli.core import CProblem
+from cudaperf_cli.core import CProblem, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin.dependence import (
     Dependence,
@@ -55,6 +55,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
+from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 
 # ---------------------------------------------------------------------------------------
 # Host program
@@ -75,6 +76,7 @@ class Site:
         options: applicable mappings, best first, each with its default block.
         dev_reads: scalars read by the kernel that live in ``__device__`` variables.
         red_var: the ``__device__`` scratch of a reduction site (``cp_red0``).
+        transforms: the rewrites of the root's body (``transform.perfect_nest``), in words.
     """
 
     id: int
@@ -86,6 +88,7 @@ class Site:
     options: list[NestMapping] = field(default_factory=list)
     dev_reads: set[str] = field(default_factory=set)
     red_var: str = ""
+    transforms: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -161,6 +164,10 @@ class Analysis:
         device_scalars: scalars with a ``__device__`` copy.
         prefix: prefix of generated identifiers (``cp_``), not used by the C code.
         red_vars: per reduction site id, the ``__device__`` accumulator of partial sums.
+        distributed: loops split by ``transform.distribute``, in words
+            (``loop i (line 6): distributed into 3 loops``).
+        source_order: scheduled with floating-point sums in the C code's order
+            (:func:`analyze`).
     """
 
     problem: CProblem
@@ -173,6 +180,8 @@ class Analysis:
     device_scalars: set[str]
     prefix: str
     red_vars: dict[int, str]
+    distributed: list[str] = field(default_factory=list)
+    source_order: bool = False
 
     def loop_report(self) -> list[str]:
         """One line per loop of the function (program order): what the dependence test
@@ -233,13 +242,19 @@ def _choose_prefix(fn: Function) -> str:
     raise PolicyRefusal("identifiers clash with the generated names (cp_...)")
 
 
+#: Accumulator types whose sums change with the order of the additions.
+FLOAT_TYPES = ("float", "double", "long double")
+
+
 class _Scheduler:
-    def __init__(self, problem: CProblem, fn: Function):
+    def __init__(self, problem: CProblem, fn: Function, source_order: bool = False):
         self.problem = problem
         self.fn = fn
+        self.source_order = source_order
         self.dep = Dependence(fn)
         self.prefix = _choose_prefix(fn)
         self.reasons: list[str] = []
+        self.distributed: list[str] = []
         self.scalars = set(fn.scalar_params) | set(fn.locals)
         self._site_count = 0
         self._red_count = 0
@@ -266,6 +281,11 @@ class _Scheduler:
 
     def bounds_host_ok(self, loop: For, st: _State) -> bool:
         return loop.canonical and self.expr_host_ok(loop.first, st) and self.expr_host_ok(loop.bound, st)
+
+    def reassociates(self, red: Reduction) -> bool:
+        """A parallel sum of ``red`` would change its floating-point result's rounding and
+        ``source_order`` forbids that (integer sums are exact in any order)."""
+        return self.source_order and normalize_ctype(red.ctype) in FLOAT_TYPES
 
     def note(self, reasons: Sequence[str]) -> None:
         for r in reasons:
@@ -329,13 +349,18 @@ class _Scheduler:
     def loop(self, L: For, host_loops: tuple[str, ...], st: _State) -> list[Op]:
         verdict = self.dep.parallel(L)
         if verdict.parallel and self.bounds_host_ok(L, st):
-            return [Launch(self.new_site(L, "parallel", host_loops, st, verdict=verdict))]
+            nest, transforms = perfect_nest(self.dep, L)
+            if transforms and not self.bounds_host_ok(nest.body[0], st):  # type: ignore[arg-type]
+                nest, transforms = L, ()
+            return [Launch(self.new_site(nest, "parallel", host_loops, st, verdict=verdict,
+                                         transforms=transforms))]
         if verdict.parallel:
             self.note([f"loop {L.var}: its bounds cannot be computed on the host"])
         else:
             self.note(verdict.reasons)
         red, _why = self.dep.reduction(L) if L.canonical else (None, "")
-        if red is not None and self.bounds_host_ok(L, st) and self.dep.atomic_ok(red):
+        if red is not None and not self.reassociates(red) and self.bounds_host_ok(L, st) \
+                and self.dep.atomic_ok(red):
             site = self.new_site(L, "reduction", host_loops, st, reduction=red)
             site.red_var = f"{self.prefix}red{self._red_count}"
             self._red_count += 1
@@ -358,6 +383,14 @@ class _Scheduler:
             site = self.new_site(new_outer, "parallel", host_loops, st,
                                  interchanged=(L.var or "?", inner.var or "?"))
             return [Launch(site)]
+        parts = distribute(self.dep, L)
+        if parts:
+            self.distributed.append(f"loop {L.var} (line {L.line}): distributed into "
+                                    f"{len(parts)} loops")
+            dist: list[Op] = []
+            for part in parts:
+                dist.extend(self.loop(part, host_loops, st))
+            return dist
         # keep on the host when something inside is parallel
         if (
             L.var is not None
@@ -393,8 +426,10 @@ class _Scheduler:
 
     def new_site(self, root: For, kind: str, host_loops: tuple[str, ...], st: _State,
                  verdict: Verdict | None = None, reduction: Reduction | None = None,
-                 interchanged: tuple[str, str] | None = None) -> Site:
-        site = Site(self._site_count, root, kind, host_loops, interchanged, reduction)
+                 interchanged: tuple[str, str] | None = None,
+                 transforms: tuple[str, ...] = ()) -> Site:
+        site = Site(self._site_count, root, kind, host_loops, interchanged, reduction,
+                    transforms=transforms)
         self._site_count += 1
         site.dev_reads = (scalars_read([root]) | scalars_written([root])) & st.device
         if reduction is not None and isinstance(reduction.acc, Name):
@@ -442,7 +477,7 @@ class _Scheduler:
                         ((p, "block"), (q, "thread")), seq, hl, site.interchanged)
                 else:
                     red, _ = self.dep.reduction(Q)
-                    if red is not None:
+                    if red is not None and not self.reassociates(red):
                         opts["warp_reduce"] = NestMapping(
                             site.id, "warp_reduce", BLOCKS["warp_reduce"][0],
                             ((p, "warp"), (q, "lane")), seq, hl, site.interchanged,
@@ -455,7 +490,7 @@ class _Scheduler:
             order += ["warp_reduce", "block_per_row", "grid1d"]
         else:
             order += ["block_per_row", "grid1d", "warp_reduce"]
-        return [opts[k] for k in order if k in opts]
+        return [replace(opts[k], transforms=site.transforms) for k in order if k in opts]
 
     def _row_reduction(self, opts: dict[str, NestMapping], P: For) -> bool:
         """The reduction loop walks arrays contiguously: every direct access that depends
@@ -522,8 +557,15 @@ def _collect(ops: Sequence[Op], sites: list[Site], serials: list[Serial]) -> Non
             _collect(op.orelse, sites, serials)
 
 
-def analyze(problem: CProblem) -> Analysis:
+def analyze(problem: CProblem, source_order: bool = False) -> Analysis:
     """Parse and schedule ``problem``'s function.
+
+    ``source_order``: no floating-point sum is split across threads (no ``grid_reduce``
+    site, no ``warp_reduce`` mapping); every such sum runs in one thread in the order the
+    C code adds, so the results are bit-identical to the C code's where the rest of the
+    mapping keeps the order too.  Used for the plan's fallback entry: an ill-conditioned
+    problem (PolyBench's ``gramschmidt`` with fewer rows than columns orthogonalises
+    columns whose norm is rounding noise) has no tolerance a reordered sum meets.
 
     Raises:
         PolicyRefusal: unsupported source, or no loop can run in parallel (the message lists
@@ -531,7 +573,7 @@ def analyze(problem: CProblem) -> Analysis:
     """
     fn = parse_function(problem)
     _check_supported(fn)
-    sch = _Scheduler(problem, fn)
+    sch = _Scheduler(problem, fn, source_order)
     st = _State()
     ops = sch.schedule(fn.body, (), st)
     sites: list[Site] = []
@@ -552,7 +594,7 @@ def analyze(problem: CProblem) -> Analysis:
         device_scalars |= s.dev_reads
     red_vars = {s.id: s.red_var for s in sites if s.kind == "reduction"}
     return Analysis(problem, fn, sch.dep, ops, sites, serials, sch.reasons, device_scalars,
-                    sch.prefix, red_vars)
+                    sch.prefix, red_vars, sch.distributed, source_order)
 
 
 def _check_supported(fn: Function) -> None:

@@ -342,20 +342,32 @@ class _Gen:
         return [head + params + ")"]
 
     def trip(self, loop: For, printer: Printer) -> str:
-        """Iteration count of a canonical loop (``long long``)."""
+        """Iteration count of a canonical loop (``long long``).
+
+        The first value is converted to the index's type before it is widened, as C's
+        assignment ``i = first`` converts it: ``for (int i = n - 1; i >= 0; i--)`` with an
+        ``unsigned n`` of 0 starts at ``(int)4294967295u == -1`` and runs no iteration
+        (widening ``n - 1`` directly would give 2^32 of them)."""
         f, b = loop.first, loop.bound
         assert f is not None and b is not None
+        T = loop.ctype or (self.fn.ctype_of(loop.var) if loop.var else None)
 
         def ll(e: Expr) -> str:
             t = printer.expr(e)
             return f"(long long){t}" if _is_atom(e) else f"(long long)({t})"
 
+        def ll_first() -> str:
+            if T is None or isinstance(f, Const):
+                return ll(f)
+            t = printer.expr(f)
+            return f"(long long)({T}){t}" if _is_atom(f) else f"(long long)({T})({t})"
+
         plus = " + 1" if loop.cmp in ("<=", ">=") else ""
         if loop.step > 0:
             if isinstance(f, Const) and f.text == "0":
                 return ll(b) + plus
-            return f"{ll(b)} - {ll(f)}{plus}"
-        return f"{ll(f)} - {ll(b)}{plus}"
+            return f"{ll(b)} - {ll_first()}{plus}"
+        return f"{ll_first()} - {ll(b)}{plus}"
 
     def var_decl(self, loop: For, t: str, printer: Printer) -> str:
         """``const int i = (int)(first + t);`` for the iteration ``t`` of ``loop``."""
@@ -466,6 +478,10 @@ class _Gen:
                 f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each element keeps"
             )
             lines.append(f" *   its updates in the original order of {o}")
+        if site.transforms:
+            lines.append(f" *   the body of loop {root.var} was rewritten into one loop: "
+                         f"{', '.join(site.transforms)}")
+            lines.append(" *   (each element keeps its updates in the original order)")
         if nm.kind == "warp_reduce":
             lines.append(f" *   lane 0 adds the warp's sum to {nm.accumulator} and runs the rest of the")
             lines.append(f" *   body of loop {root.var} in program order")
@@ -825,6 +841,8 @@ class _Gen:
             lines.append(f" *     {seq}")
             if site.interchanged:
                 lines.append(f" *     loops {site.interchanged[0]}, {site.interchanged[1]} interchanged")
+            if site.transforms:
+                lines.append(f" *     rewritten: {', '.join(site.transforms)}")
         host = an.host_loop_names()
         if host:
             lines.append(f" *   on the host: loop {', loop '.join(host)} (one launch of each kernel inside per iteration)")
@@ -832,6 +850,9 @@ class _Gen:
             lines.append(" *   on the host: only the launches")
         if an.serials:
             lines.append(f" *   one-thread kernels: {len(an.serials)} (statements outside the parallel loops, in program order)")
+        for d in an.distributed:
+            lines.append(f" *   {d}; every dependence between them stays within one")
+            lines.append(" *     iteration and runs from an earlier loop to a later one")
         lines.append(" *")
         lines.append(" * Dependence test (line numbers count from the function's first line):")
         for r in an.loop_report():

@@ -275,6 +275,12 @@ class Dependence:
         self.live = Liveness(fn)
         self._verdicts: dict[int, Verdict] = {}
         self._reductions: dict[int, tuple[Reduction | None, str]] = {}
+        self._kept: list[Stmt] = []
+
+    def keep(self, *stmts: Stmt) -> None:
+        """Keep synthesised statements (transform.py) alive for the analysis's lifetime:
+        the caches are keyed by ``id()``, which a freed object's successor could reuse."""
+        self._kept.extend(stmts)
 
     # -- parallel -----------------------------------------------------------------------
 
@@ -353,6 +359,17 @@ class Dependence:
                 continue
             reasons.append(pre + self._explain(relevant, var, variant))
         return reasons
+
+    def own_elements(self, loop: For, array: str) -> bool:
+        """Every access to ``array`` in ``loop``'s body (reads and writes) has ``var + g`` in
+        one dimension with the same invariant ``g``: iteration ``var`` touches only its own
+        elements of ``array``, so every dependence on it stays within one iteration."""
+        var = loop.var or "?"
+        accs = [a for a in accesses(loop.body) if a.array == array]
+        if not accs:
+            return True
+        variant = scalars_written(loop.body) | {var}
+        return any(self._dim_ok(accs, d, var, variant) for d in range(len(accs[0].index.subs)))
 
     @staticmethod
     def _is_var_plus_c(sub: Expr, var: str) -> int | None:

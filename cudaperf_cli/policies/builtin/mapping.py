@@ -39,6 +39,8 @@ class NestMapping:
         host_loops: enclosing loops that stay on the host (one launch per iteration).
         interchanged: ``(outer, inner)`` when the nest was interchanged, else None.
         accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None.
+        transforms: rewrites of the nest before mapping (``k, j interchanged``,
+            ``2 j loops fused``: ``transform.py``).
     """
 
     site: int
@@ -49,6 +51,7 @@ class NestMapping:
     host_loops: tuple[str, ...] = ()
     interchanged: tuple[str, str] | None = None
     accumulator: str | None = None
+    transforms: tuple[str, ...] = ()
 
     def with_block(self, block: tuple[int, ...]) -> NestMapping:
         """The same mapping with another block shape."""
@@ -64,6 +67,8 @@ class NestMapping:
             text += f" (atomicAdd sum into {self.accumulator})"
         if self.interchanged:
             text += f" (loops {self.interchanged[0]}, {self.interchanged[1]} interchanged)"
+        if self.transforms:
+            text += f" ({', '.join(self.transforms)})"
         if self.sequential:
             text += f"; {', '.join(self.sequential)} sequential"
         return text
@@ -79,6 +84,7 @@ class NestMapping:
             "host_loops": list(self.host_loops),
             "interchanged": list(self.interchanged) if self.interchanged else None,
             "accumulator": self.accumulator,
+            "transforms": list(self.transforms),
         }
 
 
@@ -93,6 +99,8 @@ class Mapping:
         nests: one entry per kernel site, in program order.
         host_loops: every loop kept on the host (one launch per iteration).
         serial: statements or loops that run in one-thread kernels (short descriptions).
+        source_order: built from the analysis that keeps every floating-point sum in one
+            thread, in the C code's order (``analysis.analyze(source_order=True)``).
     """
 
     kind: str
@@ -100,16 +108,18 @@ class Mapping:
     nests: tuple[NestMapping, ...]
     host_loops: tuple[str, ...] = ()
     serial: tuple[str, ...] = ()
+    source_order: bool = False
 
     def describe(self) -> str:
-        """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``."""
+        """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``; a
+        ``source_order`` mapping starts with ``sums in source order:``."""
         parts: list[str] = []
         if self.host_loops:
             parts.append("host loop " + ", ".join(self.host_loops))
         parts += [n.describe() for n in self.nests]
         if self.serial:
             parts.append("1-thread kernel: " + "; ".join(self.serial))
-        return " | ".join(parts)
+        return ("sums in source order: " if self.source_order else "") + " | ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (what :class:`~cudaperf_cli.policies.base.Proposal` carries)."""
@@ -119,6 +129,7 @@ class Mapping:
             "nests": [n.to_json() for n in self.nests],
             "host_loops": list(self.host_loops),
             "serial": list(self.serial),
+            "source_order": self.source_order,
         }
 
 

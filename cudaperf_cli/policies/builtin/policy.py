@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from cudaperf_cli.core import CProblem
+from cudaperf_cli.core import CProblem, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal, Proposal
-from cudaperf_cli.policies.builtin.analysis import Analysis, Serial, analyze
+from cudaperf_cli.policies.builtin.analysis import FLOAT_TYPES, Analysis, Serial, analyze
 from cudaperf_cli.policies.builtin.codegen import StmtWriter, generate
 from cudaperf_cli.policies.builtin.ir import For, Printer
 from cudaperf_cli.policies.builtin.mapping import (
@@ -42,12 +43,18 @@ def build_mappings(an: Analysis) -> list[Mapping]:
     site that supports the kind uses it and the others keep their preferred one.  Block
     shape variants follow all default-shape entries.
     """
+    defaults, variants = _mapping_parts(an)
+    return _dedupe(defaults + variants)
+
+
+def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
+    """(default-shape entries, block-shape variants) of :func:`build_mappings`."""
     sites = an.sites
     host = an.host_loop_names()
     serial = tuple(_serial_text(g) for g in an.serials)
 
     def make(kind: str, block: tuple[int, ...], nests: list[NestMapping]) -> Mapping:
-        return Mapping(kind, block, tuple(nests), host, serial)
+        return Mapping(kind, block, tuple(nests), host, serial, an.source_order)
 
     best = [s.options[0] for s in sites]
     out: list[Mapping] = [make(best[0].kind, best[0].block, best)]
@@ -65,7 +72,19 @@ def build_mappings(an: Analysis) -> list[Mapping]:
         for b in BLOCKS[m.kind][1:]:
             nests = [n.with_block(b) if n.kind == m.kind else n for n in m.nests]
             variants.append(make(m.kind, b, nests))
-    return _dedupe(defaults + variants)
+    return defaults, variants
+
+
+def _splits_a_float_sum(an: Analysis, m: Mapping) -> bool:
+    """``m`` adds a floating-point sum in parallel (``grid_reduce`` or ``warp_reduce``)."""
+    for n in m.nests:
+        site = an.sites[n.site]
+        if n.kind == "grid_reduce" and site.reduction is not None:
+            if normalize_ctype(site.reduction.ctype) in FLOAT_TYPES:
+                return True
+        elif n.kind == "warp_reduce":
+            return True  # its accumulator's type is checked by the source-order analysis
+    return False
 
 
 def _dedupe(ms: list[Mapping]) -> list[Mapping]:
@@ -85,13 +104,19 @@ class BuiltinPolicy:
     name = "builtin"
 
     def __init__(self) -> None:
-        self._cache: dict[Any, tuple[Analysis, list[Mapping]]] = {}
+        self._cache: dict[Any, tuple[Analysis, list[Mapping], Analysis | None]] = {}
 
     def _key(self, problem: CProblem) -> Any:
         return (problem.function, problem.function_source, problem.params)
 
     def analysis(self, problem: CProblem) -> tuple[Analysis, list[Mapping]]:
         """The scheduled function and its mappings (cached per problem).
+
+        The plan: the default-shape entries, then, when some entry splits a floating-point
+        sum across threads (``grid_reduce``, ``warp_reduce``), the preferred entry of the
+        analysis that keeps every such sum in source order (``sums in source order: ...``:
+        the fallback for a problem no reordered sum verifies on), then the block-shape
+        variants.
 
         Raises:
             PolicyRefusal: unsupported source or nothing to parallelise.
@@ -100,12 +125,35 @@ class BuiltinPolicy:
         if key not in self._cache:
             try:
                 an = analyze(problem)
+                defaults, variants = _mapping_parts(an)
+                exact: Analysis | None = None
+                fallback: list[Mapping] = []
+                if any(_splits_a_float_sum(an, m) for m in defaults):
+                    try:
+                        exact = analyze(problem, source_order=True)
+                        fallback = _mapping_parts(exact)[0][:1]
+                        same = {m.describe() for m in defaults}
+                        fallback = [m for m in fallback
+                                    if replace(m, source_order=False).describe() not in same]
+                    except PolicyRefusal:
+                        exact = None  # nothing parallel once the sums stay sequential
             except RecursionError:
                 raise PolicyRefusal(
                     f"'{problem.function}' nests expressions or statements too deeply to analyse"
                 ) from None
-            self._cache[key] = (an, build_mappings(an))
-        return self._cache[key]
+            plan = _dedupe(defaults) + fallback + [m for m in _dedupe(variants)
+                                                   if m.nests not in {d.nests for d in defaults}]
+            self._cache[key] = (an, plan, exact)
+        an, plan, _ = self._cache[key]
+        return an, plan
+
+    def _analysis_of(self, problem: CProblem, mapping: Mapping) -> Analysis:
+        an, _ = self.analysis(problem)
+        if mapping.source_order:
+            exact = self._cache[self._key(problem)][2]
+            assert exact is not None, "a source-order mapping without its analysis"
+            return exact
+        return an
 
     def plan(self, problem: CProblem) -> list[Mapping]:
         """Every applicable mapping of ``problem``, best first.
@@ -118,8 +166,7 @@ class BuiltinPolicy:
 
     def source(self, problem: CProblem, mapping: Mapping) -> str:
         """The ``.cu`` source of ``problem`` with ``mapping``."""
-        an, _ = self.analysis(problem)
-        return generate(an, mapping)
+        return generate(self._analysis_of(problem, mapping), mapping)
 
     def propose(self, problem: CProblem, turn: int, history: Any = None) -> Proposal:
         """The candidate of the ``turn``-th mapping of :meth:`plan` (turn 0 = the best).
@@ -130,12 +177,12 @@ class BuiltinPolicy:
             PolicyRefusal: ``"no more mappings to try"`` once ``turn`` passes the plan, or
                 the reasons nothing can be parallelised.
         """
-        an, plan = self.analysis(problem)
+        _, plan = self.analysis(problem)
         if turn < 0 or turn >= len(plan):
             raise PolicyRefusal("no more mappings to try")
         m = plan[turn]
         return Proposal(
-            source=generate(an, m),
+            source=self.source(problem, m),
             description=m.describe(),
             mapping=m.to_json(),
             policy=self.name,
