@@ -428,8 +428,9 @@ def emulate_kernel(root: Path, kernel: Path, work: Path, *, dataset: str = "MINI
     policy = BuiltinPolicy()
     try:
         plan = policy.plan(problem)
-    except PolicyRefusal as exc:
-        return [EmulationRow(name, -1, _one_line(exc), "refused")]
+    except PolicyRefusal as exc:  # one reason per loop, one line: "...; loop j: ..."
+        reasons = "; ".join(" ".join(ln.split()) for ln in str(exc).splitlines() if ln.strip())
+        return [EmulationRow(name, -1, reasons, "refused")]
     try:
         ref = build_reference(problem, work / name / "reference")
     except CudaperfError as exc:
@@ -454,26 +455,48 @@ def emulate_kernel(root: Path, kernel: Path, work: Path, *, dataset: str = "MINI
 
 
 def emulation_table(rows: Sequence[EmulationRow], dataset: str) -> str:
-    """A Markdown table of emulated candidates, with the counts below it."""
-    lines = [f"| kernel | turn | mapping | status ({dataset}, CPU emulation) | message | s |",
+    """A Markdown table of emulated candidates (turns counted from 1, as ``cudaperf
+    optimize`` prints them; the JSON rows keep the plan's 0-based index), the counts below."""
+    lines = [f"| kernel | turn | mapping (kernels in launch order, split by \\|) "
+             f"| status ({dataset}, CPU emulation) | message | s |",
              "|---|---:|---|---|---|---:|"]
     for r in rows:
-        lines.append(f"| {r.name} | {r.turn if r.turn >= 0 else '-'} | {r.mapping.replace('|', '/')} "
-                     f"| {r.status} | {r.message.replace('|', '/')} | {_fmt_s(r.seconds)} |")
+        if r.turn < 0:  # the kernel has no candidate: say why in the message column
+            lines.append(f"| {r.name} | - | - | {r.status} | {r.mapping.replace('|', chr(92) + '|')} | - |")
+            continue
+        lines.append(f"| {r.name} | {r.turn + 1} | {r.mapping.replace('|', chr(92) + '|')} "
+                     f"| {r.status} | {r.message.replace('|', chr(92) + '|')} | {_fmt_s(r.seconds)} |")
     cands = [r for r in rows if r.turn >= 0]
     counts: dict[str, int] = {}
     for r in cands:
         counts[r.status] = counts.get(r.status, 0) + 1
-    kernels = {r.name for r in rows}
-    with_cand = {r.name for r in cands}
+    kernels = list(dict.fromkeys(r.name for r in rows))
+    none = sorted({r.name for r in rows if r.turn < 0})
     correct_k = {r.name for r in cands if r.status == "correct"}
-    wrong_k = sorted({r.name for r in cands if r.status == "wrong"})
+    never = sorted({r.name for r in cands} - correct_k)
+    some_wrong = sorted({r.name for r in cands if r.status == "wrong"})
     lines.append("")
-    lines.append(f"{len(kernels)} kernels, {len(with_cand)} with a candidate, {len(cands)} candidates: "
-                 + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-                 + f"; kernels with a correct candidate: {len(correct_k)}; "
-                 + f"kernels with a wrong one: {len(wrong_k)}" + (f" ({', '.join(wrong_k)})" if wrong_k else ""))
+    lines.append(f"kernels: {len(kernels)}; with candidates: {len(kernels) - len(none)}; "
+                 f"without (refused or not loaded): {len(none)}")
+    lines.append(f"candidates: {len(cands)}; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    lines.append(f"kernels with a correct candidate: {len(correct_k)}; with none correct: "
+                 f"{len(never)}" + (f" ({', '.join(never)})" if never else "")
+                 + f"; with a wrong one: {len(some_wrong)}"
+                 + (f" ({', '.join(some_wrong)})" if some_wrong else ""))
     return "\n".join(lines)
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse an output file path before any work: its folder must exist, it must not be
+    a folder itself.
+
+    Raises:
+        ProblemError: one line saying which.
+    """
+    if path.is_dir():
+        raise ProblemError(f"--json {path} is a folder; give a file path")
+    if not path.parent.is_dir():
+        raise ProblemError(f"--json {path}: no such folder {path.parent}")
 
 
 def optimize_command(root: Path, kernel: Path, work: Path,
@@ -547,14 +570,23 @@ def table(rows: Sequence[KernelCheck], dataset: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="benchmarks/polybench.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/polybench.py",
+        description="PolyBench/C 4.2.1 as cudaperf runs it: a bench manifest, a check of every "
+                    "kernel's load and reference, the built-in policy on the CPU emulation.")
     sub = ap.add_subparsers(dest="command", required=True)
-    for name in ("manifest", "check", "emulate"):
-        p = sub.add_parser(name)
+    helps = {"manifest": "write the cudaperf bench manifest of the 30 kernels",
+             "check": "load, build and run every kernel's reference; the built-in policy's verdict",
+             "emulate": "the built-in policy's candidates through the verifier on the CPU emulation"}
+    for name, dataset in (("manifest", DEFAULT_DATASET), ("check", DEFAULT_DATASET),
+                          ("emulate", "MINI")):
+        p = sub.add_parser(name, help=helps[name], description=helps[name])
         p.add_argument("--polybench", type=Path, default=None,
                        help=f"PolyBench/C 4.2.1 checkout (default ${ENV})")
-        p.add_argument("--dataset", default=DEFAULT_DATASET, choices=DATASETS,
-                       help="PolyBench dataset (default LARGE, the suite's default)")
+        p.add_argument("--dataset", default=dataset, choices=DATASETS,
+                       help=f"PolyBench dataset (default {dataset}"
+                            + (", the suite's default)" if dataset == DEFAULT_DATASET
+                               else ": one OS thread per CUDA thread)"))
     sub.choices["manifest"].add_argument("-o", "--output", type=Path, required=True,
                                          help="the manifest to write (OUT/bench.toml)")
     chk = sub.choices["check"]
@@ -569,7 +601,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.add_argument("--optimize", action="store_true",
                      help="also run cudaperf optimize FILE utilities/polybench.c ... --turns 1")
     emu = sub.choices["emulate"]
-    emu.set_defaults(dataset="MINI")
     emu.add_argument("--work", type=Path, default=Path("polybench-emulate"),
                      help="folder for references and emulated builds (default ./polybench-emulate)")
     emu.add_argument("--only", nargs="+", default=None, help="kernel names to run")
@@ -579,6 +610,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     emu.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = ap.parse_args(argv)
     try:
+        if args.command == "emulate" and args.turns < 1:
+            raise ProblemError("--turns must be at least 1")
+        if getattr(args, "timeout", 1.0) <= 0:
+            raise ProblemError("--timeout must be more than 0 seconds")
+        if getattr(args, "work", None) is not None and args.work.exists() and not args.work.is_dir():
+            raise ProblemError(f"--work {args.work} is a file, not a folder")
+        if getattr(args, "json", None) is not None:
+            _check_writable(args.json)
         root = polybench_root(args.polybench)
         if args.command == "manifest":
             out = write_manifest(root, args.output, args.dataset)
@@ -590,22 +629,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             unknown = [n for n in args.only if n not in {k.stem for k in kernels}]
             if unknown:
                 raise ProblemError(f"unknown kernel(s) {', '.join(unknown)}; kernels: "
-                                   + ", ".join(k.stem for k in kernels))
+                                   + ", ".join(sorted(k.stem for k in kernels)))
             kernels = [k for k in kernels if k.stem in args.only]
         cores, load = os.cpu_count(), os.getloadavg()[0]
         print(f"machine: {cores} cores, load average {load:.1f} at the start", file=sys.stderr)
         if args.command == "emulate":
-            if args.turns < 1:
-                raise ProblemError("--turns must be at least 1")
             emu_rows: list[EmulationRow] = []
             for k in kernels:
                 got = emulate_kernel(root, k, args.work.resolve(), dataset=args.dataset,
                                      turns=args.turns, timeout_s=args.timeout)
                 for r in got:
-                    print(f"{r.name} {r.turn}: {r.status} {r.mapping} {r.message}"[:300],
+                    turn = f"turn {r.turn + 1}" if r.turn >= 0 else "-"
+                    print(f"{r.name} {turn}: {r.status} · {r.mapping} · {r.message}",
                           file=sys.stderr, flush=True)
                 emu_rows.extend(got)
             print(emulation_table(emu_rows, args.dataset))
+            print(f"\n{cores} cores; load average {load:.1f} at the start, "
+                  f"{os.getloadavg()[0]:.1f} at the end (the seconds are wall time)")
             if args.json is not None:
                 args.json.write_text(json.dumps([asdict(r) for r in emu_rows], indent=1) + "\n")
             return 0

@@ -589,12 +589,13 @@ def isolated_child(module: str, *, prefix: str, cpu_only: bool = False,
 
     fd_err, err_path = tempfile.mkstemp(prefix=prefix, suffix=".log")
     os.close(fd_err)
-    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, python_child_env, scrubbed_env
 
     extra = dict(env or {})
     env = scrubbed_env()  # the user's module runs there, and generated code: no secrets
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra)
+    python_child_env(env)
     if cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = ""
     try:

@@ -26,6 +26,7 @@ import re
 import resource
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 GIB = 1 << 30
@@ -83,6 +84,29 @@ def scrubbed_env(extra: Mapping[str, str] | None = None,
            if not is_secret_name(k) and not SECRET_VALUE.search(v)}
     if extra:
         env.update(extra)
+    return env
+
+
+#: The folder that holds this ``cudaperf_cli`` package.
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def python_child_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a ``python -m cudaperf_cli...`` child, made to import this very copy of
+    the package: ``PYTHONSAFEPATH=1`` (Python 3.11 and later; 3.10 ignores it) keeps
+    ``python -m`` from putting the current folder first, where a ``cudaperf_cli/`` folder
+    (an old clone) would win over the installed package and the verifier would run other
+    code than the CLI; and when this copy is not in a site-packages folder (a source
+    checkout, editable or on ``PYTHONPATH``), ``PYTHONPATH`` starts with
+    :data:`PACKAGE_ROOT` (the caller's entries follow).  Modified in place and returned."""
+    import site
+
+    sites = {str(Path(x).resolve()) for x in [*site.getsitepackages(), site.getusersitepackages()]}
+    if PACKAGE_ROOT not in sites:
+        given = env.get("PYTHONPATH", "")
+        parts = [PACKAGE_ROOT] + [x for x in given.split(os.pathsep) if x and x != PACKAGE_ROOT]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 

@@ -1001,12 +1001,12 @@ def test_independent_statements_are_distributed():
     plan = descriptions(TWO_PRODUCTS)
     assert plan[0] == ("grid1d j->x block 256 | grid1d i->x block 256 | grid1d j->x block 256 "
                        "(loops i, j interchanged); i sequential | warp_reduce i->warp j->lane "
-                       "block 128 (shuffle sum into q[i])")
+                       "block 128 (shuffle sum into q[i]) | distributed: loop i into 3")
     assert "loop i (line 6): distributed into 3 loops" in POLICY.propose(TWO_PRODUCTS, 0).source
     plan = descriptions(NORMAL_PRODUCT)  # t[i] flows from the first group into the last
     assert plan[0] == ("grid1d j->x block 256 | grid1d i->x block 256 | warp_reduce i->warp "
                        "j->lane block 128 (shuffle sum into t[i]) | grid1d j->x block 256 "
-                       "(loops i, j interchanged); i sequential")
+                       "(loops i, j interchanged); i sequential | distributed: loop i into 3")
 
 
 def test_a_backward_carried_flow_is_not_distributed():

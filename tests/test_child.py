@@ -102,8 +102,9 @@ def test_ready_then_go_result_and_events(tmp_path: Path) -> None:
 def test_lock_is_taken_only_after_ready_and_neither_wait_is_counted(tmp_path: Path) -> None:
     log = tmp_path / "log"
     t0 = time.monotonic()
-    with _held(3.5) as lock:
-        # prepares 1.2 s and waits ~2 s for the lock: both longer than timeout_s=1
+    with _held(6.0) as lock:
+        # prepares 1.2 s and waits ~4 s for the lock (less when a loaded machine starts
+        # the child slowly): both longer than timeout_s=1
         run = _run({"log": str(log), "prepare_s": 1.2, "run_s": 0.2}, timeout_s=1.0)
     assert not run.timed_out and run.result is not None and run.result["status"] == "ok", run
     ev = {e: t for e, _, t in _events(log)}

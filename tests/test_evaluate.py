@@ -122,6 +122,16 @@ def test_nan_rules() -> None:
     json.dumps(c.__dict__, allow_nan=False)  # reports stay strict JSON
 
 
+def test_describe_counts_the_non_finite_mismatches() -> None:
+    """The max errors are over finite pairs; a NaN in the reference where the candidate is
+    finite (an ill-conditioned problem) is counted in words, not hidden behind a tiny error."""
+    ref = np.array([1.0, np.nan, np.nan, 4.0])
+    cand = np.array([1.0, -1.6e-15, 2.0, 4.0 + 1e-3])
+    text = compare_arrays("A", cand, ref).describe()
+    assert text.startswith("A: 3 of 4 elements differ; first at [1]: candidate -1.6e-15 vs reference nan")
+    assert "(2 of them NaN/inf on one side only; over the finite ones: max abs err 0.001" in text
+
+
 def test_poisoned_unwritten_elements_fail() -> None:
     ref = np.random.default_rng(0).random(1000)
     cand = ref.copy()
@@ -1150,7 +1160,9 @@ def test_e2e_and_sync_repetitions_fit_the_time_budget(ref_lib: Path, compile_c: 
                        timing=ts, cpu_baseline_ms={"main": 1.0}))
     assert r.status == CORRECT, r.message
     t = r.configs[0].timing
-    assert t.gpu.n == 3  # never planned past max_total_ms, except that 3 run
+    # never planned past max_total_ms: 3 when a call takes its 30 ms, 2 when a loaded
+    # machine stretches the estimate past 33.3 ms
+    assert 2 <= t.gpu.n <= 3 and t.gpu.n * t.estimate_ms <= ts.max_total_ms
     assert 1 <= t.sync_call.n <= 3 and 1 <= t.e2e.n <= 3  # ~30 ms each in a 100 ms budget
 
 

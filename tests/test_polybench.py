@@ -131,12 +131,20 @@ def test_emulate_of_the_stand_in(tmp_path: Path, capsys) -> None:
                     "--work", str(tmp_path / "w"), "--json", str(out_json)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "| gemm | 0 | grid1d i->x block 256 | correct | correct on 2 configuration(s)" in out
-    assert "1 kernels, 1 with a candidate, 2 candidates: 2 correct" in out
+    assert "| gemm | 1 | grid1d i->x block 256 | correct | correct on 2 configuration(s)" in out
+    assert "kernels: 1; with candidates: 1; without (refused or not loaded): 0" in out
+    assert "candidates: 2; correct 2" in out
     rows = json.loads(out_json.read_text())
     assert [(r["turn"], r["status"]) for r in rows] == [(0, "correct"), (1, "correct")]
-    assert pb.main(["emulate", "--polybench", str(root), "--turns", "0"]) == 2
-    assert "--turns must be at least 1" in capsys.readouterr().err
+    # bad input: one line, exit 2, before any work
+    for bad, says in ((["--turns", "0"], "--turns must be at least 1"),
+                      (["--timeout", "-5"], "--timeout must be more than 0 seconds"),
+                      (["--json", str(tmp_path / "nodir" / "r.json")], "no such folder"),
+                      (["--json", str(tmp_path)], "is a folder"),
+                      (["--work", str(out_json)], "is a file, not a folder")):
+        assert pb.main(["emulate", "--polybench", str(root), *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert says in err and "machine:" not in err and "Traceback" not in err, (bad, err)
 
 
 def test_optimize_command_puts_the_source_after_the_file(tmp_path: Path) -> None:

@@ -304,3 +304,22 @@ def test_the_candidates_own_diagnostics_are_kept() -> None:
             "          ^\n\n/usr/local/cuda/include/x.h(9): warning: quoted header line\n   QUOTED\n")
     got = extract_warnings(warn)
     assert "variable \"z\"" in got and "QUOTED" not in got and "x.h" not in got
+
+
+def test_python_children_import_this_copy_not_the_current_folders(tmp_path: Path) -> None:
+    """A ``cudaperf_cli/`` folder in the current directory (an old clone) must not be what
+    an evaluation child imports (Python 3.11+: PYTHONSAFEPATH)."""
+    from cudaperf_cli.sandbox import PACKAGE_ROOT, python_child_env, scrubbed_env
+
+    shadow = tmp_path / "cudaperf_cli"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise SystemExit('the shadow copy was imported')\n")
+    env = python_child_env(scrubbed_env())
+    r = subprocess.run([sys.executable, "-m", "cudaperf_cli.sandbox"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    if sys.version_info >= (3, 11):
+        assert "shadow copy" not in r.stderr, r.stderr
+    code = "import cudaperf_cli, os; print(os.path.dirname(os.path.dirname(cudaperf_cli.__file__)))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "..", env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.stdout.strip() == PACKAGE_ROOT, r.stderr

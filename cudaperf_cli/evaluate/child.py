@@ -324,9 +324,9 @@ def _run_process(
     are the caller's (read and removed there).  ``hold``: wait for it at ``ready`` (a
     cancel at any time kills the child); ``started``: called with the child's pid (its
     process group) once it runs."""
-    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, python_child_env, scrubbed_env
 
-    full_env = scrubbed_env(env)  # it loads model-written code: no API keys, no tokens
+    full_env = python_child_env(scrubbed_env(env))  # loads model-written code: no API keys
     full_env[STATE_ENV] = state_path
     full_env[SPAWN_TIME_ENV] = repr(time.time())
     full_env.setdefault("PYTHONUNBUFFERED", "1")

@@ -424,10 +424,15 @@ class ArrayCheck:
             return f"{self.name}: ok (max abs err {self.max_abs_err:.3g})"
         fm = self.first_mismatch or {}
         idx = ",".join(str(i) for i in fm.get("index", []))
+        nonfinite = ""
+        if self.n_nonfinite_mismatch:
+            # the errors below are over finite pairs only: say how many are not
+            nonfinite = (f"{self.n_nonfinite_mismatch} of them NaN/inf on one side only; "
+                         "over the finite ones: ")
         return (
             f"{self.name}: {self.n_mismatch} of {self.n_elements} elements differ; first at "
             f"[{idx}]: candidate {fm.get('candidate')} vs reference {fm.get('reference')}"
-            f" (max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g})"
+            f" ({nonfinite}max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g})"
         )
 
 

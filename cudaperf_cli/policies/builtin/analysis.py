@@ -164,8 +164,8 @@ class Analysis:
         device_scalars: scalars with a ``__device__`` copy.
         prefix: prefix of generated identifiers (``cp_``), not used by the C code.
         red_vars: per reduction site id, the ``__device__`` accumulator of partial sums.
-        distributed: loops split by ``transform.distribute``, in words
-            (``loop i (line 6): distributed into 3 loops``).
+        distributed: loops split by ``transform.distribute``: (index, line, how many
+            loops), in program order.
         source_order: scheduled with floating-point sums in the C code's order
             (:func:`analyze`).
     """
@@ -180,7 +180,7 @@ class Analysis:
     device_scalars: set[str]
     prefix: str
     red_vars: dict[int, str]
-    distributed: list[str] = field(default_factory=list)
+    distributed: list[tuple[str, int, int]] = field(default_factory=list)
     source_order: bool = False
 
     def loop_report(self) -> list[str]:
@@ -254,7 +254,7 @@ class _Scheduler:
         self.dep = Dependence(fn)
         self.prefix = _choose_prefix(fn)
         self.reasons: list[str] = []
-        self.distributed: list[str] = []
+        self.distributed: list[tuple[str, int, int]] = []
         self.scalars = set(fn.scalar_params) | set(fn.locals)
         self._site_count = 0
         self._red_count = 0
@@ -385,8 +385,7 @@ class _Scheduler:
             return [Launch(site)]
         parts = distribute(self.dep, L)
         if parts:
-            self.distributed.append(f"loop {L.var} (line {L.line}): distributed into "
-                                    f"{len(parts)} loops")
+            self.distributed.append((L.var or "?", L.line, len(parts)))
             dist: list[Op] = []
             for part in parts:
                 dist.extend(self.loop(part, host_loops, st))

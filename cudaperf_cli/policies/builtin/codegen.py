@@ -850,8 +850,9 @@ class _Gen:
             lines.append(" *   on the host: only the launches")
         if an.serials:
             lines.append(f" *   one-thread kernels: {len(an.serials)} (statements outside the parallel loops, in program order)")
-        for d in an.distributed:
-            lines.append(f" *   {d}; every dependence between them stays within one")
+        for var, line, n in an.distributed:
+            lines.append(f" *   loop {var} (line {line}): distributed into {n} loops; every "
+                         "dependence between them stays within one")
             lines.append(" *     iteration and runs from an earlier loop to a later one")
         lines.append(" *")
         lines.append(" * Dependence test (line numbers count from the function's first line):")

@@ -101,6 +101,7 @@ class Mapping:
         serial: statements or loops that run in one-thread kernels (short descriptions).
         source_order: built from the analysis that keeps every floating-point sum in one
             thread, in the C code's order (``analysis.analyze(source_order=True)``).
+        distributed: loops split by ``transform.distribute`` (``loop i into 3``).
     """
 
     kind: str
@@ -109,6 +110,7 @@ class Mapping:
     host_loops: tuple[str, ...] = ()
     serial: tuple[str, ...] = ()
     source_order: bool = False
+    distributed: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``; a
@@ -119,6 +121,8 @@ class Mapping:
         parts += [n.describe() for n in self.nests]
         if self.serial:
             parts.append("1-thread kernel: " + "; ".join(self.serial))
+        if self.distributed:
+            parts.append("distributed: " + ", ".join(self.distributed))
         return ("sums in source order: " if self.source_order else "") + " | ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -130,6 +134,7 @@ class Mapping:
             "host_loops": list(self.host_loops),
             "serial": list(self.serial),
             "source_order": self.source_order,
+            "distributed": list(self.distributed),
         }
 
 

@@ -52,9 +52,10 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
     sites = an.sites
     host = an.host_loop_names()
     serial = tuple(_serial_text(g) for g in an.serials)
+    distributed = tuple(f"loop {var} into {n}" for var, _, n in an.distributed)
 
     def make(kind: str, block: tuple[int, ...], nests: list[NestMapping]) -> Mapping:
-        return Mapping(kind, block, tuple(nests), host, serial, an.source_order)
+        return Mapping(kind, block, tuple(nests), host, serial, an.source_order, distributed)
 
     best = [s.options[0] for s in sites]
     out: list[Mapping] = [make(best[0].kind, best[0].block, best)]

@@ -122,12 +122,13 @@ def check_candidate(
         "trials": int(trials),
         "seed": 0,
     }
-    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, scrubbed_env
+    from cudaperf_cli.sandbox import CUDA_CHILD_LIMITS, python_child_env, scrubbed_env
 
     child_env = scrubbed_env()  # generated code runs there: no secrets
     if device == "cpu":
         child_env["CUDA_VISIBLE_DEVICES"] = ""
     child_env.update(env or {})
+    python_child_env(child_env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", SELFCHECK_MODULE],
