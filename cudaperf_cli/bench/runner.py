@@ -47,6 +47,7 @@ from cudaperf_cli import statuses as S
 from cudaperf_cli.bench import metrics as M
 from cudaperf_cli.bench.suite import BenchProblem, Suite
 from cudaperf_cli.core import CudaperfError, terminate_process_groups, write_text_atomic
+from cudaperf_cli.sandbox import python_child_env
 
 #: Version of the problem-result, candidates.jsonl and report.json formats (docs/bench.md).
 #: 2: ``correct`` means verified (``correct`` or ``slow``); problem statuses
@@ -422,7 +423,9 @@ class SuiteRun:
         err_path = self.out / "logs" / f"{problem.safe_name}.stderr"
         limit = problem.timeout_s or self.opts.problem_timeout_s
         cmd = self.command(problem, known)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # the CLI's own child: the user's environment (its model server key too), and this
+        # copy of cudaperf_cli, not a cudaperf_cli/ folder in the current directory
+        env = python_child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
         started_wall = time.time()
         t0 = time.monotonic()
         timed_out = False
