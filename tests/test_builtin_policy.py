@@ -293,6 +293,92 @@ NORMS = problem(  # a row reduction, a scalar sum, a map: a source-order fallbac
 )
 
 
+# Found by an attack pass on the transforms and the host-loop rule (each was wrong before).
+HOSTLOOP_INIT = problem(  # t lives on the host at entry, on the device inside the loop
+    "hostloop_init",
+    [size("n"), arr("x", ("n",)), arr("y", ("n",), const=True), arr("out", ("1",))],
+    """
+    void hostloop_init(int n, double x[n], const double y[n], double out[1])
+    {
+        double t = 0.5;
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j < n; j++)
+                x[j] += t;
+            t = y[i];
+        }
+        out[0] = t;
+    }
+    """,
+    {"n": 9},
+)
+
+INDEX_LEAVES_RANGE = problem(  # k is assigned in its loop's body: its header range is no bound
+    "kmod",
+    [size("n"), size("m"), size("m2"), arr("X", ("n", "m2")), arr("Y", ("n", "m"))],
+    """
+    void kmod(int n, int m, int m2, double X[n][m2], double Y[n][m])
+    {
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j < m; j++)
+                X[i][j] = 2.0 * X[i][j];
+            for (int j = 0; j < m; j++)
+                for (int k = m; k < m2; k++) {
+                    k = k - m;
+                    Y[i][j] += X[i][k];
+                    k = k + m;
+                }
+        }
+    }
+    """,
+    {"n": 5, "m": 5, "m2": 10},
+)
+
+FLOAT_FIRST = problem(  # C converts lo to int, then steps: (int)-1.5 + 2 is 1
+    "float_first",
+    [size("n"), coef("lo"), arr("x", ("n",))],
+    """
+    void float_first(int n, double lo, double x[n])
+    {
+        for (int i = lo; i < n - 2; i++)
+            x[i + 2] = 2 * x[i + 2] + i;
+    }
+    """,
+    {"n": 12},
+)
+
+FLOAT_BOUND = problem(  # i < 1.25 holds for i = 0 and 1
+    "float_bound",
+    [size("n"), coef("lim"), arr("x", ("n",))],
+    """
+    void float_bound(int n, double lim, double x[n])
+    {
+        for (int i = 0; i < lim; i++)
+            x[i] = 2 * x[i];
+        for (int i = 0; i <= lim - 1.75; i++)
+            x[i] = 3 * x[i];
+    }
+    """,
+    {"n": 8},
+)
+
+UNSIGNED_COMPARE = problem(  # -1 < n - 1u is false in C: i is converted to unsigned
+    "unsigned_compare",
+    [size("n", "unsigned int"), arr("x", ("n",))],
+    """
+    void unsigned_compare(unsigned int n, double x[n])
+    {
+        for (int i = -1; i < n - 1; i++)
+            x[i + 1] *= 2;
+    }
+    """,
+    {"n": 9},
+)
+
+
+def _lo_negative(data, sizes):
+    data["lo"] = -1.5
+
+
 AXPY = problem(  # elementwise map, single precision
     "saxpy",
     [size("n"), coef("a", "float"), arr("x", ("n",), "float", const=True), arr("y", ("n",), "float")],
@@ -542,6 +628,11 @@ PORTABLE = {
     "two_products": (TWO_PRODUCTS, None),
     "normal_product": (NORMAL_PRODUCT, None),
     "norms": (NORMS, None),
+    "hostloop_init": (HOSTLOOP_INIT, None),
+    "index_leaves_range": (INDEX_LEAVES_RANGE, None),
+    "float_first": (FLOAT_FIRST, _lo_negative),
+    "float_bound": (FLOAT_BOUND, None),
+    "unsigned_compare": (UNSIGNED_COMPARE, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -1080,7 +1171,7 @@ def test_first_mappings_compile_for_sm80(tmp_path):
 HAVE_EMU = have_emulation()
 
 _CTYPES = {"double": ctypes.c_double, "float": ctypes.c_float, "int": ctypes.c_int,
-           "long": ctypes.c_long}
+           "long": ctypes.c_long, "unsigned int": ctypes.c_uint}
 
 
 def make_data(p: CProblem, fix) -> dict:
@@ -1250,3 +1341,57 @@ def test_integer_sums_need_no_source_order_fallback():
                 }
                 """, {"n": 40})
     assert not any(m.source_order for m in POLICY.plan(p))
+
+
+
+@pytest.mark.parametrize("body,params", [
+    # a declaration in the first loop shadows the name the second loop reads
+    ("for (int j = 0; j < m; j++) { double t = A[i][j]; B[i][j] = t; }\n"
+     "for (int j = 0; j < m; j++) C[i][j] = t;\n", "t"),
+])
+def test_fusion_refuses_bodies_whose_declarations_clash(body, params):
+    p = problem("shadow", [size("n"), size("m"), arr("A", ("n", "m"), const=True),
+                           arr("B", ("n", "m")), arr("C", ("n", "m"))],
+                "void shadow(int n, int m, const double A[n][m], double B[n][m], double C[n][m])\n"
+                f"{{\n    double {params} = 1.5;\n    for (int i = 0; i < n; i++) {{\n"
+                + textwrap.indent(body, "        ") + "    }\n}\n",
+                {"n": 8, "m": 7})
+    assert all("fused" not in d for d in descriptions(p))
+
+
+def test_distribution_keeps_an_index_that_flows_between_statements():
+    """B[i] reads the j the inner loop left (i); the parts would not share it."""
+    p = problem("idx_flow", [size("n"), size("m"), arr("A", ("n", "m")), arr("B", ("n",)), arr("C", ("n",))],
+                """
+                void idx_flow(int n, int m, double A[n][m], double B[n], double C[n])
+                {
+                    int i, j;
+                    for (i = 1; i < n; i++) {
+                        for (j = 0; j < i; j++)
+                            A[i][j] = 2.0 * A[i][j];
+                        B[i] = j;
+                        C[i] = C[i - 1] + 1.0;
+                    }
+                }
+                """, {"n": 8, "m": 8})
+    try:
+        plan = descriptions(p)
+    except PolicyRefusal:
+        return
+    assert all("distributed" not in d for d in plan), plan
+
+
+def test_a_loop_bound_is_no_reduction_accumulator():
+    p = problem("shrink", [size("n"), arr("x", ("n",)), arr("out", ("1",))],
+                """
+                void shrink(int n, double x[n], double out[1])
+                {
+                    int len = n;
+                    for (int i = 0; i < len; i++)
+                        len = len - 1;
+                    for (int i = 0; i < n; i++)
+                        x[i] = 2 * x[i];
+                    out[0] = len;
+                }
+                """, {"n": 8})
+    assert all("grid_reduce" not in d for d in descriptions(p))

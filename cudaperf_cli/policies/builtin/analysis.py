@@ -44,6 +44,7 @@ from cudaperf_cli.policies.builtin.ir import (
     affine,
     arrays_written,
     calls_in,
+    declared_in,
     has_loop,
     iter_expr,
     names_in,
@@ -137,6 +138,8 @@ class Serial:
         dev_in: scalars living on the device when the kernel starts.
         store: scalars written here that later code reads (kept in ``__device__`` copies).
         notes: why these statements are here.
+        uploads: host scalars this kernel receives by value and stores in their
+            ``__device__`` copies (before a host loop whose body keeps them on the device).
     """
 
     stmts: list[Stmt]
@@ -144,6 +147,7 @@ class Serial:
     store: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     id: int = 0
+    uploads: set[str] = field(default_factory=set)
 
 
 Op = HostStmt | HostLoop | HostIf | HostReturn | Launch | Serial
@@ -401,6 +405,7 @@ class _Scheduler:
         ):
             inner_loops = (*host_loops, L.var)
             saved = (self._site_count, self._red_count)
+            entry_device = set(st.device)
             trial_st = st.copy()
             body = self.schedule(L.body, inner_loops, trial_st)
             if _has_launch(body):
@@ -414,6 +419,15 @@ class _Scheduler:
                     body = self.schedule(L.body, inner_loops, trial_st)
                 st.device |= trial_st.device
                 why = verdict.reasons[0] if verdict.reasons else ""
+                # A scalar the host holds at entry that an iteration leaves on the device:
+                # the body reads its device copy, so the host value goes there first (else
+                # the first iteration read an unset copy).
+                uploads = ((st.device - entry_device) & self.scalars) - declared_in(L.body) - {L.var}
+                if uploads:
+                    up = Serial([], entry_device, store=set(uploads), uploads=set(uploads),
+                                notes=[f"copies {', '.join(sorted(uploads))} to the device before "
+                                       f"loop {L.var}"])
+                    return [up, HostLoop(L, body, why)]
                 return [HostLoop(L, body, why)]
             self._site_count, self._red_count = saved
         ops2: list[Op] = []

@@ -299,13 +299,15 @@ class _Gen:
         return out & (set(self.fn.scalar_params) | set(self.fn.locals))
 
     def kernel_params(
-        self, stmts: Sequence[Stmt], exclude: set[str], skip_arrays: set[str] | None = None
+        self, stmts: Sequence[Stmt], exclude: set[str], skip_arrays: set[str] | None = None,
+        reads: set[str] | None = None,
     ) -> tuple[list[str], list[str]]:
-        """(declarations, argument names) of a kernel that runs ``stmts``."""
+        """(declarations, argument names) of a kernel that runs ``stmts`` (and reads the
+        scalars ``reads`` besides)."""
         accs = accesses(stmts)
         used_arrays = {a.array for a in accs} - (skip_arrays or set())
         written_arrays = {a.array for a in accs if a.write}
-        scalars = (scalars_read(stmts) | self.extent_names(used_arrays)) - exclude
+        scalars = (scalars_read(stmts) | (reads or set()) | self.extent_names(used_arrays)) - exclude
         decls: list[str] = []
         names: list[str] = []
         for p in self.fn.params:
@@ -341,6 +343,18 @@ class _Gen:
             return [head + "\n" + ",\n".join(IND + d for d in decls) + ")"]
         return [head + params + ")"]
 
+    def first_as_index(self, loop: For, printer: Printer, T: str | None) -> str | None:
+        """``loop.first`` converted to the index type ``T`` as C's assignment converts it
+        (``(int)(n - 1)`` for an unsigned ``n``), or None when no conversion is needed (a
+        constant, the same type, or ``T`` unknown)."""
+        f = loop.first
+        if T is None or f is None or isinstance(f, Const):
+            return None
+        types = self.dp()
+        if types.type_of(f) == types._norm(T):
+            return None
+        return f"({T}){printer.expr(f)}" if _is_atom(f) else f"({T})({printer.expr(f)})"
+
     def trip(self, loop: For, printer: Printer) -> str:
         """Iteration count of a canonical loop (``long long``).
 
@@ -357,16 +371,31 @@ class _Gen:
             return f"(long long){t}" if _is_atom(e) else f"(long long)({t})"
 
         def ll_first() -> str:
-            if T is None or isinstance(f, Const):
-                return ll(f)
-            t = printer.expr(f)
-            return f"(long long)({T}){t}" if _is_atom(f) else f"(long long)({T})({t})"
+            conv = self.first_as_index(loop, printer, T)
+            return ll(f) if conv is None else f"(long long){conv}"
 
         plus = " + 1" if loop.cmp in ("<=", ">=") else ""
+        types = self.dp()
+        bt, it = types.type_of(b), (types._norm(T) if T else None)
+        if bt in ("float", "double", "long double"):
+            # C compares the index converted to the bound's floating type: the last index
+            # is below ceil(b) for <, at most floor(b) for <= (mirrored for a step of -1)
+            up = loop.step > 0
+            rnd = "ceil" if (loop.cmp in ("<", ">=")) == up else "floor"
+            bound = f"(long long){rnd}((double)({printer.expr(b)}))"
+            if up:
+                return f"{bound} - {ll_first()}{plus}"
+            return f"{ll_first()} - {bound}{plus}"
         if loop.step > 0:
             if isinstance(f, Const) and f.text == "0":
                 return ll(b) + plus
-            return f"{ll(b)} - {ll_first()}{plus}"
+            text = f"{ll(b)} - {ll_first()}{plus}"
+            if (bt is not None and bt.startswith("unsigned") and it is not None
+                    and not it.startswith("unsigned")):
+                # C compares a negative signed index converted to unsigned: huge, so the
+                # loop runs no iteration
+                return f"({ll_first()} < 0 ? 0LL : {text})"
+            return text
         return f"{ll_first()} - {ll(b)}{plus}"
 
     def var_decl(self, loop: For, t: str, printer: Printer) -> str:
@@ -378,10 +407,13 @@ class _Gen:
         ftxt = printer.expr(f)
         if not (_is_atom(f) or (isinstance(f, Binary) and f.op in _ARITH)):
             ftxt = f"({ftxt})"
+        # C assigns the first value to the index (converting it to T) and then steps it:
+        # the offset is added after the conversion ((int)-1.5 + 2 is 1, not (int)0.5)
+        conv = self.first_as_index(loop, printer, T) or ftxt
         if loop.step > 0:
-            val = t if (isinstance(f, Const) and f.text == "0") else f"{ftxt} + {t}"
+            val = t if (isinstance(f, Const) and f.text == "0") else f"{conv} + {t}"
         else:
-            val = f"{ftxt} - {t}"
+            val = f"{conv} - {t}"
         return f"const {T} {var} = ({T})({val});" if " " in val else f"const {T} {var} = ({T}){val};"
 
     def offset_header(self, loop: For, printer: Printer, offset: str, stride: str) -> tuple[str, str, str]:
@@ -396,8 +428,8 @@ class _Gen:
         sign = "+" if loop.step > 0 else "-"
         if isinstance(f, Const) and f.text == "0" and sign == "+":
             init_val = offset
-        else:
-            init_val = f"{ftxt} {sign} {offset}"
+        else:  # converted to the index type first, as C's assignment does
+            init_val = f"{self.first_as_index(loop, printer, T) or ftxt} {sign} {offset}"
         init = f"{T} {var} = {init_val}" if isinstance(loop.init, Decl) else f"{var} = {init_val}"
         cond = printer.expr(loop.cond) if loop.cond is not None else ""
         update = f"{var} {sign}= {stride}"
@@ -759,10 +791,12 @@ class _Gen:
         red_globals = {v for v in self.an.red_vars.values()}
         declared = declared_in(stmts)
         exposed, _ = exposed_reads(stmts)
-        touched = (scalars_read(stmts) | scalars_written(stmts)) - red_globals
+        exposed = set(exposed) | g.uploads
+        touched = (scalars_read(stmts) | scalars_written(stmts) | g.uploads) - red_globals
         free = touched - declared
         host_in = {n for n in free if n not in g.dev_in and n in exposed}
-        decls, args = self.kernel_params(stmts, (free - host_in) | declared | red_globals)
+        decls, args = self.kernel_params(stmts, (free - host_in) | declared | red_globals,
+                                         reads=g.uploads)
         dp = self.dp()
         w = StmtWriter(dp)
         body: list[str] = []
@@ -777,11 +811,9 @@ class _Gen:
             body.append(f"{IND}{P}dev_{n} = {n};  /* read later on the device */")
         lines = sorted({s.line for s in stmts})
         what = "; ".join(dict.fromkeys(g.notes))
-        comment = [
-            (f"/* One-thread kernel {g.id}: line{'s' if len(lines) > 1 else ''} "
-             f"{', '.join(map(str, lines))} of the C function, in program order"),
-            f" * ({what}). */",
-        ]
+        where = (f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} of the C "
+                 "function, in program order" if lines else "no statement of the C function")
+        comment = [f"/* One-thread kernel {g.id}: {where}", f" * ({what}). */"]
         self.kernels.append("\n".join(comment + self.signature(name, decls, 1) + ["{"] + body + ["}", ""]))
         return [f"{name}<<<1, 1>>>({', '.join(args)});", f"{self.MAC}CHECK_LAUNCH();"]
 

@@ -344,6 +344,11 @@ class Dependence:
         acc_list = accesses(body)
         reasons: list[str] = []
         ranges = _loop_ranges([loop, *extra_loops, *loops_in(body)])
+        # an index assigned anywhere but in its own header can leave its header's range
+        for x in walk(body):
+            if not isinstance(x, For):
+                for name in stmt_writes(x):
+                    ranges.pop(name, None)
         fixed = variant - set(ranges)  # scalars that change in the loop but are no loop index
         for arr in sorted({a.array for a in acc_list if a.write}):
             accs = [a for a in acc_list if a.array == arr]
@@ -565,6 +570,8 @@ class Dependence:
         if isinstance(acc, Name):
             if acc.name == var or acc.name in declared:
                 return None, pre + "the accumulator is private to the body"
+            if acc.name in loop.header_names():
+                return None, pre + f"the loop's bounds read the accumulator {acc.name}"
             ctype = self.fn.ctype_of(acc.name)
         else:
             ctype = normalize_ctype(self.fn.arrays[acc.array].ctype)
@@ -616,7 +623,7 @@ def _loop_ranges(loops: Sequence[For]) -> dict[str, tuple[Affine, Affine]]:
     for L in loops:
         if L.var is None:
             continue
-        r = L.range_affine() if L.canonical else None
+        r = L.range_affine() if L.canonical and L.var not in scalars_written(L.body) else None
         if r is None or (L.var in out and out[L.var] != r):
             bad.add(L.var)
         else:

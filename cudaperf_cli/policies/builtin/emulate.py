@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from cudaperf_cli.core import ToolchainError
+from cudaperf_cli.core import ToolchainError, write_text_atomic
 
 #: Prepended to every emulated source (``-include``).
 EMULATION_HEADER = r"""
@@ -185,8 +185,13 @@ def build_emulated(cuda_source: str, out_dir: Path, name: str = "candidate",
     out_dir.mkdir(parents=True, exist_ok=True)
     inc = out_dir / "emu-include"
     inc.mkdir(exist_ok=True)
-    (inc / "cuda_runtime.h").write_text("")
-    (inc / "cp_emu.h").write_text(EMULATION_HEADER)
+    # Several builds may share out_dir at once (a plan's candidates built in parallel):
+    # a header is replaced atomically, and only when it differs, never truncated under a
+    # compiler reading it.
+    for name_h, text in (("cuda_runtime.h", ""), ("cp_emu.h", EMULATION_HEADER)):
+        target = inc / name_h
+        if not (target.is_file() and target.read_text() == text):
+            write_text_atomic(target, text)
     cpp, lib = out_dir / f"{name}.cpp", out_dir / f"{name}.so"
     cpp.write_text(emulated_source(cuda_source))
     cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include",

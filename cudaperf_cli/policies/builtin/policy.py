@@ -31,6 +31,8 @@ def _serial_text(g: Serial) -> str:
             parts.append(f"loop {s.var} (line {s.line})")
         else:
             parts.append(" ".join(" ".join(w.stmt(s, "")).split()).rstrip(";"))
+    if g.uploads:
+        parts.append(f"{', '.join(sorted(g.uploads))} to the device")
     text = "; ".join(parts)
     return text if len(text) <= 70 else text[:67] + "..."
 

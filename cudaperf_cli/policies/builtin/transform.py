@@ -33,9 +33,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cudaperf_cli.policies.builtin.dependence import Dependence
+from collections.abc import Sequence
+
 from cudaperf_cli.policies.builtin.ir import (
     Decl,
     For,
+    If,
     Stmt,
     accesses,
     arrays_read,
@@ -46,6 +49,8 @@ from cudaperf_cli.policies.builtin.ir import (
     own_jumps,
     scalars_read,
     scalars_written,
+    stmt_reads,
+    stmt_writes,
     walk,
 )
 
@@ -89,7 +94,8 @@ def sink_declarations(dep: Dependence, L: For) -> For:
             return L
         if any(a.array in arrays for a in accesses([d])):
             return L
-    if names & scalars_written(inner.body) or inner.var in names or names & inner.header_names():
+    if (names & scalars_written(inner.body) or inner.var in names or names & inner.header_names()
+            or names & declared_in(inner.body)):
         return L
     new_inner = replace(inner, body=[*decls, *inner.body])
     new_l = replace(L, body=[new_inner])
@@ -97,6 +103,16 @@ def sink_declarations(dep: Dependence, L: For) -> For:
     dep.live.alias(new_l, L)
     dep.keep(new_inner, new_l)
     return new_l
+
+
+def _scopes_clash(a: For, b: For) -> bool:
+    """A name declared in one body is declared or used in the other: one scope after
+    fusion would redeclare it, or make the other body read the inner variable where it
+    read an outer one of the same name."""
+    def used(L: For) -> set[str]:
+        return scalars_read(L.body) | scalars_written(L.body) | declared_in(L.body)
+
+    return bool(declared_in(a.body) & used(b)) or bool(declared_in(b.body) & used(a))
 
 
 def interchange(dep: Dependence, L: For) -> For | None:
@@ -150,7 +166,7 @@ def _fuse(dep: Dependence, P: For, loops: list[For], notes: list[str]) -> tuple[
         return P, ()
     for a_i, a in enumerate(loops):
         for b in loops[a_i + 1:]:
-            if _shared_scalars(a, b):
+            if _shared_scalars(a, b) or _scopes_clash(a, b):
                 return P, ()
     var = loops[0].var
     if any(var in dep.live.after(S) for S in loops):
@@ -174,6 +190,31 @@ def _fuse(dep: Dependence, P: For, loops: list[For], notes: list[str]) -> tuple[
 
 def _inner_indices(stmts: list[Stmt]) -> set[str]:
     return {x.var for x in walk(stmts) if isinstance(x, For) and x.var}
+
+
+def _index_stays_in_its_loops(stmts: Sequence[Stmt], idx: str, inside: bool = False) -> bool:
+    """``idx`` is only used by canonical loops whose header sets it (``for (j = a; ...)``)
+    and inside their bodies, which do not assign it: each such loop resets it, so no value
+    of it flows between statements and it is private to every part of a distribution."""
+    for s in stmts:
+        if isinstance(s, For):
+            defines = s.var == idx and s.canonical and s.init is not None
+            if defines and idx in scalars_written(s.body):
+                return False
+            if not defines and not inside and idx in (names_in(s.first) | names_in(s.bound)
+                                                      | stmt_writes(s) | names_in(s.cond)):
+                return False
+            if not _index_stays_in_its_loops(s.body, idx, inside or defines):
+                return False
+        elif isinstance(s, If):
+            if not inside and idx in names_in(s.cond):
+                return False
+            if not (_index_stays_in_its_loops(s.then, idx, inside)
+                    and _index_stays_in_its_loops(s.orelse, idx, inside)):
+                return False
+        elif not inside and idx in (stmt_reads(s) | stmt_writes(s)):
+            return False
+    return True
 
 
 def _footprint(stmts: list[Stmt], private: set[str]) -> tuple[set[str], set[str]]:
@@ -262,14 +303,21 @@ def distribute(dep: Dependence, L: For) -> list[For] | None:
 
     Inner loops are split first (so ``for j { s[j] += ..; q[i] += ..; }`` becomes two ``j``
     loops).  The indices of inner loops are reset by their headers;
-    the split is refused when one of them, or ``L``'s own index, is used after ``L``,
+    the split is refused when one of them is used outside the loops that set it
+    (:func:`_index_stays_in_its_loops`) or, like ``L``'s own index, after ``L``; when the
+    body writes ``L``'s index or a scalar of its bounds;
     and when the body has a ``break``/``continue``/``return`` of its own or declares a
     scalar (a declaration's scope would have to span groups)."""
     if not L.canonical or L.var is None or own_jumps(L.body):
         return None
     if any(isinstance(x, Decl) for x in walk(L.body)):
         return None
+    written = scalars_written(L.body)
+    if L.var in written or L.header_names() & written:
+        return None  # the header would differ between the parts
     inner_idx = _inner_indices(L.body)
+    if not all(_index_stays_in_its_loops(L.body, x) for x in inner_idx):
+        return None
     live = dep.live.after(L)
     if (inner_idx | {L.var}) & live:
         return None
