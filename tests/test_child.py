@@ -254,7 +254,9 @@ def test_two_evaluations_on_one_lock_overlap_their_preparation(tmp_path: Path) -
     assert max(starts) < min(gos)  # both prepared before either ran
     assert gos[1] >= ends[0]  # the runs did not overlap: one GPU, one at a time
     assert wall < 1.5 + 2 * 1.0 + 1.5  # serial preparation would need 5 s and more
-    assert sorted(r.lock_wait_s for r in runs)[1] >= 0.8
+    # the later one waited for the lock (about the first's 1 s run, less when a loaded
+    # machine made it prepare later: its go after the first's end is the check above)
+    assert sorted(r.lock_wait_s for r in runs)[1] > 0
 
 
 def test_memory_watchdog_kills_the_group(tmp_path: Path) -> None:
