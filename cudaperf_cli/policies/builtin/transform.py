@@ -1,5 +1,9 @@
-"""Loop transformations that turn the body of a parallel loop into one loop, so that two
-loops map onto the grid instead of one.
+"""Loop transformations of the built-in policy, each bit-identical to the C code:
+
+* :func:`perfect_nest` (below): the body of a parallel loop made one loop, so that two
+  loops map onto the grid instead of one;
+* :func:`distribute` (at the end): a loop that is not parallel split into loops that each
+  may be (Kennedy and Allen's distribution over a conservative dependence graph).
 
 The shape this exists for is PolyBench's and BLAS's reference GEMM family::
 
@@ -30,11 +34,10 @@ the loop is scheduled as written.  ``grid2d``/``block_per_row`` then see the new
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from cudaperf_cli.policies.builtin.dependence import Dependence
-from collections.abc import Sequence
-
 from cudaperf_cli.policies.builtin.ir import (
     Decl,
     For,
