@@ -568,6 +568,17 @@ def table(rows: Sequence[KernelCheck], dataset: str) -> str:
     return "\n".join(lines)
 
 
+def _report(text: str, rows: Sequence[Any], json_path: Path | None, cores: int | None,
+            load: float, suffix: str = "") -> None:
+    """Print a command's table and the machine's load at its start and end; write the rows
+    (dataclasses) as JSON to ``json_path`` when given."""
+    print(text)
+    print(f"\n{cores} cores; load average {load:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end{suffix}")
+    if json_path is not None:
+        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(
@@ -643,11 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{r.name} {turn}: {r.status} · {r.mapping} · {r.message}",
                           file=sys.stderr, flush=True)
                 emu_rows.extend(got)
-            print(emulation_table(emu_rows, args.dataset))
-            print(f"\n{cores} cores; load average {load:.1f} at the start, "
-                  f"{os.getloadavg()[0]:.1f} at the end (the seconds are wall time)")
-            if args.json is not None:
-                args.json.write_text(json.dumps([asdict(r) for r in emu_rows], indent=1) + "\n")
+            _report(emulation_table(emu_rows, args.dataset), emu_rows, args.json, cores, load,
+                    " (the seconds are wall time)")
             return 0
         rows = []
         for k in kernels:
@@ -662,11 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + (f"; optimize {row.optimize}" if row.optimize else ""),
                   file=sys.stderr, flush=True)
             rows.append(row)
-        print(table(rows, args.dataset))
-        print(f"\n{cores} cores; load average {load:.1f} at the start, "
-              f"{os.getloadavg()[0]:.1f} at the end")
-        if args.json is not None:
-            args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        _report(table(rows, args.dataset), rows, args.json, cores, load)
         return 0
     except CudaperfError as exc:
         print(f"error: {exc}", file=sys.stderr)
