@@ -12,7 +12,11 @@
 #   gpu-tests  the GPU tests (python -m pytest -m gpu ${GPU_TESTS:-tests} $GPU_TESTS_ARGS; e.g.
 #              GPU_TESTS_ARGS='-n 8 --durations=30': pytest-xdist, the GPU lock serialises device work)
 #   kb1 / kb2  KernelBench level 1 / level 2, --turns 1, -j $KB_JOBS (default 8)
-#   pb8 / pb1  PolyBench/C 4.2.1 LARGE (benchmarks/polybench.py manifest), --turns 3, -j 8 / -j 1
+#   pb8 / pb1  PolyBench/C 4.2.1 LARGE (benchmarks/polybench.py manifest), --turns ${PB_TURNS:-3},
+#              -j 8 / -j 1
+#   acc        PolyBench-ACC's hand-written CUDA at PolyBench/C's LARGE sizes, in double
+#              (benchmarks/polybench_acc.py run; ACC=path/to/PolyBench-ACC): acc.json.  Run it
+#              alone (its times are wall clock around its launches).
 #   ex         the bundled examples (examples/bench.toml: C and PyTorch), --turns 3, -j 8
 # A stage past its group's limit gets SIGTERM (a stage runs in the background, where SIGINT is
 # ignored; cudaperf treats SIGTERM as Ctrl-C): bench writes the report of the problems that
@@ -37,7 +41,7 @@ if [ "${1:-}" = --collect ]; then
   if [ "${3:-}" = --stop ] && [ ! -f "$R/DONE" ]; then
     pkill -TERM -f "^python3 -m cudaperf_cli bench run"; sleep 45  # the benches, not their timeout
   fi
-  cp "$R"/*.tgz "$R"/stages.txt "$R"/machine.txt "$OUT"/ 2>/dev/null
+  cp "$R"/*.tgz "$R"/acc.json "$R"/stages.txt "$R"/machine.txt "$OUT"/ 2>/dev/null
   ( cd "$R" && tar czf "$OUT/logs.tgz" ./*.log 2>/dev/null )
   for f in "$R"/*.log; do echo "== $f"; grep -E "^problems|^speedup|^seconds|^memory|^peak|^interrupted|passed|failed" "$f" | tail -6; done
   cat "$R/stages.txt" 2>/dev/null; exit 0
@@ -75,8 +79,12 @@ stage() {  # stage NAME LIMIT_S
                echo "gpu-tests: exit $? after $(( $(date +%s) - t0 )) s" >> "$RESULTS/stages.txt" ;;
     kb1) bench kb1 "$limit" "$KB/level1" --turns 1 -j "${KB_JOBS:-8}" --no-compile-baseline ;;
     kb2) bench kb2 "$limit" "$KB/level2" --turns 1 -j "${KB_JOBS:-8}" --no-compile-baseline ;;
-    pb8) pbmanifest; bench pb8 "$limit" "$W/pb/bench.toml" --turns 3 -j 8 ;;
-    pb1) pbmanifest; bench pb1 "$limit" "$W/pb/bench.toml" --turns 3 -j 1 ;;
+    pb8) pbmanifest; bench pb8 "$limit" "$W/pb/bench.toml" --turns "${PB_TURNS:-3}" -j 8 ;;
+    pb1) pbmanifest; bench pb1 "$limit" "$W/pb/bench.toml" --turns "${PB_TURNS:-3}" -j 1 ;;
+    acc) t0=$(date +%s)
+         timeout -k 10 "$limit" python3 benchmarks/polybench_acc.py run --acc "${ACC:?set ACC to a PolyBench-ACC checkout}" \
+           --polybench "$PB" -o "$RESULTS/acc.json" > "$RESULTS/acc.log" 2>&1
+         echo "acc: exit $? after $(( $(date +%s) - t0 )) s" >> "$RESULTS/stages.txt" ;;
     ex)  bench ex "$limit" examples --turns 3 -j 8 ;;
     *) echo "unknown stage $1" >> "$RESULTS/stages.txt" ;;
   esac
