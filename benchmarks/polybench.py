@@ -2,6 +2,7 @@
 that each one loads, builds its CPU reference and runs it.
 
     python benchmarks/polybench.py manifest [--polybench DIR] -o OUT/bench.toml [--dataset LARGE]
+                                            [--only NAME ...]
     cudaperf bench OUT/bench.toml --turns 3 -j 8
 
     python benchmarks/polybench.py check [--polybench DIR] [--dataset LARGE] [--json FILE]
@@ -33,7 +34,7 @@ the real verifier (the evaluation worker with its host backend, the configuratio
 default (one OS thread per CUDA thread).  It prints a table and the counts; exit 0.
 
 Importable: :func:`polybench_root`, :func:`find_kernels`, :func:`kernel_settings`,
-:func:`manifest_text`, :func:`write_manifest`, :func:`load_kernel`, :func:`check_kernel`,
+:func:`manifest_text`, :func:`select_kernels`, :func:`write_manifest`, :func:`load_kernel`, :func:`check_kernel`,
 :func:`optimize_command`, :func:`run_optimize`, :func:`emulate_kernel`.
 """
 
@@ -152,8 +153,9 @@ def _toml_string(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string (\" \\ \uXXXX escapes)
 
 
-def manifest_text(root: Path, dataset: str = DEFAULT_DATASET) -> str:
-    """The ``cudaperf bench`` manifest of the 30 kernels (see docs/bench.md): ``[suite]
+def manifest_text(root: Path, dataset: str = DEFAULT_DATASET, only: Sequence[str] = ()) -> str:
+    """The ``cudaperf bench`` manifest of the 30 kernels (``only``: of those named; see
+    docs/bench.md): ``[suite]
     root`` the checkout (absolute, so the manifest may live anywhere), ``files`` and one
     ``[problems."<id>"]`` table per kernel, relative to it (the id is the file's path in the
     checkout: ``linear-algebra/blas/gemm/gemm.c``), each with ``defines`` (the dataset
@@ -161,9 +163,10 @@ def manifest_text(root: Path, dataset: str = DEFAULT_DATASET) -> str:
     ``sources = ["utilities/polybench.c"]``.
 
     Raises:
-        ProblemError: as :func:`find_kernels` and :func:`kernel_settings`.
+        ProblemError: as :func:`find_kernels` and :func:`kernel_settings`; a name in
+            ``only`` that is not a kernel.
     """
-    kernels, _ = find_kernels(root)
+    kernels = select_kernels(find_kernels(root)[0], only)
 
     def rel(path: str | Path) -> str:
         return _toml_string(Path(path).relative_to(root).as_posix())
@@ -193,13 +196,29 @@ def manifest_text(root: Path, dataset: str = DEFAULT_DATASET) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_manifest(root: Path, out: Path, dataset: str = DEFAULT_DATASET) -> Path:
+def select_kernels(kernels: Sequence[Path], only: Sequence[str] | None) -> list[Path]:
+    """The kernels named in ``only`` (all when empty), in suite order.
+
+    Raises:
+        ProblemError: a name that is not one of ``kernels``.
+    """
+    if not only:
+        return list(kernels)
+    unknown = [n for n in only if n not in {k.stem for k in kernels}]
+    if unknown:
+        raise ProblemError(f"unknown kernel(s) {', '.join(unknown)}; kernels: "
+                           + ", ".join(sorted(k.stem for k in kernels)))
+    return [k for k in kernels if k.stem in only]
+
+
+def write_manifest(root: Path, out: Path, dataset: str = DEFAULT_DATASET,
+                   only: Sequence[str] = ()) -> Path:
     """Write :func:`manifest_text` to ``out`` (folders created; an existing file replaced).
 
     Raises:
         ProblemError: as :func:`manifest_text`; ``out`` is a folder or cannot be written.
     """
-    text = manifest_text(root, dataset)
+    text = manifest_text(root, dataset, only)
     out = Path(out).expanduser()
     if out.is_dir():
         raise ProblemError(f"-o {out} is a folder; give the manifest's file name (bench.toml)")
@@ -600,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                else ": one OS thread per CUDA thread)"))
     sub.choices["manifest"].add_argument("-o", "--output", type=Path, required=True,
                                          help="the manifest to write (OUT/bench.toml)")
+    sub.choices["manifest"].add_argument("--only", nargs="+", default=None,
+                                         help="kernel names to include (default all 30)")
     chk = sub.choices["check"]
     chk.add_argument("--work", type=Path, default=Path("polybench-check"),
                      help="folder for references and nvcc builds (default ./polybench-check)")
@@ -631,17 +652,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _check_writable(args.json)
         root = polybench_root(args.polybench)
         if args.command == "manifest":
-            out = write_manifest(root, args.output, args.dataset)
-            print(f"wrote {out}: {len(find_kernels(root)[0])} kernels ({args.dataset}); run "
+            out = write_manifest(root, args.output, args.dataset, args.only or ())
+            n = len(select_kernels(find_kernels(root)[0], args.only))
+            print(f"wrote {out}: {n} kernels ({args.dataset}); run "
                   f"cudaperf bench {out} --turns 3 -j 8")
             return 0
-        kernels, _ = find_kernels(root)
-        if args.only:
-            unknown = [n for n in args.only if n not in {k.stem for k in kernels}]
-            if unknown:
-                raise ProblemError(f"unknown kernel(s) {', '.join(unknown)}; kernels: "
-                                   + ", ".join(sorted(k.stem for k in kernels)))
-            kernels = [k for k in kernels if k.stem in args.only]
+        kernels = select_kernels(find_kernels(root)[0], args.only)
         cores, load = os.cpu_count(), os.getloadavg()[0]
         print(f"machine: {cores} cores, load average {load:.1f} at the start", file=sys.stderr)
         if args.command == "emulate":

@@ -13,7 +13,7 @@
 #              GPU_TESTS_ARGS='-n 8 --durations=30': pytest-xdist, the GPU lock serialises device work)
 #   kb1 / kb2  KernelBench level 1 / level 2, --turns 1, -j $KB_JOBS (default 8)
 #   pb8 / pb1  PolyBench/C 4.2.1 LARGE (benchmarks/polybench.py manifest), --turns ${PB_TURNS:-3},
-#              -j 8 / -j 1
+#              -j 8 / -j 1 (PB_ONLY='gemm atax': those kernels alone)
 #   acc        PolyBench-ACC's hand-written CUDA at PolyBench/C's LARGE sizes, in double
 #              (benchmarks/polybench_acc.py run; ACC=path/to/PolyBench-ACC): acc.json.  Run it
 #              alone (its times are wall clock around its launches).
@@ -68,7 +68,7 @@ bench() {  # bench NAME LIMIT_S SUITE FLAGS...
 }
 pbmanifest() {
   [ -f "$W/pb/bench.toml" ] || python3 benchmarks/polybench.py manifest --polybench "$PB" -o "$W/pb/bench.toml" \
-    > "$RESULTS/pb-manifest.log" 2>&1
+    ${PB_ONLY:+--only $PB_ONLY} > "$RESULTS/pb-manifest.log" 2>&1
 }
 stage() {  # stage NAME LIMIT_S
   local limit=$2 t0

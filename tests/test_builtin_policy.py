@@ -42,6 +42,7 @@ from cudaperf_cli.policies.builtin.analysis import analyze
 from cudaperf_cli.policies.builtin.emulate import build_emulated, have_emulation
 from cudaperf_cli.policies.builtin.mapping import BLOCKS
 from cudaperf_cli.policies.builtin.dependence import Dependence
+from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.ir import For, parse_function, walk
 
 # ---------------------------------------------------------------------------------------
@@ -1395,3 +1396,82 @@ def test_a_loop_bound_is_no_reduction_accumulator():
                 }
                 """, {"n": 8})
     assert all("grid_reduce" not in d for d in descriptions(p))
+
+
+# ---------------------------------------------------------------------------------------
+# isl: exact independence where the subscript-form test cannot see it
+# ---------------------------------------------------------------------------------------
+
+SYM_TRIANGLE = problem(  # correlation's shape: row i and column i of a triangle
+    "sym_triangle",
+    [size("m"), size("n"), arr("data", ("n", "m"), const=True), arr("corr", ("m", "m"))],
+    """
+    void sym_triangle(int m, int n, const double data[n][m], double corr[m][m])
+    {
+        for (int i = 0; i < m - 1; i++) {
+            corr[i][i] = 1.0;
+            for (int j = i + 1; j < m; j++) {
+                corr[i][j] = 0.0;
+                for (int k = 0; k < n; k++)
+                    corr[i][j] += data[k][i] * data[k][j];
+                corr[j][i] = corr[i][j];
+            }
+        }
+        corr[m - 1][m - 1] = 1.0;
+    }
+    """,
+    {"m": 23, "n": 17},
+)
+
+
+def _outer_loop(p: CProblem) -> For:
+    fn = parse_function(p)
+    return next(s for s in walk(fn.body) if isinstance(s, For))
+
+
+@pytest.mark.skipif(not polyhedral.available(), reason="islpy is not installed")
+def test_isl_proves_a_triangles_row_and_column_disjoint():
+    loop = _outer_loop(SYM_TRIANGLE)
+    assert polyhedral.independent(loop, "corr") is True
+    dep = Dependence(parse_function(SYM_TRIANGLE))
+    v = dep.parallel(next(s for s in walk(dep.fn.body) if isinstance(s, For)))
+    assert v.parallel, v.reasons
+    plan = POLICY.plan(SYM_TRIANGLE)
+    assert not plan[0].host_loops, plan[0].describe()  # no host loop over i or j any more
+
+
+@pytest.mark.skipif(not polyhedral.available(), reason="islpy is not installed")
+@pytest.mark.parametrize("array, body, expect", [
+    # a true loop-carried dependence: isl finds the pair
+    ("x", "for (int i = 1; i < n; i++) x[i] = x[i - 1] + 1.0;", False),
+    # a transpose over the square: iteration i reads A[j][i], which iteration j writes
+    ("A", "for (int i = 0; i < n; i++) for (int j = 0; j < n; j++) A[i][j] = A[j][i];", False),
+    # over the upper triangle only: writes above the diagonal, reads below it
+    ("A", "for (int i = 0; i < n - 1; i++) for (int j = i + 1; j < n; j++) A[i][j] = A[j][i];",
+     True),
+    # a shifted read: x[i + n] is iteration i + n's x[i'] whenever n < n - ... (may meet)
+    ("x", "for (int i = 0; i < 2 * n; i++) x[i] = x[i + n];", False),
+    # disjoint: even elements written, odd ones read
+    ("x", "for (int i = 0; i < n; i++) x[2 * i] = x[2 * i + 1];", True),
+    # a subscript isl cannot encode (a product with the index): unknown
+    ("x", "for (int i = 0; i < n; i++) x[i * i] = 1.0;", None),
+    # a scalar written in the body, in a subscript: unknown
+    ("x", "for (int i = 0; i < n; i++) { int t = i; x[t] = 1.0; }", None),
+])
+def test_isl_refuses_what_may_conflict(array, body, expect):
+    p = problem("f", [size("n"), arr("x", ("4*n",)), arr("A", ("n", "n"))],
+                f"void f(int n, double x[4*n], double A[n][n]) {{ {body} }}", {"n": 9})
+    assert polyhedral.independent(_outer_loop(p), array) is expect
+
+
+def test_source_order_products_are_never_contracted():
+    """The source-order entry prints floating products as __dmul_rn (nvcc cannot fuse them
+    into an FMA), so its rounding is the CPU reference's; the default entries keep a * b."""
+    plan = POLICY.plan(NORMS)
+    exact = next(m for m in plan if m.source_order)
+    src = POLICY.source(NORMS, exact)
+    assert "__dmul_rn(" in src
+    body = src[src.index("__global__"):]
+    assert " * " not in "".join(ln for ln in body.splitlines()
+                               if "[" in ln and "+=" in ln and "size_t" not in ln.split("+=")[1])
+    assert "__dmul_rn(" not in POLICY.source(NORMS, plan[0])

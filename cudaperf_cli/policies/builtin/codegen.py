@@ -100,6 +100,29 @@ class DevicePrinter(Printer):
     def __init__(self, an: Analysis, rename: dict[str, str] | None = None):
         self.an = an
         self.rename = rename or {}
+        # A source-order analysis reproduces the C code's rounding: floating-point products
+        # are printed as __dmul_rn/__fmul_rn, which nvcc never contracts into an FMA with
+        # the sum that follows (gcc -O3 on x86-64 emits no FMA without -march), so every
+        # operation rounds as the CPU reference's does.
+        self.no_contract = an.source_order
+
+    _MUL_RN = {"double": "__dmul_rn", "float": "__fmul_rn"}
+
+    def expr(self, e: Expr) -> str:
+        """C text of ``e`` (floating products as ``__dmul_rn`` in a source-order analysis)."""
+        if self.no_contract and isinstance(e, Binary) and e.op == "*":
+            fn = self._MUL_RN.get(self.type_of(e) or "")
+            if fn:
+                return f"{fn}({self.expr(e.left)}, {self.expr(e.right)})"
+        return super().expr(e)
+
+    def mul_assign(self, target: Expr, value: Expr) -> str | None:
+        """``t *= v`` as ``t = __dmul_rn(t, v)`` when products are printed uncontracted."""
+        fn = self._MUL_RN.get(self.type_of(target) or "") if self.no_contract else None
+        if fn is None:
+            return None
+        t = self.expr(target)
+        return f"{t} = {fn}({t}, {self.expr(value)})"
 
     def name(self, e: Name) -> str:
         """The identifier, renamed when asked."""
@@ -213,6 +236,10 @@ class StmtWriter:
 
     def assign(self, s: Assign) -> str:
         """An assignment without its semicolon."""
+        if s.op == "*=" and isinstance(self.p, DevicePrinter) and s.value is not None:
+            text = self.p.mul_assign(s.target, s.value)
+            if text is not None:
+                return text
         t = self.p.expr(s.target)
         if s.op in ("++", "--"):
             return f"{s.op}{t}" if s.prefix else f"{t}{s.op}"

@@ -10,7 +10,8 @@ Three questions, each answered with human-readable reasons:
   (b) every scalar written in the body is private: declared in the body, an inner loop's
   index, or assigned before any read on every path through the body and not used after the
   loop; (c) no calls except known math functions, no ``break``/``return``/``goto``.
-  Array parameters are assumed not to alias each other.
+  Array parameters are assumed not to alias each other.  A loop that (a) refuses on an array
+  is asked again of isl (:mod:`polyhedral`), which can prove disjoint accesses exactly.
 * :meth:`Dependence.reduction` -- is a loop a sum reduction ``acc += expr`` into one scalar
   or one array element whose subscripts do not change in the loop?
 * :meth:`Dependence.interchange` -- may a perfect 2-deep nest ``for i: for j:`` be swapped
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cudaperf_cli.core import normalize_ctype
+from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.ir import (
     MATH_FUNCS,
     Affine,
@@ -361,6 +363,9 @@ class Dependence:
             ndim = len(accs[0].index.subs)
             if any(self._dim_ok(relevant, d, var, variant)
                    or self._rows_ok(relevant, d, var, variant, ranges) for d in range(ndim)):
+                continue
+            # what the form test cannot see (a triangle's row and column, ...) isl can prove
+            if not extra_loops and polyhedral.independent(loop, arr) is True:
                 continue
             reasons.append(pre + self._explain(relevant, var, variant))
         return reasons

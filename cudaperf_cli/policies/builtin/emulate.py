@@ -78,6 +78,9 @@ template <class T> static T __shfl_down_sync(unsigned int, T v, int off)
     cp_emu_w->bar->arrive_and_wait();
     return r;
 }
+// Rounded products that nvcc never contracts (the host compiler emits no FMA without -march).
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
 template <class T> static T atomicAdd(T *p, T v)
 {
     std::lock_guard<std::mutex> g(cp_emu_mtx);

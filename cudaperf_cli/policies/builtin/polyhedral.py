@@ -1,0 +1,161 @@
+"""Exact independence of a loop's iterations on one array, by isl (islpy).
+
+The hand-written tests of :mod:`dependence` accept a loop when every access to a written
+array has the loop index alone in one dimension (``A[i][*]``).  Loops whose iterations touch
+disjoint elements in other ways are refused by them: correlation's
+``for (i ...) for (j = i + 1 ...) { corr[i][j] = ...; corr[j][i] = corr[i][j]; }`` writes
+row ``i`` and column ``i``, and no other iteration of ``i`` touches either part of the
+triangle.  :func:`independent` asks isl (the integer set library; Verdoolaege, "isl: An
+Integer Set Library for the Polyhedral Model", ICMS 2010) whether two different iterations
+``v != v'`` of the loop can reach the same element of the array with at least one of the two
+accesses a write: the set of such pairs is built from the loop bounds and the subscripts and
+tested for emptiness.
+
+Every approximation widens the set, so an empty set is a proof:
+
+* conditions (``if``) are ignored: every access is assumed to run;
+* a loop bound that is not affine, or that reads a scalar the loop body writes, is left out
+  (the index is then unbounded on that side); steps are ignored;
+* symbols that the loop does not change (sizes, enclosing indices) are parameters, free;
+  a product of such symbols (``n*m``) is a parameter of its own.
+
+A subscript that is not affine in the enclosing indices (``A[i*m + j]`` with ``i`` one of
+them, ``A[idx[i]]``, a scalar written inside the loop) cannot be encoded: the answer is then
+None (unknown), and the caller keeps its own verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from cudaperf_cli.policies.builtin.ir import (
+    Affine,
+    Assign,
+    For,
+    If,
+    Index,
+    Stmt,
+    affine,
+    iter_expr,
+    own_exprs,
+    scalars_written,
+)
+
+
+def available() -> bool:
+    """Whether islpy can be imported."""
+    try:
+        import islpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _accesses_with_loops(stmts: Sequence[Stmt], chain: tuple[For, ...]
+                         ) -> Iterator[tuple[Index, bool, tuple[For, ...]]]:
+    """(access, is_write, enclosing loops inside the tested loop) for every array access."""
+    for s in stmts:
+        target = s.target if isinstance(s, Assign) else None
+        for e in own_exprs(s):
+            for x in iter_expr(e):
+                if isinstance(x, Index):
+                    yield x, x is target and not isinstance(s, For), chain
+        if isinstance(s, If):
+            yield from _accesses_with_loops(s.then, chain)
+            yield from _accesses_with_loops(s.orelse, chain)
+        elif isinstance(s, For):
+            yield from _accesses_with_loops(s.body, chain + (s,))
+
+
+class _Unencodable(Exception):
+    pass
+
+
+class _Side:
+    """One of the two iterations: isl names ``<p><k>`` for the loops of an access's chain."""
+
+    def __init__(self, prefix: str, chain: tuple[For, ...], variant: set[str], params: dict[str, str]):
+        self.chain, self.variant, self.params = chain, variant, params
+        self.names = [f"{prefix}{k}" for k in range(len(chain))]
+
+    def term(self, sym: str, upto: int) -> str:
+        """isl text of a symbol seen from inside the first ``upto`` loops of the chain."""
+        factors = sym.split("*")
+        for k in range(upto - 1, -1, -1):
+            if self.chain[k].var == sym:
+                return self.names[k]
+        if any(f == L.var for f in factors for L in self.chain[:upto]) or set(factors) & self.variant:
+            raise _Unencodable(sym)
+        return self.params.setdefault(sym, "p_" + sym.replace("*", "_"))
+
+    def affine_text(self, f: Affine, upto: int) -> str:
+        parts = [str(f.const)]
+        for sym, c in f.coeffs:
+            parts.append(f"{c} * {self.term(sym, upto)}")
+        return " + ".join(parts)
+
+    def domain(self) -> list[str]:
+        """Constraints of the chain's loop ranges (bounds that cannot be encoded left out)."""
+        out = []
+        for k, L in enumerate(self.chain):
+            r = L.range_affine() if L.canonical and L.var not in scalars_written(L.body) else None
+            if r is None:
+                continue
+            try:
+                lo, hi = (self.affine_text(x, k) for x in r)
+            except _Unencodable:
+                continue
+            out.append(f"{lo} <= {self.names[k]} <= {hi}")
+        return out
+
+
+def independent(loop: For, array: str) -> bool | None:
+    """Whether isl proves that no two different iterations of ``loop`` touch one element of
+    ``array`` with one of them writing it (True), finds that they may (False), or the
+    accesses cannot be encoded or islpy is missing (None).
+
+    ``loop`` must be canonical with an index; its body is read, not changed.
+    """
+    if not loop.canonical or not loop.var:
+        return None
+    try:
+        import islpy as isl
+    except ImportError:
+        return None
+    # scalars the body writes (inner loop indices included): an access that reads one outside
+    # the loop that assigns it as its index cannot be encoded
+    variant = scalars_written(loop.body)
+    accs = [(x, w, (loop,) + ch) for x, w, ch in _accesses_with_loops(loop.body, ())
+            if x.array == array]
+    writes = [a for a in accs if a[1]]
+    if not writes:
+        return True
+    for wx, _, wch in writes:
+        for ax, _, ach in accs:
+            if len(wx.subs) != len(ax.subs):
+                return None
+            params: dict[str, str] = {}
+            try:
+                s1 = _Side("x", wch, variant, params)
+                s2 = _Side("y", ach, variant, params)
+                eqs = []
+                for d in range(len(wx.subs)):
+                    f1, f2 = affine(wx.subs[d]), affine(ax.subs[d])
+                    if f1 is None or f2 is None:
+                        return None
+                    eqs.append(f"{s1.affine_text(f1, len(wch))} = {s2.affine_text(f2, len(ach))}")
+                cons = [f"({s1.names[0]} < {s2.names[0]} or {s1.names[0]} > {s2.names[0]})",
+                        *s1.domain(), *s2.domain(), *eqs]
+            except _Unencodable:
+                return None
+            text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
+                    f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
+            try:
+                if not isl.Map(text).is_empty():
+                    return False
+            except isl.Error:
+                return None
+    return True
+
+
+__all__ = ["available", "independent"]
