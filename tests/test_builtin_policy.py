@@ -650,11 +650,16 @@ def descriptions(p: CProblem) -> list[str]:
 
 def test_matmul_plan():
     plan = POLICY.plan(MATMUL)
-    assert [m.kind for m in plan[:3]] == ["grid2d", "block_per_row", "grid1d"]
-    assert plan[0].describe() == "grid2d i->y j->x block 32x8; k sequential"
-    # block-shape variants come after every default-shape mapping
-    assert [m.block for m in plan[3:6]] == [(32, 4), (16, 16), (64, 4)]
-    assert descriptions(MATMUL)[6:] == [
+    # the register-tiled product first (tiling.py), then one output per thread
+    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 4x4; k sequential"
+    assert [m.kind for m in plan[1:4]] == ["grid2d", "block_per_row", "grid1d"]
+    assert plan[1].describe() == "grid2d i->y j->x block 32x8; k sequential"
+    # the other tile shapes lead the variants, then the block shapes
+    assert descriptions(MATMUL)[4:6] == ["grid2d i->y j->x block 32x8 tile 4x4; k sequential",
+                                         "grid2d i->y j->x block 16x16 tile 2x2; k sequential"]
+    assert [m.block for m in plan[6:9]] == [(32, 4), (16, 16), (64, 4)]
+    assert not any(m.nests[0].tile for m in plan[6:])
+    assert descriptions(MATMUL)[9:] == [
         "block_per_row i->block j->thread block 256; k sequential",
         "grid1d i->x block 128; j, k sequential",
         "grid1d i->x block 512; j, k sequential",
@@ -1012,12 +1017,12 @@ def test_matmul_golden_kernel():
     }
     """
     golden = textwrap.dedent(test_matmul_golden_kernel.__doc__.split("Golden:\n", 1)[1]).strip()
-    src = POLICY.propose(MATMUL, 0).source
+    src = POLICY.propose(MATMUL, 1).source  # turn 0 is the register-tiled kernel
     assert kernel_text(src, "gemm_k0_grid2d").strip() == golden
 
 
 def test_header_comment_and_wrapper():
-    src = POLICY.propose(MATMUL, 0).source
+    src = POLICY.propose(MATMUL, 1).source
     head = src[: src.index("*/")]
     assert "Mapping: grid2d i->y j->x block 32x8; k sequential" in head
     assert "kernel 0 (grid2d): loop i -> y, loop j -> x; block 32x8" in head
@@ -1475,3 +1480,39 @@ def test_source_order_products_are_never_contracted():
     assert " * " not in "".join(ln for ln in body.splitlines()
                                if "[" in ln and "+=" in ln and "size_t" not in ln.split("+=")[1])
     assert "__dmul_rn(" not in POLICY.source(NORMS, plan[0])
+
+
+def test_register_tiled_product_kernel():
+    """The tiled entry: a 4x4 accumulator tile per thread, loaded after PRE and stored
+    before POST, the k loop once per tile (unguarded for a tile inside the space, guarded
+    at the edges), and a grid of ceil(n / (block * tile)) blocks per dimension."""
+    plan = POLICY.plan(MATMUL)
+    src = POLICY.source(MATMUL, plan[0])
+    k = kernel_text(src, "gemm_k0_grid2d")
+    assert "double cp_acc[4][4];" in k
+    assert k.count("for (int k = 0; k < nk; k++)") == 2  # full tiles, edge tiles
+    assert "cp_acc[cp_r][cp_c] += alpha * A[(size_t)i * nk + k] * B[(size_t)k * nj + j];" in k
+    assert k.index("*= beta;") < k.index("cp_acc[cp_r][cp_c] = C[") < k.index("for (int k")
+    assert k.rindex("C[(size_t)i * nj + j] = cp_acc[cp_r][cp_c];") > k.rindex("for (int k")
+    assert "if (cp_by + cp_tile_y <= cp_trip_y && cp_bx + cp_tile_x <= cp_trip_x)" in k
+    assert "cp_blocks(cp_trip_x, 64, " in src and "cp_blocks(cp_trip_y, 64, " in src
+    assert "register tile 4x4" in src[: src.index("*/")]
+
+
+@pytest.mark.parametrize("body", [
+    # the k loop's bound depends on the output row: threads of a tile would disagree
+    "for (int i = 0; i < ni; i++) for (int j = 0; j < nj; j++) "
+    "for (int k = 0; k < i; k++) C[i][j] += A[i][k] * B[k][j];",
+    # the update reads the array it accumulates into
+    "for (int i = 0; i < ni; i++) for (int j = 0; j < nj; j++) "
+    "for (int k = 0; k < nk; k++) C[i][j] += C[i][j] * A[i][k];",
+    # two statements in the k loop
+    "for (int i = 0; i < ni; i++) for (int j = 0; j < nj; j++) "
+    "for (int k = 0; k < nk; k++) { C[i][j] += A[i][k] * B[k][j]; C[i][j] *= 0.5; }",
+])
+def test_no_register_tile_outside_the_product_shape(body):
+    p = problem("g", MATMUL.params, f"""
+        void g(int ni, int nj, int nk, double alpha, double beta,
+               double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
+        {{ {body} }}""", MATMUL.sizes)
+    assert not any(n.tile for m in POLICY.plan(p) for n in m.nests)

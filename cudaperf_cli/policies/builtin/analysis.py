@@ -56,6 +56,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
+from cudaperf_cli.policies.builtin.tiling import tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 
 # ---------------------------------------------------------------------------------------
@@ -78,6 +79,8 @@ class Site:
         dev_reads: scalars read by the kernel that live in ``__device__`` variables.
         red_var: the ``__device__`` scratch of a reduction site (``cp_red0``).
         transforms: the rewrites of the root's body (``transform.perfect_nest``), in words.
+        tileable: its grid2d option has the product shape that ``tiling.tile_parts``
+            register-tiles.
     """
 
     id: int
@@ -90,6 +93,7 @@ class Site:
     dev_reads: set[str] = field(default_factory=set)
     red_var: str = ""
     transforms: tuple[str, ...] = ()
+    tileable: bool = False
 
 
 @dataclass(eq=False)
@@ -476,6 +480,7 @@ class _Scheduler:
                 seq = tuple(s.var or "?" for s in _loops_below(Q))
                 opts["grid2d"] = NestMapping(site.id, "grid2d", BLOCKS["grid2d"][0],
                                              ((y, "y"), (x, "x")), seq, hl, site.interchanged)
+                site.tileable = tile_parts(P, Q) is not None
         if len(top_loops) == 1 and not any(has_loop([s]) for s in others) and not p_continue:
             Q = top_loops[0]
             q = Q.var or "?"

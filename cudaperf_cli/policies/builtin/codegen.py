@@ -62,6 +62,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
+from cudaperf_cli.policies.builtin.tiling import tile_parts
 
 IND = "    "
 _MAX_GRID_X = 1048576  # grid-stride loops cover the rest
@@ -531,6 +532,13 @@ class _Gen:
             lines.append(f" *   loop {v} (line {loops.get(v, '?')}) -> {role_text[r]}")
         if nm.sequential:
             lines.append(f" *   sequential in each thread: loop {', loop '.join(nm.sequential)}")
+        if nm.tile:
+            ty, tx = nm.tile
+            lines.append(f" *   register tile {ty}x{tx}: each thread computes the outputs at rows "
+                         f"threadIdx.y + r * blockDim.y (r < {ty})")
+            lines.append(f" *   and columns threadIdx.x + c * blockDim.x (c < {tx}) of the "
+                         "block's tile; the k loop's update")
+            lines.append(" *   accumulates in registers, in the order of k (tiling.py)")
         if site.interchanged:
             o, i = site.interchanged
             lines.append(
@@ -578,6 +586,8 @@ class _Gen:
         roles = dict(nm.roles)
         X = Q if roles[Q.var] == "x" else P_loop
         Y = P_loop if X is Q else Q
+        if nm.tile:
+            return self.body_grid2d_tiled(P_loop, Q, X, Y, nm)
         dp = self.dp()
         w = StmtWriter(dp)
         P = self.P
@@ -596,6 +606,81 @@ class _Gen:
         ]
         out += self.private_decls(Q.body, {P_loop.var or "", Q.var or ""}, i3)
         out += w.stmts(Q.body, i3)
+        out += [i2 + "}", IND + "}"]
+        return out
+
+    def body_grid2d_tiled(self, P_loop: For, Q: For, X: For, Y: For, nm: NestMapping) -> list[str]:
+        """A TY x TX register tile of outputs per thread (``tiling.py``): rows ``threadIdx.y +
+        r * blockDim.y``, columns ``threadIdx.x + c * blockDim.x`` of the block's tile; the
+        k loop runs once for the whole tile, unguarded when the tile lies inside the
+        iteration space."""
+        parts = tile_parts(P_loop, Q)
+        assert parts is not None, "a tiled grid2d site without the product shape"
+        TY, TX = nm.tile
+        dp = self.dp()
+        w = StmtWriter(dp)
+        P = self.P
+        i2, i3, i4 = IND * 2, IND * 3, IND * 4
+        upd = parts.update
+        K = parts.loop
+        T = self.fn.arrays[upd.target.array].ctype  # type: ignore[union-attr]
+        acc = f"{P}acc[{P}r][{P}c]"
+
+        def each(ind: str, guard: bool, inner: list[str]) -> list[str]:
+            """``inner`` for every output (r, c) of the tile, with i and j declared."""
+            lines = [f"{ind}#pragma unroll",
+                     f"{ind}for (int {P}r = 0; {P}r < {TY}; {P}r++) {{",
+                     f"{ind}{IND}#pragma unroll",
+                     f"{ind}{IND}for (int {P}c = 0; {P}c < {TX}; {P}c++) {{",
+                     f"{ind}{IND * 2}const long long {P}ty = {P}by + threadIdx.y + (long long){P}r * blockDim.y;",
+                     f"{ind}{IND * 2}const long long {P}tx = {P}bx + threadIdx.x + (long long){P}c * blockDim.x;"]
+            body_ind = ind + IND * 2
+            if guard:
+                lines.append(f"{body_ind}if ({P}ty < {P}trip_y && {P}tx < {P}trip_x) {{")
+                body_ind += IND
+            lines += [body_ind + self.var_decl(Y, f"{P}ty", dp),
+                      body_ind + self.var_decl(X, f"{P}tx", dp)]
+            lines += [body_ind + ln for ln in inner]
+            if guard:
+                lines.append(f"{ind}{IND * 2}}}")
+            lines += [f"{ind}{IND}}}", f"{ind}}}"]
+            return lines
+
+        target = dp.expr(upd.target)
+        k_init = w.header_part(K.init)
+        k_cond = dp.expr(K.cond) if K.cond is not None else ""
+        k_upd = w.assign(K.update) if K.update is not None else ""
+        update_line = [f"{acc} {upd.op} {dp.expr(upd.value)};"]  # type: ignore[arg-type]
+
+        def k_loop(ind: str, guard: bool) -> list[str]:
+            return ([f"{ind}for ({k_init}; {k_cond}; {k_upd}) {{"]
+                    + each(ind + IND, guard, update_line) + [f"{ind}}}"])
+
+        out = [
+            f"{IND}const long long {P}trip_y = {self.trip(Y, dp)};  /* loop {Y.var} */",
+            f"{IND}const long long {P}trip_x = {self.trip(X, dp)};  /* loop {X.var} */",
+            f"{IND}const long long {P}tile_y = (long long)blockDim.y * {TY};",
+            f"{IND}const long long {P}tile_x = (long long)blockDim.x * {TX};",
+            (f"{IND}for (long long {P}by = (long long)blockIdx.y * {P}tile_y; {P}by < {P}trip_y; "
+             f"{P}by += (long long)gridDim.y * {P}tile_y) {{"),
+            (f"{i2}for (long long {P}bx = (long long)blockIdx.x * {P}tile_x; {P}bx < {P}trip_x; "
+             f"{P}bx += (long long)gridDim.x * {P}tile_x) {{"),
+            f"{i3}{T} {P}acc[{TY}][{TX}];",
+        ]
+        out += self.private_decls(Q.body, {P_loop.var or "", Q.var or ""}, i3)
+        pre = []
+        for s in parts.pre:
+            pre += w.stmt(s, "")
+        out += each(i3, True, pre + [f"{acc} = {target};"])
+        out += [f"{i3}if ({P}by + {P}tile_y <= {P}trip_y && {P}bx + {P}tile_x <= {P}trip_x) {{"]
+        out += k_loop(i4, False)
+        out += [f"{i3}}} else {{"]
+        out += k_loop(i4, True)
+        out += [f"{i3}}}"]
+        post = []
+        for s in parts.post:
+            post += w.stmt(s, "")
+        out += each(i3, True, [f"{target} = {acc};"] + post)
         out += [i2 + "}", IND + "}"]
         return out
 
@@ -777,13 +862,14 @@ class _Gen:
             X = Q if roles[Q.var] == "x" else root
             Y = root if X is Q else Q
             bx, by = nm.block
+            ty, tx = nm.tile or (1, 1)
             out += [
                 f"{i2}const long long {P}trip_y = {self.trip(Y, hp)};  /* loop {Y.var} */",
                 f"{i2}const long long {P}trip_x = {self.trip(X, hp)};  /* loop {X.var} */",
                 f"{i2}if ({P}trip_x > 0 && {P}trip_y > 0) {{",
                 f"{i2}{IND}const dim3 {P}block({bx}, {by});",
-                (f"{i2}{IND}const dim3 {P}grid({P}blocks({P}trip_x, {bx}, {_MAX_GRID_X}), "
-                 f"{P}blocks({P}trip_y, {by}, {_MAX_GRID_Y}));"),
+                (f"{i2}{IND}const dim3 {P}grid({P}blocks({P}trip_x, {bx * tx}, {_MAX_GRID_X}), "
+                 f"{P}blocks({P}trip_y, {by * ty}, {_MAX_GRID_Y}));"),
                 f"{i2}{IND}{name}<<<{P}grid, {P}block>>>({call_args});",
                 f"{i2}{IND}{MAC}CHECK_LAUNCH();",
                 f"{i2}}}",
@@ -895,6 +981,8 @@ class _Gen:
             site = an.sites[nm.site]
             roles = ", ".join(f"loop {v} -> {r}" for v, r in nm.roles)
             text = f" *   kernel {nm.site} ({nm.kind}): {roles}; block {block_text(nm.block)}"
+            if nm.tile:
+                text += f"; register tile {block_text(nm.tile)} (outputs per thread, y x)"
             lines.append(text)
             seq = f"sequential in each thread: loop {', loop '.join(nm.sequential)}" if nm.sequential else "nothing sequential in a thread"
             lines.append(f" *     {seq}")

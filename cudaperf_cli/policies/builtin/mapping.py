@@ -41,6 +41,8 @@ class NestMapping:
         accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None.
         transforms: rewrites of the nest before mapping (``k, j interchanged``,
             ``2 j loops fused``: ``transform.py``).
+        tile: grid2d only: outputs per thread along y and x (``(4, 4)``: a register tile,
+            ``tiling.py``), or ``()`` for one output per thread.
     """
 
     site: int
@@ -52,6 +54,7 @@ class NestMapping:
     interchanged: tuple[str, str] | None = None
     accumulator: str | None = None
     transforms: tuple[str, ...] = ()
+    tile: tuple[int, ...] = ()
 
     def with_block(self, block: tuple[int, ...]) -> NestMapping:
         """The same mapping with another block shape."""
@@ -61,6 +64,8 @@ class NestMapping:
         """One line, e.g. ``grid2d i->y j->x block 32x8; k sequential``."""
         roles = " ".join(f"{v}->{r}" for v, r in self.roles)
         text = f"{self.kind} {roles} block {block_text(self.block)}"
+        if self.tile:
+            text += f" tile {block_text(self.tile)}"
         if self.kind == "warp_reduce":
             text += f" (shuffle sum into {self.accumulator})"
         elif self.kind == "grid_reduce":
@@ -85,6 +90,7 @@ class NestMapping:
             "interchanged": list(self.interchanged) if self.interchanged else None,
             "accumulator": self.accumulator,
             "transforms": list(self.transforms),
+            "tile": list(self.tile),
         }
 
 

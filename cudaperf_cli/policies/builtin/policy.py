@@ -21,6 +21,7 @@ from cudaperf_cli.policies.builtin.mapping import (
     Mapping,
     NestMapping,
 )
+from cudaperf_cli.policies.builtin.tiling import TILES
 
 
 def _serial_text(g: Serial) -> str:
@@ -75,6 +76,17 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
         for b in BLOCKS[m.kind][1:]:
             nests = [n.with_block(b) if n.kind == m.kind else n for n in m.nests]
             variants.append(make(m.kind, b, nests))
+    # register-tiled products (tiling.py): the first tile shape leads the plan, the others
+    # lead the variants
+    base = next((m for m in defaults if any(n.kind == "grid2d" and sites[n.site].tileable
+                                            for n in m.nests)), None)
+    if base is not None:
+        tiled = [make("grid2d", block, [replace(n, block=block, tile=tile)
+                                        if n.kind == "grid2d" and sites[n.site].tileable else n
+                                        for n in base.nests])
+                 for block, tile in TILES]
+        defaults = tiled[:1] + defaults
+        variants = tiled[1:] + variants
     return defaults, variants
 
 
