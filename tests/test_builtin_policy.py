@@ -726,12 +726,54 @@ def test_sum_reduction_into_annotated_pointer():
     assert "cp_part += (double)x[i] * x[i];" in src
 
 
-def test_triangular_nest_uses_block_per_row():
+def test_triangular_nest_maps_its_bounding_box():
+    """j <= i: grid2d covers the box of the triangle (j's least and greatest values over
+    i's range, computed from i's first and last values) and each thread skips an element
+    outside it; the register-tiled form runs a tile's k loop unguarded when its corners lie
+    in the triangle.  block_per_row (each block walks its row's own range) stays in the plan."""
     plan = POLICY.plan(TRIANGULAR)
-    assert plan[0].describe() == "block_per_row i->block j->thread block 128; k sequential"
-    assert [m.kind for m in plan] == ["block_per_row", "grid1d", "block_per_row", "grid1d", "grid1d"]
-    src = POLICY.propose(TRIANGULAR, 0).source
+    assert [m.describe() for m in plan[:4]] == [
+        "grid2d i->y j->x block 16x16 tile 4x4; k sequential",
+        "grid2d i->y j->x block 32x8; k sequential",
+        "block_per_row i->block j->thread block 128; k sequential",
+        "grid1d i->x block 256; j, k sequential",
+    ]
+    k = kernel_text(POLICY.propose(TRIANGULAR, 1).source, "syrk_lower_k0_grid2d")
+    assert "const long long cp_trip_x = cp_q_hi - cp_q_lo + 1;  /* loop j */" in k
+    assert "const int j = (int)(cp_q_lo + cp_tx);" in k
+    assert "if (!(j >= (0) && j <= (i))) continue;  /* outside the triangle */" in k
+    tiled = kernel_text(POLICY.propose(TRIANGULAR, 0).source, "syrk_lower_k0_grid2d")
+    assert "auto cp_in = [&](long long cp_ty, long long cp_tx) -> bool {" in tiled
+    assert tiled.count("&& cp_in(") == 4 + 3  # four corners; PRE, k loop and POST guarded
+    src = POLICY.propose(TRIANGULAR, 2).source
     assert "for (int j = (int)threadIdx.x; j <= i; j += (int)blockDim.x) {" in src
+
+
+def test_triangle_that_starts_past_the_diagonal():
+    """j from i + 1 (correlation's shape): the box starts at j = first + 1; a bound on an
+    unsigned size keeps the rectangle-only mapping (the box is computed in long long)."""
+    p = problem("upper", [size("n"), arr("C", ("n", "n")), arr("A", ("n", "n"), const=True)],
+                """
+                void upper(int n, double C[n][n], const double A[n][n])
+                {
+                    for (int i = 0; i < n; i++)
+                        for (int j = i + 1; j < n; j++)
+                            C[i][j] = A[i][j] + A[j][i];
+                }
+                """, {"n": 19})
+    k = kernel_text(POLICY.propose(p, 0).source, "upper_k0_grid2d")
+    assert "(long long)(cp_p_first + 1) < (long long)(cp_p_last + 1)" in k
+    assert "if (!(j >= (i + 1) && j < (n))) continue;" in k
+    u = problem("upper_u", [size("n", "unsigned"), arr("C", ("n", "n"))],
+                """
+                void upper_u(unsigned n, double C[n][n])
+                {
+                    for (int i = 0; i < n; i++)
+                        for (int j = i + 1; j < n; j++)
+                            C[i][j] = 1.0;
+                }
+                """, {"n": 19})
+    assert not any(n.kind == "grid2d" for m in POLICY.plan(u) for n in m.nests)
 
 
 def test_elementwise_map():
@@ -759,7 +801,8 @@ def test_lu_k_loop_on_host_and_pivot_row_read_is_not_a_dependence():
 def test_cholesky_mixes_one_thread_kernel_and_parallel_kernels():
     plan = POLICY.plan(CHOLESKY)
     assert plan[0].host_loops == ("k",)
-    assert [n.kind for n in plan[0].nests] == ["grid1d", "block_per_row"]
+    # the trailing update's triangle (k < j <= i) maps as grid2d over its bounding box
+    assert [n.kind for n in plan[0].nests] == ["grid1d", "grid2d"]
     assert plan[0].serial == ("A[k][k] = sqrt(A[k][k])",)
 
 
@@ -1062,7 +1105,7 @@ def test_k_outside_j_is_interchanged_and_fused_into_a_2d_nest():
     assert POLICY.plan(MATMUL_KJ)[0].to_json()["nests"][0]["transforms"] == [
         "k, j interchanged", "2 j loops fused"]
     tri = descriptions(TRIANGULAR_KJ)
-    assert tri[0] == ("block_per_row i->block j->thread block 128 (k, j interchanged, "
+    assert tri[0] == ("grid2d i->y j->x block 16x16 tile 4x4 (k, j interchanged, "
                       "2 j loops fused); k sequential")
 
 

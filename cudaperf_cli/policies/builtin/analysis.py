@@ -253,6 +253,10 @@ def _choose_prefix(fn: Function) -> str:
 #: Accumulator types whose sums change with the order of the additions.
 FLOAT_TYPES = ("float", "double", "long double")
 
+#: Integer types a triangular grid2d's bounds may use (their arithmetic is done in long long).
+_SIGNED = ("int", "short", "long", "long int", "long long", "long long int", "signed char",
+           "short int")
+
 
 class _Scheduler:
     def __init__(self, problem: CProblem, fn: Function, source_order: bool = False):
@@ -289,6 +293,32 @@ class _Scheduler:
 
     def bounds_host_ok(self, loop: For, st: _State) -> bool:
         return loop.canonical and self.expr_host_ok(loop.first, st) and self.expr_host_ok(loop.bound, st)
+
+    def triangular_ok(self, P: For, Q: For, st: _State) -> bool:
+        """``Q``'s bounds are linear in ``P``'s index (``for (j = 0; j <= i; j++)``), both
+        loops count up by one, and every other name of the bounds (signed integers only)
+        is known on the host: grid2d then covers the bounding box of the triangle, which
+        the host computes from ``P``'s first and last values (a linear bound is extreme at
+        an end), and each thread checks its element against ``Q``'s bounds."""
+        if not (P.canonical and Q.canonical and P.var and P.step == 1 and Q.step == 1
+                and Q.cmp in ("<", "<=") and self.bounds_host_ok(P, st)):
+            return False
+        def ctype(loop: For) -> str:
+            return normalize_ctype(loop.ctype or self.fn.ctype_of(loop.var or "") or "")
+
+        if ctype(P) not in _SIGNED or ctype(Q) not in _SIGNED:
+            return False
+        for e in (Q.first, Q.bound):
+            f = affine(e) if e is not None else None
+            if f is None or not f.is_linear():
+                return False
+            if any(isinstance(x, (Index, Call)) for x in iter_expr(e)):  # type: ignore[arg-type]
+                return False
+            for name in names_in(e) - {P.var}:
+                t = normalize_ctype(self.fn.ctype_of(name) or "")
+                if t not in _SIGNED or name not in self.scalars or name in st.device:
+                    return False
+        return True
 
     def reassociates(self, red: Reduction) -> bool:
         """A parallel sum of ``red`` would change its floating-point result's rounding and
@@ -474,7 +504,8 @@ class _Scheduler:
             Q = body[0]
             q = Q.var or "?"
             vq = self.dep.parallel(Q)
-            if (vq.parallel and p not in Q.header_names() and self.bounds_host_ok(Q, st)
+            rect = p not in Q.header_names() and self.bounds_host_ok(Q, st)
+            if (vq.parallel and (rect or self.triangular_ok(P, Q, st))
                     and not (Q.header_names() & scalars_written(body))):
                 x, y = (q, p) if self._x_score(Q, p, q) >= 0 else (p, q)
                 seq = tuple(s.var or "?" for s in _loops_below(Q))

@@ -444,6 +444,45 @@ class _Gen:
             val = f"{conv} - {t}"
         return f"const {T} {var} = ({T})({val});" if " " in val else f"const {T} {var} = ({T}){val};"
 
+    def tri_span(self, P_loop: For, Q: For, printer: DevicePrinter) -> tuple[list[str], str] | None:
+        """A triangular grid2d (``Q``'s bounds linear in ``P_loop``'s index; see
+        ``analysis.triangular_ok``): statements that compute ``cp_q_lo``, the least value of
+        ``Q``'s index over ``P_loop``'s range, and ``cp_q_hi``, the greatest (a linear bound
+        is extreme at the first or the last value of ``P_loop``'s index), and the trip text
+        of that span; None for a rectangular nest."""
+        if P_loop.var not in Q.header_names():
+            return None
+        P = self.P
+        T = P_loop.ctype or self.ctype(P_loop.var or "")
+        assert P_loop.first is not None and Q.first is not None and Q.bound is not None
+        first = self.first_as_index(P_loop, printer, T) or printer.expr(P_loop.first)
+        pf, pl = f"{P}p_first", f"{P}p_last"
+
+        def at(e: Expr, value: str) -> str:
+            q = DevicePrinter(self.an, {**printer.rename, P_loop.var or "": value})
+            return f"(long long)({q.expr(e)})"
+
+        less = " - 1" if Q.cmp == "<" else ""
+        f1, f2 = at(Q.first, pf), at(Q.first, pl)
+        l1, l2 = at(Q.bound, pf) + less, at(Q.bound, pl) + less
+        return [
+            f"const long long {pf} = (long long)({first});  /* loop {P_loop.var}: first value */",
+            f"const long long {pl} = {pf} + ({self.trip(P_loop, printer)}) - 1;",
+            f"const long long {P}q_lo = {f1} < {f2} ? {f1} : {f2};  /* loop {Q.var}: least */",
+            f"const long long {P}q_hi = {l1} > {l2} ? {l1} : {l2};  /* loop {Q.var}: greatest */",
+        ], f"{P}q_hi - {P}q_lo + 1"
+
+    def tri_decl(self, Q: For, t: str) -> str:
+        """``const int j = (int)(cp_q_lo + t);``: ``Q``'s index over the bounding span."""
+        T = Q.ctype or self.ctype(Q.var or "")
+        return f"const {T} {Q.var} = ({T})({self.P}q_lo + {t});"
+
+    def tri_in(self, Q: For, printer: DevicePrinter) -> str:
+        """C condition: ``Q``'s index lies in its own range (both indices declared)."""
+        assert Q.first is not None and Q.bound is not None
+        return (f"{Q.var} >= ({printer.expr(Q.first)}) && "
+                f"{Q.var} {Q.cmp} ({printer.expr(Q.bound)})")
+
     def offset_header(self, loop: For, printer: Printer, offset: str, stride: str) -> tuple[str, str, str]:
         """(init, cond, update) of ``loop`` started at ``first +/- offset`` with ``stride``."""
         var = loop.var or "?"
@@ -592,18 +631,29 @@ class _Gen:
         w = StmtWriter(dp)
         P = self.P
         i2, i3 = IND * 2, IND * 3
-        out = [
-            f"{IND}const long long {P}trip_y = {self.trip(Y, dp)};  /* loop {Y.var} */",
-            f"{IND}const long long {P}trip_x = {self.trip(X, dp)};  /* loop {X.var} */",
+        span = self.tri_span(P_loop, Q, dp)
+
+        def trip(L: For) -> str:
+            return span[1] if span and L is Q else self.trip(L, dp)
+
+        def decl(L: For, t: str) -> str:
+            return self.tri_decl(Q, t) if span and L is Q else self.var_decl(L, t, dp)
+
+        out = [IND + ln for ln in (span[0] if span else [])]
+        out += [
+            f"{IND}const long long {P}trip_y = {trip(Y)};  /* loop {Y.var} */",
+            f"{IND}const long long {P}trip_x = {trip(X)};  /* loop {X.var} */",
             (f"{IND}for (long long {P}ty = (long long)blockIdx.y * blockDim.y + threadIdx.y; "
              f"{P}ty < {P}trip_y;"),
             f"{IND}     {P}ty += (long long)gridDim.y * blockDim.y) {{",
-            i2 + self.var_decl(Y, f"{P}ty", dp),
+            i2 + decl(Y, f"{P}ty"),
             (f"{i2}for (long long {P}tx = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
              f"{P}tx < {P}trip_x;"),
             f"{i2}     {P}tx += (long long)gridDim.x * blockDim.x) {{",
-            i3 + self.var_decl(X, f"{P}tx", dp),
+            i3 + decl(X, f"{P}tx"),
         ]
+        if span:
+            out.append(f"{i3}if (!({self.tri_in(Q, dp)})) continue;  /* outside the triangle */")
         out += self.private_decls(Q.body, {P_loop.var or "", Q.var or ""}, i3)
         out += w.stmts(Q.body, i3)
         out += [i2 + "}", IND + "}"]
@@ -626,6 +676,15 @@ class _Gen:
         T = self.fn.arrays[upd.target.array].ctype  # type: ignore[union-attr]
         acc = f"{P}acc[{P}r][{P}c]"
 
+        span = self.tri_span(P_loop, Q, dp)
+
+        def trip(L: For) -> str:
+            return span[1] if span and L is Q else self.trip(L, dp)
+
+        def decls(ty: str, tx: str) -> list[str]:
+            return [self.tri_decl(Q, t) if span and L is Q else self.var_decl(L, t, dp)
+                    for L, t in ((Y, ty), (X, tx))]
+
         def each(ind: str, guard: bool, inner: list[str]) -> list[str]:
             """``inner`` for every output (r, c) of the tile, with i and j declared."""
             lines = [f"{ind}#pragma unroll",
@@ -636,10 +695,10 @@ class _Gen:
                      f"{ind}{IND * 2}const long long {P}tx = {P}bx + threadIdx.x + (long long){P}c * blockDim.x;"]
             body_ind = ind + IND * 2
             if guard:
-                lines.append(f"{body_ind}if ({P}ty < {P}trip_y && {P}tx < {P}trip_x) {{")
+                inside = f" && {P}in({P}ty, {P}tx)" if span else ""
+                lines.append(f"{body_ind}if ({P}ty < {P}trip_y && {P}tx < {P}trip_x{inside}) {{")
                 body_ind += IND
-            lines += [body_ind + self.var_decl(Y, f"{P}ty", dp),
-                      body_ind + self.var_decl(X, f"{P}tx", dp)]
+            lines += [body_ind + d for d in decls(f"{P}ty", f"{P}tx")]
             lines += [body_ind + ln for ln in inner]
             if guard:
                 lines.append(f"{ind}{IND * 2}}}")
@@ -656,9 +715,15 @@ class _Gen:
             return ([f"{ind}for ({k_init}; {k_cond}; {k_upd}) {{"]
                     + each(ind + IND, guard, update_line) + [f"{ind}}}"])
 
-        out = [
-            f"{IND}const long long {P}trip_y = {self.trip(Y, dp)};  /* loop {Y.var} */",
-            f"{IND}const long long {P}trip_x = {self.trip(X, dp)};  /* loop {X.var} */",
+        out = [IND + ln for ln in (span[0] if span else [])]
+        if span:  # whether the element (ty, tx) of the bounding box lies in the triangle
+            out += [f"{IND}auto {P}in = [&](long long {P}ty, long long {P}tx) -> bool {{",
+                    *[i2 + d for d in decls(f"{P}ty", f"{P}tx")],
+                    f"{i2}return {self.tri_in(Q, dp)};",
+                    f"{IND}}};"]
+        out += [
+            f"{IND}const long long {P}trip_y = {trip(Y)};  /* loop {Y.var} */",
+            f"{IND}const long long {P}trip_x = {trip(X)};  /* loop {X.var} */",
             f"{IND}const long long {P}tile_y = (long long)blockDim.y * {TY};",
             f"{IND}const long long {P}tile_x = (long long)blockDim.x * {TX};",
             (f"{IND}for (long long {P}by = (long long)blockIdx.y * {P}tile_y; {P}by < {P}trip_y; "
@@ -672,7 +737,11 @@ class _Gen:
         for s in parts.pre:
             pre += w.stmt(s, "")
         out += each(i3, True, pre + [f"{acc} = {target};"])
-        out += [f"{i3}if ({P}by + {P}tile_y <= {P}trip_y && {P}bx + {P}tile_x <= {P}trip_x) {{"]
+        full = f"{P}by + {P}tile_y <= {P}trip_y && {P}bx + {P}tile_x <= {P}trip_x"
+        if span:  # the triangle is convex: a tile whose corners lie in it lies in it
+            ys, xs = (f"{P}by", f"{P}by + {P}tile_y - 1"), (f"{P}bx", f"{P}bx + {P}tile_x - 1")
+            full += "".join(f"\n{i3}    && {P}in({y}, {x})" for y in ys for x in xs)
+        out += [f"{i3}if ({full}) {{"]
         out += k_loop(i4, False)
         out += [f"{i3}}} else {{"]
         out += k_loop(i4, True)
@@ -863,9 +932,16 @@ class _Gen:
             Y = root if X is Q else Q
             bx, by = nm.block
             ty, tx = nm.tile or (1, 1)
+            span = self.tri_span(root, Q, hp)
+            if span:
+                out += [i2 + ln for ln in span[0]]
+
+            def trip(L: For) -> str:
+                return span[1] if span and L is Q else self.trip(L, hp)
+
             out += [
-                f"{i2}const long long {P}trip_y = {self.trip(Y, hp)};  /* loop {Y.var} */",
-                f"{i2}const long long {P}trip_x = {self.trip(X, hp)};  /* loop {X.var} */",
+                f"{i2}const long long {P}trip_y = {trip(Y)};  /* loop {Y.var} */",
+                f"{i2}const long long {P}trip_x = {trip(X)};  /* loop {X.var} */",
                 f"{i2}if ({P}trip_x > 0 && {P}trip_y > 0) {{",
                 f"{i2}{IND}const dim3 {P}block({bx}, {by});",
                 (f"{i2}{IND}const dim3 {P}grid({P}blocks({P}trip_x, {bx * tx}, {_MAX_GRID_X}), "
