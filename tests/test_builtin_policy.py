@@ -650,16 +650,20 @@ def descriptions(p: CProblem) -> list[str]:
 
 def test_matmul_plan():
     plan = POLICY.plan(MATMUL)
-    # the register-tiled product first (tiling.py), then one output per thread
-    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 4x4; k sequential"
+    # the tiled product first (tiling.py: 2x2 outputs per thread, operands staged in shared
+    # memory), then one output per thread
+    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 2x2 smem; k sequential"
     assert [m.kind for m in plan[1:4]] == ["grid2d", "block_per_row", "grid1d"]
     assert plan[1].describe() == "grid2d i->y j->x block 32x8; k sequential"
-    # the other tile shapes lead the variants, then the block shapes
-    assert descriptions(MATMUL)[4:6] == ["grid2d i->y j->x block 32x8 tile 4x4; k sequential",
-                                         "grid2d i->y j->x block 16x16 tile 2x2; k sequential"]
-    assert [m.block for m in plan[6:9]] == [(32, 4), (16, 16), (64, 4)]
-    assert not any(m.nests[0].tile for m in plan[6:])
-    assert descriptions(MATMUL)[9:] == [
+    # the other tiles lead the variants, then the block shapes
+    assert descriptions(MATMUL)[4:8] == [
+        "grid2d i->y j->x block 16x16 tile 4x4 smem; k sequential",
+        "grid2d i->y j->x block 16x16 tile 2x2; k sequential",
+        "grid2d i->y j->x block 16x16 tile 4x4; k sequential",
+        "grid2d i->y j->x block 32x8 tile 4x4; k sequential"]
+    assert [m.block for m in plan[8:11]] == [(32, 4), (16, 16), (64, 4)]
+    assert not any(m.nests[0].tile for m in plan[8:])
+    assert descriptions(MATMUL)[11:] == [
         "block_per_row i->block j->thread block 256; k sequential",
         "grid1d i->x block 128; j, k sequential",
         "grid1d i->x block 512; j, k sequential",
@@ -733,7 +737,7 @@ def test_triangular_nest_maps_its_bounding_box():
     in the triangle.  block_per_row (each block walks its row's own range) stays in the plan."""
     plan = POLICY.plan(TRIANGULAR)
     assert [m.describe() for m in plan[:4]] == [
-        "grid2d i->y j->x block 16x16 tile 4x4; k sequential",
+        "grid2d i->y j->x block 16x16 tile 2x2; k sequential",  # no shared memory: a triangle
         "grid2d i->y j->x block 32x8; k sequential",
         "block_per_row i->block j->thread block 128; k sequential",
         "grid1d i->x block 256; j, k sequential",
@@ -1105,7 +1109,7 @@ def test_k_outside_j_is_interchanged_and_fused_into_a_2d_nest():
     assert POLICY.plan(MATMUL_KJ)[0].to_json()["nests"][0]["transforms"] == [
         "k, j interchanged", "2 j loops fused"]
     tri = descriptions(TRIANGULAR_KJ)
-    assert tri[0] == ("grid2d i->y j->x block 16x16 tile 4x4 (k, j interchanged, "
+    assert tri[0] == ("grid2d i->y j->x block 16x16 tile 2x2 (k, j interchanged, "
                       "2 j loops fused); k sequential")
 
 
@@ -1530,9 +1534,10 @@ def test_register_tiled_product_kernel():
     before POST, the k loop once per tile (unguarded for a tile inside the space, guarded
     at the edges), and a grid of ceil(n / (block * tile)) blocks per dimension."""
     plan = POLICY.plan(MATMUL)
-    src = POLICY.source(MATMUL, plan[0])
+    m = next(m for m in plan if m.describe().startswith("grid2d i->y j->x block 16x16 tile 4x4;"))
+    src = POLICY.source(MATMUL, m)
     k = kernel_text(src, "gemm_k0_grid2d")
-    assert "double cp_acc[4][4];" in k
+    assert "double cp_acc[4][4];" in k and "__shared__" not in k
     assert k.count("for (int k = 0; k < nk; k++)") == 2  # full tiles, edge tiles
     assert "cp_acc[cp_r][cp_c] += alpha * A[(size_t)i * nk + k] * B[(size_t)k * nj + j];" in k
     assert k.index("*= beta;") < k.index("cp_acc[cp_r][cp_c] = C[") < k.index("for (int k")
@@ -1559,3 +1564,21 @@ def test_no_register_tile_outside_the_product_shape(body):
                double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
         {{ {body} }}""", MATMUL.sizes)
     assert not any(n.tile for m in POLICY.plan(p) for n in m.nests)
+
+
+def test_staged_tile_loads_operands_through_shared_memory():
+    """The smem tile: A[i][k] (k and the y index) and B[k][j] (k and the x index) are
+    loaded by the whole block, 16 values of k a step, along k for A (k is its last
+    subscript) and along j for B, between two barriers; the updates read the cells in the
+    order of k.  A triangle gets no staged entry (its box can hold rows no iteration reads)."""
+    plan = POLICY.plan(MATMUL)
+    src = POLICY.source(MATMUL, plan[0])
+    k = kernel_text(src, "gemm_k0_grid2d")
+    assert "__shared__ double cp_sy0[32][17];  /* A[i][k], 16 values of k a step */" in k
+    assert "__shared__ double cp_sx1[16][32];  /* B[k][j], 16 values of k a step */" in k
+    assert "const int cp_a = cp_e / 16, cp_b = cp_e % 16;" in k  # A along k
+    assert "const int cp_a = cp_e % 32, cp_b = cp_e / 32;" in k  # B along j
+    assert ("cp_acc[cp_r][cp_c] += alpha * cp_sy0[threadIdx.y + cp_r * 16][cp_kk] * "
+            "cp_sx1[cp_kk][threadIdx.x + cp_c * 16];") in k
+    assert k.count("__syncthreads();") == 4  # two per k step, full and edge tiles
+    assert not any(n.staged for m in POLICY.plan(TRIANGULAR) for n in m.nests)

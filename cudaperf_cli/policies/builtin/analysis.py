@@ -56,7 +56,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
-from cudaperf_cli.policies.builtin.tiling import tile_parts
+from cudaperf_cli.policies.builtin.tiling import staged_operands, tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 
 # ---------------------------------------------------------------------------------------
@@ -81,6 +81,8 @@ class Site:
         transforms: the rewrites of the root's body (``transform.perfect_nest``), in words.
         tileable: its grid2d option has the product shape that ``tiling.tile_parts``
             register-tiles.
+        stageable: tileable, rectangular, and with operands to stage in shared memory
+            (``tiling.staged_operands``).
     """
 
     id: int
@@ -94,6 +96,7 @@ class Site:
     red_var: str = ""
     transforms: tuple[str, ...] = ()
     tileable: bool = False
+    stageable: bool = False
 
 
 @dataclass(eq=False)
@@ -511,7 +514,10 @@ class _Scheduler:
                 seq = tuple(s.var or "?" for s in _loops_below(Q))
                 opts["grid2d"] = NestMapping(site.id, "grid2d", BLOCKS["grid2d"][0],
                                              ((y, "y"), (x, "x")), seq, hl, site.interchanged)
-                site.tileable = tile_parts(P, Q) is not None
+                parts = tile_parts(P, Q)
+                site.tileable = parts is not None
+                site.stageable = bool(parts is not None and rect
+                                      and staged_operands(parts, y, x))
         if len(top_loops) == 1 and not any(has_loop([s]) for s in others) and not p_continue:
             Q = top_loops[0]
             q = Q.var or "?"

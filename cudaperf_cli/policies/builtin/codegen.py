@@ -16,7 +16,7 @@ accumulator of a reduction is replaced by a per-thread partial sum.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cudaperf_cli.core import ArrayParam, ScalarParam, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
@@ -33,8 +33,6 @@ from cudaperf_cli.policies.builtin.analysis import (
 )
 from cudaperf_cli.policies.builtin.dependence import exposed_reads
 from cudaperf_cli.policies.builtin.ir import (
-    MATH_FUNCS,
-    MATH_RETURNS,
     Assign,
     Binary,
     Call,
@@ -47,6 +45,8 @@ from cudaperf_cli.policies.builtin.ir import (
     If,
     Index,
     Jump,
+    MATH_FUNCS,
+    MATH_RETURNS,
     Name,
     Paren,
     Printer,
@@ -55,6 +55,7 @@ from cudaperf_cli.policies.builtin.ir import (
     Unary,
     accesses,
     arrays_written,
+    c_text,
     declared_in,
     names_in,
     scalars_read,
@@ -62,7 +63,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
-from cudaperf_cli.policies.builtin.tiling import tile_parts
+from cudaperf_cli.policies.builtin.tiling import STAGE_K, TileParts, staged_operands, tile_parts
 
 IND = "    "
 _MAX_GRID_X = 1048576  # grid-stride loops cover the rest
@@ -216,6 +217,18 @@ class DevicePrinter(Printer):
         if isinstance(e, Ternary):
             return self._usual(self.type_of(e.then), self.type_of(e.other))
         return None
+
+
+class _SubstPrinter(DevicePrinter):
+    """A device printer that prints some array accesses (by identity) as other text."""
+
+    def __init__(self, an: Analysis, subst: dict[int, str]):
+        super().__init__(an)
+        self.subst = subst
+
+    def index(self, e: Index) -> str:
+        """The substitute of ``e`` when it has one (a shared-memory cell), else ``e``."""
+        return self.subst.get(id(e)) or super().index(e)
 
 
 class StmtWriter:
@@ -711,11 +724,18 @@ class _Gen:
         k_upd = w.assign(K.update) if K.update is not None else ""
         update_line = [f"{acc} {upd.op} {dp.expr(upd.value)};"]  # type: ignore[arg-type]
 
-        def k_loop(ind: str, guard: bool) -> list[str]:
+        def plain_k_loop(ind: str, guard: bool) -> list[str]:
             return ([f"{ind}for ({k_init}; {k_cond}; {k_upd}) {{"]
                     + each(ind + IND, guard, update_line) + [f"{ind}}}"])
 
-        out = [IND + ln for ln in (span[0] if span else [])]
+        staged = staged_operands(parts, Y.var or "", X.var or "") if nm.staged else []
+        k_loop: Callable[[str, bool], list[str]] = plain_k_loop
+        shared: list[str] = []
+        if staged:
+            k_loop, shared = self.staged_k_loop(parts, staged, nm, X, Y, each, acc)
+
+        out = [IND + ln for ln in shared]
+        out += [IND + ln for ln in (span[0] if span else [])]
         if span:  # whether the element (ty, tx) of the bounding box lies in the triangle
             out += [f"{IND}auto {P}in = [&](long long {P}ty, long long {P}tx) -> bool {{",
                     *[i2 + d for d in decls(f"{P}ty", f"{P}tx")],
@@ -752,6 +772,74 @@ class _Gen:
         out += each(i3, True, [f"{target} = {acc};"] + post)
         out += [i2 + "}", IND + "}"]
         return out
+
+    def staged_k_loop(self, parts: TileParts, staged: list[tuple[Index, str]], nm: NestMapping,
+                      X: For, Y: For, each: Callable[[str, bool, list[str]], list[str]],
+                      acc: str) -> tuple[Callable[[str, bool], list[str]], list[str]]:
+        """The k loop of a tile whose operands go through shared memory (``tiling.py``):
+        STAGE_K values of k at a time, the block loads each staged operand's slice (threads
+        on consecutive addresses: along k when k is in the last subscript, else along the
+        output index), a barrier, the tile's updates from shared memory in the order of k,
+        a barrier.  Returns (the k-loop writer, the ``__shared__`` declarations)."""
+        P, K, BK = self.P, parts.loop, STAGE_K
+        dp = self.dp()
+        TY, TX = nm.tile
+        BX, BY = nm.block
+        NT, BM, BN = BX * BY, BY * TY, BX * TX
+        bufs: dict[str, tuple[str, str, Index]] = {}  # operand text -> (buffer, y/x, access)
+        subst: dict[int, str] = {}
+        for x, side in staged:
+            text = dp.expr(x)
+            if text not in bufs:
+                bufs[text] = (f"{P}s{side}{len(bufs)}", side, x)
+            buf = bufs[text][0]
+            subst[id(x)] = (f"{buf}[threadIdx.y + {P}r * {BY}][{P}kk]" if side == "y"
+                            else f"{buf}[{P}kk][threadIdx.x + {P}c * {BX}]")
+        decls = []
+        for buf, side, x in bufs.values():
+            T = dp.type_of(x) or self.fn.arrays[x.array].ctype
+            dims = f"[{BM}][{BK + 1}]" if side == "y" else f"[{BK}][{BN}]"
+            decls.append(f"__shared__ {T} {buf}{dims};  /* {c_text(x)}, {STAGE_K} values of "
+                         f"{K.var} a step */")
+        sp = _SubstPrinter(self.an, subst)
+        upd = parts.update
+        update_line = [f"{acc} {upd.op} {sp.expr(upd.value)};"]  # type: ignore[arg-type]
+
+        def loads(ind: str) -> list[str]:
+            out = []
+            for buf, side, x in bufs.values():
+                L, rows = (Y, BM) if side == "y" else (X, BN)
+                t_out, trip_out = (f"{P}ty", f"{P}trip_y") if side == "y" else (f"{P}tx", f"{P}trip_x")
+                base = f"{P}by" if side == "y" else f"{P}bx"
+                along_k = K.var in names_in(x.subs[-1])
+                a, b = ((f"{P}e / {BK}", f"{P}e % {BK}") if along_k
+                        else (f"{P}e % {rows}", f"{P}e / {rows}"))
+                cell = f"{buf}[{P}a][{P}b]" if side == "y" else f"{buf}[{P}b][{P}a]"
+                out += [f"{ind}for (int {P}e = threadIdx.y * {BX} + threadIdx.x; {P}e < {rows * BK}; "
+                        f"{P}e += {NT}) {{",
+                        f"{ind}{IND}const int {P}a = {a}, {P}b = {b};  /* output index, k in the step */",
+                        f"{ind}{IND}const long long {t_out} = {base} + {P}a, {P}tk = {P}k0 + {P}b;",
+                        f"{ind}{IND}if ({t_out} < {trip_out} && {P}tk < {P}trip_k) {{",
+                        f"{ind}{IND * 2}" + self.var_decl(L, t_out, dp),
+                        f"{ind}{IND * 2}" + self.var_decl(K, f"{P}tk", dp),
+                        f"{ind}{IND * 2}{cell} = {dp.expr(x)};",
+                        f"{ind}{IND}}}",
+                        f"{ind}}}"]
+            return out
+
+        def k_loop(ind: str, guard: bool) -> list[str]:
+            i2 = ind + IND
+            return ([f"{ind}for (long long {P}k0 = 0; {P}k0 < {P}trip_k; {P}k0 += {BK}) {{"]
+                    + loads(i2)
+                    + [f"{i2}__syncthreads();",
+                       f"{i2}const int {P}kn = (int)({P}trip_k - {P}k0 < {BK} ? {P}trip_k - {P}k0 : {BK});",
+                       f"{i2}for (int {P}kk = 0; {P}kk < {P}kn; {P}kk++) {{",
+                       f"{i2}{IND}" + self.var_decl(K, f"{P}k0 + {P}kk", dp)]
+                    + each(i2 + IND, guard, update_line)
+                    + [f"{i2}}}", f"{i2}__syncthreads();", f"{ind}}}"])
+
+        head = [f"const long long {P}trip_k = {self.trip(K, dp)};  /* loop {K.var} */"]
+        return k_loop, decls + head
 
     def _split_pre(self, pre: Sequence[Stmt], w: StmtWriter, ind: str, leader: str,
                    sync: str) -> tuple[list[str], bool]:

@@ -43,6 +43,7 @@ class NestMapping:
             ``2 j loops fused``: ``transform.py``).
         tile: grid2d only: outputs per thread along y and x (``(4, 4)``: a register tile,
             ``tiling.py``), or ``()`` for one output per thread.
+        staged: a tiled grid2d whose operands go through shared memory (``tiling.py``).
     """
 
     site: int
@@ -55,6 +56,7 @@ class NestMapping:
     accumulator: str | None = None
     transforms: tuple[str, ...] = ()
     tile: tuple[int, ...] = ()
+    staged: bool = False
 
     def with_block(self, block: tuple[int, ...]) -> NestMapping:
         """The same mapping with another block shape."""
@@ -65,7 +67,7 @@ class NestMapping:
         roles = " ".join(f"{v}->{r}" for v, r in self.roles)
         text = f"{self.kind} {roles} block {block_text(self.block)}"
         if self.tile:
-            text += f" tile {block_text(self.tile)}"
+            text += f" tile {block_text(self.tile)}" + (" smem" if self.staged else "")
         if self.kind == "warp_reduce":
             text += f" (shuffle sum into {self.accumulator})"
         elif self.kind == "grid_reduce":
@@ -91,6 +93,7 @@ class NestMapping:
             "accumulator": self.accumulator,
             "transforms": list(self.transforms),
             "tile": list(self.tile),
+            "staged": self.staged,
         }
 
 

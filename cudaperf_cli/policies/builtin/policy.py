@@ -81,10 +81,12 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
     base = next((m for m in defaults if any(n.kind == "grid2d" and sites[n.site].tileable
                                             for n in m.nests)), None)
     if base is not None:
-        tiled = [make("grid2d", block, [replace(n, block=block, tile=tile)
+        tiled = [make("grid2d", block, [replace(n, block=block, tile=tile,
+                                                staged=staged and sites[n.site].stageable)
                                         if n.kind == "grid2d" and sites[n.site].tileable else n
                                         for n in base.nests])
-                 for block, tile in TILES]
+                 for block, tile, staged in TILES]
+        tiled = _dedupe(tiled)
         defaults = tiled[:1] + defaults
         variants = tiled[1:] + variants
     return defaults, variants

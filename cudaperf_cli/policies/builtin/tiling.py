@@ -18,7 +18,11 @@ blockDim.y`` and columns ``threadIdx.x + c * blockDim.x`` of the block's tile::
     for each (r, c): T(i_r, j_c) = acc[r][c]; POST(i_r, j_c)
 
 so one load of ``A[i_r][k]`` serves TX products and one of ``B[k][j_c]`` serves TY
-(the compiler keeps them in registers across the unrolled tile).  Bit-identical: the grid2d
+(the compiler keeps them in registers across the unrolled tile).  In a rectangular nest
+the operands that depend on ``k`` and one output index only (``A[i][k]``, ``B[k][j]``) can
+also be staged in shared memory, STAGE_K values of ``k`` at a time, loaded by the whole
+block with consecutive threads on consecutive addresses (:func:`staged_operands`): the
+same values, so the same results.  Bit-identical: the grid2d
 mapping is legal, so different ``(i, j)`` iterations may interleave; within one, PRE, the
 updates in the order of ``k`` (the same expression, the same accumulation ``acc = acc +
 EXPR`` that ``T[...] += EXPR`` performs) and POST keep their order, and ``T``'s element is
@@ -50,12 +54,20 @@ from cudaperf_cli.policies.builtin.ir import (
     scalars_written,
 )
 
-#: (block, tile) pairs of the tiled grid2d entries (the first is the plan's preferred one).
-TILES: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (
-    ((16, 16), (4, 4)),
-    ((32, 8), (4, 4)),
-    ((16, 16), (2, 2)),
+#: (block, tile, staged) of the tiled grid2d entries, the first the plan's preferred one
+#: (``staged``: operands through shared memory where :func:`staged_operands` finds them;
+#: a nest without them gets the register tile alone).  On the H200 (PolyBench LARGE) the
+#: register-only 2x2 tile was the fastest of 2x2 and 4x4 for gemm, 2mm, 3mm, syrk and syr2k.
+TILES: tuple[tuple[tuple[int, int], tuple[int, int], bool], ...] = (
+    ((16, 16), (2, 2), True),
+    ((16, 16), (4, 4), True),
+    ((16, 16), (2, 2), False),
+    ((16, 16), (4, 4), False),
+    ((32, 8), (4, 4), False),
 )
+
+#: k values staged per shared-memory step.
+STAGE_K = 16
 
 
 @dataclass(frozen=True)
@@ -113,4 +125,24 @@ def tile_parts(outer: For, inner: For) -> TileParts | None:
     return TileParts(pre, K, upd, post)
 
 
-__all__ = ["TILES", "TileParts", "tile_parts"]
+def staged_operands(parts: TileParts, y_var: str, x_var: str) -> list[tuple[Index, str]]:
+    """The reads of the update's EXPR that can be staged in shared memory: ``(access,
+    "y")`` for those whose subscripts use ``k`` and the y index but not the x index,
+    ``(access, "x")`` for the converse; the other reads stay loads from global memory.
+    Empty when ``k`` does not count up by one (the staging steps ``k`` by STAGE_K)."""
+    k = parts.loop.var
+    if parts.loop.step != 1 or parts.update.value is None:
+        return []
+    out = []
+    for x in iter_expr(parts.update.value):
+        if not isinstance(x, Index):
+            continue
+        used = set().union(*(names_in(s) for s in x.subs))
+        if k in used and y_var in used and x_var not in used:
+            out.append((x, "y"))
+        elif k in used and x_var in used and y_var not in used:
+            out.append((x, "x"))
+    return out
+
+
+__all__ = ["STAGE_K", "TILES", "TileParts", "staged_operands", "tile_parts"]
