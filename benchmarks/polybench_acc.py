@@ -3,7 +3,7 @@
     python benchmarks/polybench_acc.py run --acc DIR --polybench DIR -o acc.json
                                            [--dataset LARGE] [--runs 3] [--arch sm_90]
                                            [--jobs 8] [--only NAME ...]
-    python benchmarks/polybench_acc.py compare acc.json BENCH [--json FILE]
+    python benchmarks/polybench_acc.py compare acc.json BENCH [BENCH ...] [--json FILE]
 
 ``--acc`` is a checkout of cavazos-lab/PolyBench-ACC (its ``CUDA/`` folder is used), and
 ``--polybench`` one of PolyBench/C 4.2.1 (MatthiasJReisinger/PolyBenchC-4.2.1); neither is
@@ -298,6 +298,16 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
+def merge_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report's ``problems`` from several (a re-run of some kernels after a change):
+    each problem id from the last report that has it, in first-seen order."""
+    merged: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for p in r.get("problems", []):
+            merged[p["id"]] = p
+    return {**reports[-1], "problems": list(merged.values())}
+
+
 def compare(acc: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
     """The per-kernel table of ``acc`` (from :func:`run_acc`) against ``report``: rows
     {kernel, status, ours_ms, acc_ms, ratio (acc_ms / ours_ms), gflops, gbs, acc_non_matching,
@@ -365,7 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--only", nargs="+", default=[], metavar="NAME")
     c = sub.add_parser("compare", help="the per-kernel table against a bench report")
     c.add_argument("acc_json", type=Path)
-    c.add_argument("bench", type=Path, help="report.json of cudaperf bench (or its folder)")
+    c.add_argument("bench", type=Path, nargs="+",
+                   help="report.json of cudaperf bench (or its folder); with several, a "
+                        "problem's result comes from the last report that has it")
     c.add_argument("--json", type=Path, help="also write the table as JSON")
     args = ap.parse_args(argv)
     try:
@@ -388,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise InputError(f"{args.acc_json}: not readable JSON ({exc.__class__.__name__})") from None
             if acc.get("kind") != "polybench-acc-times":
                 raise InputError(f"{args.acc_json}: not written by polybench_acc.py run")
-            result = compare(acc, load_report(args.bench))
+            result = compare(acc, merge_reports([load_report(b) for b in args.bench]))
             print(compare_table(result))
             if args.json:
                 args.json.write_text(json.dumps(result, indent=1))
