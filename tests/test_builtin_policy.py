@@ -1582,3 +1582,16 @@ def test_staged_tile_loads_operands_through_shared_memory():
             "cp_sx1[cp_kk][threadIdx.x + cp_c * 16];") in k
     assert k.count("__syncthreads();") == 4  # two per k step, full and edge tiles
     assert not any(n.staged for m in POLICY.plan(TRIANGULAR) for n in m.nests)
+    # six operands would pass the 48 KiB of static shared memory at the 4x4 tile: none staged
+    many = problem("many", MATMUL.params, """
+        void many(int ni, int nj, int nk, double alpha, double beta,
+                  double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
+        {
+            for (int i = 0; i < ni; i++)
+                for (int j = 0; j < nj; j++)
+                    for (int k = 0; k < nk - 2; k++)
+                        C[i][j] += A[i][k] * B[k][j] + A[i][k + 1] * B[k + 1][j]
+                                   + A[i][k + 2] * B[k + 2][j];
+        }""", MATMUL.sizes)
+    plan = POLICY.plan(many)
+    assert plan[0].nests[0].tile and not any(n.staged for m in plan for n in m.nests)

@@ -47,6 +47,7 @@ from cudaperf_cli.policies.builtin.ir import (
     MATH_FUNCS,
     Stmt,
     arrays_written,
+    c_text,
     calls_in,
     has_loop,
     iter_expr,
@@ -68,6 +69,9 @@ TILES: tuple[tuple[tuple[int, int], tuple[int, int], bool], ...] = (
 
 #: k values staged per shared-memory step.
 STAGE_K = 16
+
+#: Most distinct operands staged in one nest.
+MAX_STAGED = 4
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,9 @@ def staged_operands(parts: TileParts, y_var: str, x_var: str) -> list[tuple[Inde
     """The reads of the update's EXPR that can be staged in shared memory: ``(access,
     "y")`` for those whose subscripts use ``k`` and the y index but not the x index,
     ``(access, "x")`` for the converse; the other reads stay loads from global memory.
-    Empty when ``k`` does not count up by one (the staging steps ``k`` by STAGE_K)."""
+    Empty when ``k`` does not count up by one (the staging steps ``k`` by STAGE_K), or when
+    more than MAX_STAGED distinct accesses would be staged (their buffers, up to 64 x 17
+    doubles each at the largest tile, must stay under the 48 KiB of static shared memory)."""
     k = parts.loop.var
     if parts.loop.step != 1 or parts.update.value is None:
         return []
@@ -142,6 +148,8 @@ def staged_operands(parts: TileParts, y_var: str, x_var: str) -> list[tuple[Inde
             out.append((x, "y"))
         elif k in used and x_var in used and y_var not in used:
             out.append((x, "x"))
+    if len({c_text(x) for x, _ in out}) > MAX_STAGED:
+        return []
     return out
 
 
