@@ -1595,3 +1595,52 @@ def test_staged_tile_loads_operands_through_shared_memory():
         }""", MATMUL.sizes)
     plan = POLICY.plan(many)
     assert plan[0].nests[0].tile and not any(n.staged for m in plan for n in m.nests)
+
+
+def test_a_reduction_whose_index_is_read_after_it_is_not_split():
+    """C leaves k at n after the loop; a grid or warp reduction would not (found by an attack
+    pass: o[0] came out as s + garbage)."""
+    p = problem("kl", [size("n"), arr("x", ("n",), const=True), arr("o", ("1",), source="annotation")],
+                """
+                // cudaperf: o[1]
+                void kl(int n, const double x[n], double *o)
+                {
+                    int k;
+                    double s = 0;
+                    for (k = 0; k < n; k++)
+                        s += x[k];
+                    o[0] = s + k;
+                }
+                """, {"n": 19})
+    try:
+        plan = POLICY.plan(p)
+    except PolicyRefusal as exc:  # nothing else in it is parallel
+        assert "the final value of k is used after the loop" in str(exc)
+        plan = []
+    assert not any(n.kind in ("grid_reduce", "warp_reduce") for m in plan for n in m.nests)
+
+
+def test_source_order_mul_assign_multiplies_in_cs_type():
+    """float y *= double: C multiplies in double, then converts; so does the source-order
+    entry (__dmul_rn, not __fmul_rn of a value rounded to float first)."""
+    p = problem("so_muleq", [size("n"), size("m"), coef("a", "float"), arr("A", ("n", "m"), "float", const=True),
+                             arr("y", ("n",), "float")],
+                """
+                void so_muleq(int n, int m, float a, const float A[n][m], float y[n])
+                {
+                    float s = 0;
+                    for (int i = 0; i < n; i++) {
+                        y[i] = 0;
+                        for (int j = 0; j < m; j++)
+                            y[i] += A[i][j] * a;
+                        y[i] *= y[i] * 1.1;
+                        s += y[i];
+                    }
+                    for (int i = 0; i < n; i++)
+                        y[i] /= s;
+                }
+                """, {"n": 45, "m": 33})
+    exact = [m for m in POLICY.plan(p) if m.source_order]
+    assert exact
+    src = POLICY.source(p, exact[0])
+    assert "= __dmul_rn(y[i], __dmul_rn(y[i], 1.1));" in src

@@ -421,6 +421,7 @@ class _Scheduler:
                             inner.first, inner.cmp, inner.bound, inner.step)
             self.dep.live.alias(new_outer, L)
             self.dep.live.alias(new_inner, L, inner)
+            self.dep.keep(new_outer, new_inner)
             site = self.new_site(new_outer, "parallel", host_loops, st,
                                  interchanged=(L.var or "?", inner.var or "?"))
             return [Launch(site)]

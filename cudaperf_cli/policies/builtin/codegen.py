@@ -119,8 +119,10 @@ class DevicePrinter(Printer):
         return super().expr(e)
 
     def mul_assign(self, target: Expr, value: Expr) -> str | None:
-        """``t *= v`` as ``t = __dmul_rn(t, v)`` when products are printed uncontracted."""
-        fn = self._MUL_RN.get(self.type_of(target) or "") if self.no_contract else None
+        """``t *= v`` as ``t = __dmul_rn(t, v)`` when products are printed uncontracted, in
+        the type C multiplies in (``float t *= 1.1`` multiplies in double, then converts)."""
+        kind = self._usual(self.type_of(target), self.type_of(value))
+        fn = self._MUL_RN.get(kind or "") if self.no_contract else None
         if fn is None:
             return None
         t = self.expr(target)

@@ -500,6 +500,12 @@ class Dependence:
         ctrl = self._control_reasons(pre, body, allow_continue=False)
         if ctrl:
             return None, ctrl[0]
+        # a split reduction never leaves its index at the final value C gives it (a loop
+        # that transform.py synthesised has only an approximate liveness: the transformation
+        # itself refused nests whose indices are used after them)
+        synthesised = any(k is loop for k in self._kept)
+        if not synthesised and var in self.live.after(loop):
+            return None, pre + f"the final value of {var} is used after the loop"
         updates: list[Assign] = []
         acc: Name | Index | None = None
         for s in walk(body):
