@@ -24,6 +24,16 @@ import pytest
 # a test of narrow output sets its own.
 os.environ["COLUMNS"] = "200"
 
+# A test run started in the background by a shell without job control (`nohup ... &` in a
+# script) inherits SIGINT ignored; Python then installs no KeyboardInterrupt handler, and
+# neither do the children it starts, so every Ctrl-C test would fail for a reason that is
+# not the code's.  A handler here (in each pytest-xdist worker too) makes the children's
+# SIGINT default again: exec resets caught signals to their default.
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 from cudaperf_cli.evaluate import probe_device
 
 #: This checkout (the package the tests test).
