@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -38,6 +39,18 @@ from cudaperf_cli.evaluate import probe_device
 
 #: This checkout (the package the tests test).
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    """The module ``benchmarks/<name>.py`` (the benchmark scripts are no package), registered
+    in ``sys.modules`` as ``cudaperf_benchmarks_<name>`` (its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(f"cudaperf_benchmarks_{name}",
+                                                  REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def run_cli(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,

@@ -10,10 +10,8 @@ run through the reference-only evaluation job, at the MINI dataset (LARGE is for
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,21 +19,9 @@ import pytest
 from cudaperf_cli.bench.suite import load_suite
 from cudaperf_cli.core import ProblemError
 from cudaperf_cli.policies.builtin.emulate import have_emulation
+from tests.conftest import load_benchmark
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE.parent / "benchmarks" / "polybench.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("cudaperf_benchmarks_polybench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pb = _module()
+pb = load_benchmark("polybench")
 
 
 def _stand_in(tmp_path: Path, skip: str | None = None) -> Path:

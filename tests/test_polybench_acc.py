@@ -4,29 +4,17 @@ and PolyBench-ACC (they skip without them), the sizes and the builds of the real
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "polybench_acc.py"
+from tests.conftest import load_benchmark
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("cudaperf_benchmarks_polybench_acc", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-acc_mod = _module()
+acc_mod = load_benchmark("polybench_acc")
 
 GEMM_SIZES = {"NI": 1000, "NJ": 1100, "NK": 1200}
 
