@@ -498,6 +498,17 @@ class _Gen:
         return (f"{Q.var} >= ({printer.expr(Q.first)}) && "
                 f"{Q.var} {Q.cmp} ({printer.expr(Q.bound)})")
 
+    def box_trip(self, L: For, Q: For, span: tuple[list[str], str] | None, printer: DevicePrinter) -> str:
+        """Trip of grid2d loop ``L``: the bounding span's for the triangle's inner loop ``Q``
+        (``span`` from :meth:`tri_span`), else ``L``'s own."""
+        return span[1] if span and L is Q else self.trip(L, printer)
+
+    def box_decl(self, L: For, Q: For, span: tuple[list[str], str] | None, t: str,
+                 printer: DevicePrinter) -> str:
+        """Declaration of grid2d loop ``L``'s index at iteration ``t`` (over the bounding span
+        for the triangle's inner loop ``Q``)."""
+        return self.tri_decl(Q, t) if span and L is Q else self.var_decl(L, t, printer)
+
     def offset_header(self, loop: For, printer: Printer, offset: str, stride: str) -> tuple[str, str, str]:
         """(init, cond, update) of ``loop`` started at ``first +/- offset`` with ``stride``."""
         var = loop.var or "?"
@@ -649,10 +660,10 @@ class _Gen:
         span = self.tri_span(P_loop, Q, dp)
 
         def trip(L: For) -> str:
-            return span[1] if span and L is Q else self.trip(L, dp)
+            return self.box_trip(L, Q, span, dp)
 
         def decl(L: For, t: str) -> str:
-            return self.tri_decl(Q, t) if span and L is Q else self.var_decl(L, t, dp)
+            return self.box_decl(L, Q, span, t, dp)
 
         out = [IND + ln for ln in (span[0] if span else [])]
         out += [
@@ -694,11 +705,10 @@ class _Gen:
         span = self.tri_span(P_loop, Q, dp)
 
         def trip(L: For) -> str:
-            return span[1] if span and L is Q else self.trip(L, dp)
+            return self.box_trip(L, Q, span, dp)
 
         def decls(ty: str, tx: str) -> list[str]:
-            return [self.tri_decl(Q, t) if span and L is Q else self.var_decl(L, t, dp)
-                    for L, t in ((Y, ty), (X, tx))]
+            return [self.box_decl(L, Q, span, t, dp) for L, t in ((Y, ty), (X, tx))]
 
         def each(ind: str, guard: bool, inner: list[str]) -> list[str]:
             """``inner`` for every output (r, c) of the tile, with i and j declared."""
@@ -1027,7 +1037,7 @@ class _Gen:
                 out += [i2 + ln for ln in span[0]]
 
             def trip(L: For) -> str:
-                return span[1] if span and L is Q else self.trip(L, hp)
+                return self.box_trip(L, Q, span, hp)
 
             out += [
                 f"{i2}const long long {P}trip_y = {trip(Y)};  /* loop {Y.var} */",
