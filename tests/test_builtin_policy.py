@@ -592,6 +592,27 @@ BREAK = problem(
 )
 
 
+CHAINED = problem(  # deriche's `a1 = a5 = k;`: a chain becomes `a5 = k; a1 = a5;`
+    "chained",
+    [size("n"), coef("alpha", "float"), arr("x", ("n",), "float"), arr("y", ("n",), "float")],
+    """
+    void chained(int n, float alpha, float x[n], float y[n])
+    {
+        float a1, a5, c;
+        int i;
+        a1 = a5 = alpha * 0.5f;
+        c = (a1 = 2.0f);
+        for (i = 0; i < n; i++) {
+            float t;
+            x[i] = t = a1 * x[i] + a5 + c;
+            y[i] = y[i] = t * 2;
+        }
+    }
+    """,
+    {"n": 37},
+)
+
+
 def _lu_init(data, sizes):
     data["A"] += np.eye(sizes["n"]) * sizes["n"]
 
@@ -634,6 +655,7 @@ PORTABLE = {
     "float_first": (FLOAT_FIRST, _lo_negative),
     "float_bound": (FLOAT_BOUND, None),
     "unsigned_compare": (UNSIGNED_COMPARE, None),
+    "chained": (CHAINED, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -881,6 +903,8 @@ def test_break_is_refused_with_reason():
         ("int new = 0; for (int i = 0; i < n; i++) x[i] = new;", "'new' is a C++ keyword"),
         ("for (int i = 0; i < n; i++) x[i] = x[n - 1 - i];", "x[i] is written and x[n - 1 - i] is read"),
         ("double s = 0; for (int i = 0; i < n; i++) { x[i] = s; s = x[i] * 2; }", "scalar s carries a value"),
+        ("int i = 0; x[i] = i = 1;", "assignment inside an expression is not supported"),
+        ("double s = 0; for (int i = 0; i < n; i++) x[i] = s += 1;", "scalar s carries a value"),
     ],
 )
 def test_refusal_reasons(body, reason):

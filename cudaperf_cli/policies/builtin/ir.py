@@ -886,7 +886,7 @@ class _Builder:
             inner = [c for c in node.named_children if c.type != "comment"]
             if not inner:
                 return []
-            return [self.expr_stmt(inner[0], line)]
+            return self.chained_assignment(inner[0], line)
         if t == "if_statement":
             cond = self.expr(node.child_by_field_name("condition"))
             then = self.block(node.child_by_field_name("consequence"))
@@ -951,6 +951,36 @@ class _Builder:
                 raise self.fail(c, "local arrays and pointers are not supported")
             self.declare(c, name, normalize_ctype(ctype))
             out.append(Decl(line, ctype, name, init))
+        return out
+
+    def chained_assignment(self, node: tree_sitter.Node, line: int) -> list[Stmt]:
+        """An expression statement; a chain ``a = b = e;`` becomes ``b = e; a = b;``.
+
+        C gives ``a`` the value of ``b`` after the assignment (converted to ``b``'s type),
+        which is what reading ``b`` again yields.  Only plain ``=`` chains are split, and
+        only when no target reads another target's names (``a[i] = i = 0`` is undefined
+        in C and stays refused).
+        """
+        chain = [node]
+        while chain[-1].type == "assignment_expression" and self.text(
+            chain[-1].child_by_field_name("operator")
+        ) == "=":
+            right = chain[-1].child_by_field_name("right")
+            while right.type == "parenthesized_expression" and right.named_child_count == 1:
+                right = right.named_children[0]
+            if right.type != "assignment_expression":
+                break
+            chain.append(right)
+        if len(chain) == 1:
+            return [self.expr_stmt(node, line)]
+        targets = [self.lvalue(n.child_by_field_name("left")) for n in chain]
+        written = {t.name for t in targets if isinstance(t, Name)}
+        if any(written & names_in(t) for t in targets if not isinstance(t, Name)):
+            raise self.fail(node, "assignment inside an expression is not supported")
+        last = chain[-1]
+        out: list[Stmt] = [self.expr_stmt(last, line)]
+        for k in range(len(chain) - 2, -1, -1):
+            out.append(Assign(line, targets[k], "=", targets[k + 1]))
         return out
 
     def expr_stmt(self, node: tree_sitter.Node, line: int) -> Stmt:
