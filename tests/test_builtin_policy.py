@@ -613,6 +613,90 @@ CHAINED = problem(  # deriche's `a1 = a5 = k;`: a chain becomes `a5 = k; a1 = a5
 )
 
 
+FWD_SUBST = problem(  # the row sum reads the accumulator's own array below the diagonal
+    "fwd_subst",
+    [size("n"), arr("L", ("n", "n"), const=True), arr("x", ("n",)), arr("b", ("n",), const=True)],
+    """
+    void fwd_subst(int n, const double L[n][n], double x[n], const double b[n])
+    {
+        for (int r = 0; r < n; r++) {
+            x[r] = b[r];
+            for (int c = 0; c < r; c++)
+                x[r] -= L[r][c] * x[c];
+            x[r] = x[r] / L[r][r];
+        }
+    }
+    """,
+    {"n": 45},
+)
+
+LU_ROWS = problem(  # row-by-row Doolittle: a sequential column loop of sums per row
+    "lu_rows",
+    [size("n"), arr("A", ("n", "n"))],
+    """
+    void lu_rows(int n, double A[n][n])
+    {
+        int r, c, p;
+        for (r = 0; r < n; r++) {
+            for (c = 0; c < r; c++) {
+                for (p = 0; p < c; p++)
+                    A[r][c] -= A[r][p] * A[p][c];
+                A[r][c] /= A[c][c];
+            }
+            for (c = r; c < n; c++)
+                for (p = 0; p < r; p++)
+                    A[r][c] -= A[r][p] * A[p][c];
+        }
+    }
+    """,
+    {"n": 37},
+)
+
+CHOL_ROWS = problem(  # left-looking Cholesky by rows: only sums are parallel
+    "chol_rows",
+    [size("n"), arr("A", ("n", "n"))],
+    """
+    void chol_rows(int n, double A[n][n])
+    {
+        for (int r = 0; r < n; r++) {
+            for (int c = 0; c < r; c++) {
+                for (int p = 0; p < c; p++)
+                    A[r][c] -= A[r][p] * A[c][p];
+                A[r][c] /= A[c][c];
+            }
+            for (int p = 0; p < r; p++)
+                A[r][r] -= A[r][p] * A[r][p];
+            A[r][r] = sqrt(A[r][r]);
+        }
+    }
+    """,
+    {"n": 31},
+)
+
+SCRATCH = problem(  # a local array at the top of the body: a static __device__ array
+    "scratch",
+    [size("n"), arr("y", ("n",)), arr("w", ("n",), const=True)],
+    """
+    void scratch(int n, double y[n], const double w[n])
+    {
+        double tmp[64][2];
+        double s;
+        for (int t = 1; t < n; t++) {
+            s = 0.0;
+            for (int i = 0; i < t; i++)
+                s += w[i] * y[i];
+            for (int i = 0; i < t; i++)
+                tmp[i][1] = y[i] + 1e-3 * s * y[t - i - 1];
+            for (int i = 0; i < t; i++)
+                y[i] = tmp[i][1];
+            y[t] = 0.5 * s;
+        }
+    }
+    """,
+    {"n": 40},
+)
+
+
 def _lu_init(data, sizes):
     data["A"] += np.eye(sizes["n"]) * sizes["n"]
 
@@ -620,6 +704,10 @@ def _lu_init(data, sizes):
 def _chol_init(data, sizes):
     a = data["A"]
     data["A"][:] = a @ a.T + np.eye(sizes["n"]) * sizes["n"]
+
+
+def _fwd_init(data, sizes):
+    data["L"] += np.eye(sizes["n"]) * sizes["n"]
 
 
 def _spmv_init(data, sizes):
@@ -656,6 +744,10 @@ PORTABLE = {
     "float_bound": (FLOAT_BOUND, None),
     "unsigned_compare": (UNSIGNED_COMPARE, None),
     "chained": (CHAINED, None),
+    "fwd_subst": (FWD_SUBST, _fwd_init),
+    "lu_rows": (LU_ROWS, _lu_init),
+    "chol_rows": (CHOL_ROWS, _chol_init),
+    "scratch": (SCRATCH, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -810,6 +902,51 @@ def test_elementwise_map():
     ]
 
 
+def test_only_sums_inside_a_sequential_loop_make_a_one_block_kernel():
+    """Forward substitution: the row loop is sequential and its only parallel work is a
+    sum that reads the accumulator's own array below the diagonal (x[c], c < r, never
+    x[r]): one block runs the loop and adds each sum across its threads, instead of a
+    launch per row; the source-order fallback keeps every sum in one thread."""
+    assert descriptions(FWD_SUBST)[:2] == [
+        "1-block kernel: loop r (line 3)",
+        "sums in source order: 1-thread kernel: loop r (line 3)",
+    ]
+    src = POLICY.propose(FWD_SUBST, 0).source
+    assert "fwd_subst_serial0<<<1, 256>>>" in src
+    assert "__shfl_down_sync" in src and "if (threadIdx.x == 0) {" in src
+    assert "__syncthreads();\n    __syncthreads();" not in src  # no barrier twice in a row
+    # a row-by-row LU keeps its row loop on the host: the columns right of the diagonal
+    # are parallel; the sequential column loop left of it becomes one block
+    assert descriptions(LU_ROWS)[0] == ("host loop r | grid1d c->x block 256; p sequential | "
+                                        "1-block kernel: loop c (line 5)")
+    assert descriptions(CHOL_ROWS)[0] == "1-block kernel: loop r (line 3)"
+
+
+def test_a_sum_whose_accumulator_array_is_read_elsewhere_needs_a_proof():
+    """x[c] with c < r is never x[r]; x[c] with c <= r may be: no reduction then."""
+    _, dep, L = loops_of(FWD_SUBST)
+    red, why = dep.reduction(L["c"])
+    assert red is not None and red.acc_text == "x[r]", why
+    p = problem("f", [size("n"), arr("L", ("n", "n"), const=True), arr("x", ("n",))],
+                """
+                void f(int n, const double L[n][n], double x[n])
+                {
+                    for (int r = 0; r < n; r++)
+                        for (int c = 0; c <= r; c++)
+                            x[r] -= L[r][c] * x[c];
+                }
+                """, {"n": 8})
+    _, dep, L = loops_of(p)
+    red, why = dep.reduction(L["c"])
+    assert red is None and "reads the accumulator" in why
+
+
+def test_local_array_lives_in_device_memory():
+    src = POLICY.propose(SCRATCH, 0).source
+    assert "static __device__ double tmp[128];" in src
+    assert "tmp[(size_t)i * 2 + 1]" in src or "tmp[(size_t)i * (2) + 1]" in src, src
+
+
 def test_lu_k_loop_on_host_and_pivot_row_read_is_not_a_dependence():
     plan = POLICY.plan(LU)
     assert plan[0].describe() == "host loop k | block_per_row i->block j->thread block 128"
@@ -898,7 +1035,11 @@ def test_break_is_refused_with_reason():
     [
         ("for (int i = 0; i < n; i += 2) x[i] = 0;", "step 'i += 2' is not a unit step"),
         ("int i = 0; while (i < n) { x[i] = 0; i++; }", "'while' loops are not supported"),
-        ("double t[4]; for (int i = 0; i < n; i++) x[i] = 0;", "local arrays and pointers are not supported"),
+        ("for (int i = 0; i < n; i++) { double t[4]; t[0] = 1; x[i] = t[0]; }",
+         "local arrays are supported at the top of the function body only"),
+        ("double t[n]; for (int i = 0; i < n; i++) x[i] = 0;", "must be a positive integer constant"),
+        ("double t[4] = {0}; for (int i = 0; i < n; i++) x[i] = t[0];", "initialised local arrays"),
+        ("double *p; for (int i = 0; i < n; i++) x[i] = 0;", "local arrays and pointers are not supported"),
         ("for (int i = 0; i < n; i++) { x[i] = 0; if (x[i] > 1) return; }", "'return' inside a loop"),
         ("int new = 0; for (int i = 0; i < n; i++) x[i] = new;", "'new' is a C++ keyword"),
         ("for (int i = 0; i < n; i++) x[i] = x[n - 1 - i];", "x[i] is written and x[n - 1 - i] is read"),

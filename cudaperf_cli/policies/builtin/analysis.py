@@ -147,6 +147,11 @@ class Serial:
         notes: why these statements are here.
         uploads: host scalars this kernel receives by value and stores in their
             ``__device__`` copies (before a host loop whose body keeps them on the device).
+        threads: 1, or :data:`BLOCK_THREADS` for a *one-block kernel*: every thread runs
+            the statements (scalars alike in all of them), array writes outside parallel
+            loops by thread 0 between barriers, and the loops :func:`block_role` names
+            spread over the block (see :func:`analyze`).
+        float_sum: a one-block kernel that adds a floating-point sum across threads.
     """
 
     stmts: list[Stmt]
@@ -155,6 +160,8 @@ class Serial:
     notes: list[str] = field(default_factory=list)
     id: int = 0
     uploads: set[str] = field(default_factory=set)
+    threads: int = 1
+    float_sum: bool = False
 
 
 Op = HostStmt | HostLoop | HostIf | HostReturn | Launch | Serial
@@ -255,6 +262,35 @@ def _choose_prefix(fn: Function) -> str:
 
 #: Accumulator types whose sums change with the order of the additions.
 FLOAT_TYPES = ("float", "double", "long double")
+
+#: Threads of a one-block kernel (:attr:`Serial.threads`).
+BLOCK_THREADS = 256
+
+#: Accumulator types a one-block kernel sums with ``__shfl_down_sync``.
+SHUFFLE_TYPES = (
+    "float", "double", "int", "signed int", "unsigned", "unsigned int", "long", "long int",
+    "long long", "long long int", "unsigned long", "unsigned long long", "int32_t",
+    "uint32_t", "int64_t", "uint64_t", "size_t",
+)  # fmt: skip
+
+
+def block_role(dep: Dependence, loop: For, source_order: bool) -> tuple[str, Reduction | None]:
+    """How a one-block kernel runs ``loop``: ``("parallel", None)`` when its iterations are
+    independent (the block's threads stride over them), ``("reduction", red)`` for a sum
+    reduction whose accumulator the threads can add with shuffles (its updates summed per
+    thread, then across the block; not a floating-point sum under ``source_order``), else
+    ``("", None)``: every thread runs it."""
+    if not loop.canonical or not loop.var:
+        return "", None
+    if dep.parallel(loop).parallel:
+        return "parallel", None
+    red, _ = dep.reduction(loop)
+    if red is None:
+        return "", None
+    T = normalize_ctype(red.ctype)
+    if T not in SHUFFLE_TYPES or (source_order and T in FLOAT_TYPES):
+        return "", None
+    return "reduction", red
 
 #: Integer types a triangular grid2d's bounds may use (their arithmetic is done in long long).
 _SIGNED = ("int", "short", "long", "long int", "long long", "long long int", "signed char",
@@ -446,6 +482,13 @@ class _Scheduler:
             entry_device = set(st.device)
             trial_st = st.copy()
             body = self.schedule(L.body, inner_loops, trial_st)
+            if _has_launch(body) and _only_reductions(body) and not self.source_order:
+                # a launch per reduction and iteration costs more than one block that runs
+                # the loop and adds each sum across its threads (trisolv, cholesky)
+                self._site_count, self._red_count = saved
+                ops1: list[Op] = []
+                self.serial(ops1, L, st, f"loop {L.var}: only sums are parallel inside it")
+                return ops1
             if _has_launch(body):
                 # the device set at the end of an iteration flows into the next one
                 for _ in range(4):
@@ -599,6 +642,28 @@ def _has_launch(ops: Sequence[Op]) -> bool:
     return False
 
 
+def _only_reductions(ops: Sequence[Op]) -> bool:
+    """Every kernel launched in ``ops`` (host loops and branches included) is a reduction."""
+    for op in ops:
+        if isinstance(op, Launch) and op.site.kind != "reduction":
+            return False
+        if isinstance(op, HostLoop) and not _only_reductions(op.body):
+            return False
+        if isinstance(op, HostIf) and not (_only_reductions(op.then)
+                                           and _only_reductions(op.orelse)):
+            return False
+    return True
+
+
+def _one_block(g: Serial, dep: Dependence, source_order: bool) -> None:
+    """Make ``g`` a one-block kernel when some loop in it can spread over a block."""
+    roles = [block_role(dep, L, source_order) for L in walk(g.stmts) if isinstance(L, For)]
+    if any(role for role, _ in roles):
+        g.threads = BLOCK_THREADS
+        g.float_sum = any(red is not None and normalize_ctype(red.ctype) in FLOAT_TYPES
+                          for _, red in roles)
+
+
 def _collect(ops: Sequence[Op], sites: list[Site], serials: list[Serial]) -> None:
     for op in ops:
         if isinstance(op, Launch):
@@ -613,13 +678,20 @@ def _collect(ops: Sequence[Op], sites: list[Site], serials: list[Serial]) -> Non
             _collect(op.orelse, sites, serials)
 
 
-def analyze(problem: CProblem, source_order: bool = False) -> Analysis:
+def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool = False
+            ) -> Analysis:
     """Parse and schedule ``problem``'s function.
+
+    A one-thread kernel that holds a loop :func:`block_role` can spread (a parallel loop, a
+    sum) becomes a one-block kernel (:attr:`Serial.threads`); so does a loop that would stay
+    on the host with only reductions inside (one launch per sum and iteration otherwise).
 
     ``source_order``: no floating-point sum is split across threads (no ``grid_reduce``
     site, no ``warp_reduce`` mapping); every such sum runs in one thread in the order the
     C code adds, so the results are bit-identical to the C code's where the rest of the
-    mapping keeps the order too.  Used for the plan's fallback entry: an ill-conditioned
+    mapping keeps the order too; with ``one_thread_ok``, a function with nothing parallel
+    left is not refused (its one-thread kernels are the fallback of a function whose only
+    parallel work is in one-block kernels).  Used for the plan's fallback entry: an ill-conditioned
     problem (PolyBench's ``gramschmidt`` with fewer rows than columns orthogonalises
     columns whose norm is rounding noise) has no tolerance a reordered sum meets.
 
@@ -635,7 +707,11 @@ def analyze(problem: CProblem, source_order: bool = False) -> Analysis:
     sites: list[Site] = []
     serials: list[Serial] = []
     _collect(ops, sites, serials)
-    if not sites:
+    for g in serials:
+        _one_block(g, sch.dep, source_order)
+    # a function whose only parallel work is in one-block kernels (trisolv) is accepted;
+    # so is its source-order fallback, one thread throughout, when asked (one_thread_ok)
+    if not sites and not any(g.threads > 1 for g in serials) and not (one_thread_ok and serials):
         if not any(isinstance(s, For) for s in walk(fn.body)):
             raise PolicyRefusal(f"'{fn.name}' has no loop to parallelise")
         lines = "\n".join("  " + r for r in sch.reasons) or "  (no parallel loop found)"

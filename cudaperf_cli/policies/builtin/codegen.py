@@ -22,6 +22,7 @@ from cudaperf_cli.core import ArrayParam, ScalarParam, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin.analysis import (
     Analysis,
+    block_role,
     HostIf,
     HostLoop,
     HostReturn,
@@ -31,7 +32,7 @@ from cudaperf_cli.policies.builtin.analysis import (
     Serial,
     Site,
 )
-from cudaperf_cli.policies.builtin.dependence import exposed_reads
+from cudaperf_cli.policies.builtin.dependence import Reduction, exposed_reads
 from cudaperf_cli.policies.builtin.ir import (
     Assign,
     Binary,
@@ -305,6 +306,112 @@ class StmtWriter:
         return out
 
 
+class BlockWriter(StmtWriter):
+    """Statements of a one-block kernel (:attr:`Serial.threads` > 1).
+
+    Every thread runs the statements, so the scalars hold the same values in all of them;
+    a statement that writes an array runs in thread 0 between two ``__syncthreads()`` (the
+    other threads' reads of the old value come before it, their reads of the new one after
+    it); a loop that :func:`~cudaperf_cli.policies.builtin.analysis.block_role` calls
+    parallel is strided over the threads between two barriers, and a sum reduction is added
+    per thread, then across the block (shuffles within each warp, the warp sums through
+    shared memory, every thread adding them in the same order), and combined into the
+    accumulator as the C code does.  Any other loop runs in every thread, its body written
+    by these rules.
+    """
+
+    def __init__(self, gen: _Gen, printer: Printer, source_order: bool):
+        super().__init__(printer)
+        self.gen = gen
+        self.source_order = source_order
+        self.sums: list[str] = []  # shared-memory declarations of the block sums
+
+    def stmts(self, stmts: Sequence[Stmt], ind: str) -> list[str]:
+        out: list[str] = []
+        group: list[Stmt] = []
+
+        def flush() -> None:
+            if group:
+                out.append(ind + "__syncthreads();")
+                out.append(ind + "if (threadIdx.x == 0) {")
+                for x in group:  # straight-line statements: the plain printer
+                    out.extend(StmtWriter.stmt(self, x, ind + IND))
+                out.append(ind + "}")
+                out.append(ind + "__syncthreads();")
+                group.clear()
+
+        for s in stmts:
+            s = self.subst.get(id(s), s)
+            if isinstance(s, (Assign, ExprStmt, Decl)) and arrays_written([s]):
+                group.append(s)
+                continue
+            flush()
+            out += self.stmt(s, ind)
+        flush()
+        return out
+
+    def stmt(self, s: Stmt, ind: str) -> list[str]:
+        s = self.subst.get(id(s), s)
+        if isinstance(s, For):
+            role, red = block_role(self.gen.an.dep, s, self.source_order)
+            if role == "parallel":
+                return self.parallel(s, ind)
+            if role == "reduction":
+                assert red is not None
+                return self.reduction(s, red, ind)
+        if isinstance(s, (Assign, ExprStmt, Decl)) and arrays_written([s]):
+            return self.stmts([s], ind)
+        return super().stmt(s, ind)
+
+    def parallel(self, L: For, ind: str) -> list[str]:
+        T = L.ctype or self.gen.ctype(L.var or "?")
+        init, cond, upd = self.gen.offset_header(L, self.p, f"({T})threadIdx.x", f"({T})blockDim.x")
+        out = [ind + f"__syncthreads();  /* loop {L.var}: its iterations spread over the block */",
+               ind + f"for ({init}; {cond}; {upd}) {{"]
+        out += StmtWriter(self.p).stmts(L.body, ind + IND)
+        out += [ind + "}", ind + "__syncthreads();"]
+        return out
+
+    def reduction(self, L: For, red: Reduction, ind: str) -> list[str]:
+        P = self.gen.P
+        k = len(self.sums)
+        part, sums = f"{P}bpart{k}", f"{P}bsum{k}"
+        T = red.ctype
+        self.sums.append(f"__shared__ {T} {sums}[32];  /* warp sums of loop {L.var} (line {L.line}) */")
+        V = L.ctype or self.gen.ctype(L.var or "?")
+        init, cond, upd = self.gen.offset_header(L, self.p, f"({V})threadIdx.x", f"({V})blockDim.x")
+        w = StmtWriter(self.p, {id(u): red.rewrite(u, part) for u in red.updates})
+        i2 = ind + IND
+        out = [ind + f"{T} {part} = 0;  /* loop {L.var}: this thread's share of the updates to "
+                     f"{red.acc_text} */",
+               ind + f"for ({init}; {cond}; {upd}) {{"]
+        out += w.stmts(L.body, i2)
+        out += [ind + "}",
+                ind + f"for (int {P}off = 16; {P}off > 0; {P}off >>= 1)",
+                i2 + f"{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);",
+                ind + "if ((threadIdx.x & 31) == 0)",
+                i2 + f"{sums}[threadIdx.x >> 5] = {part};",
+                ind + "__syncthreads();",
+                ind + f"{part} = 0;  /* every thread adds the warp sums in the same order */",
+                ind + f"for (int {P}w = 0; {P}w < (int)(blockDim.x >> 5); {P}w++)",
+                i2 + f"{part} += {sums}[{P}w];",
+                ind + "__syncthreads();"]
+        out += self.stmts([red.combine(part, L.line)], ind)
+        return out
+
+
+def _one_barrier(lines: list[str]) -> list[str]:
+    """``lines`` without a ``__syncthreads();`` that directly follows another one."""
+    out: list[str] = []
+    for ln in lines:
+        if ln.strip().startswith("__syncthreads();") and out and \
+                out[-1].strip().startswith("__syncthreads();") and \
+                ln[: len(ln) - len(ln.lstrip())] == out[-1][: len(out[-1]) - len(out[-1].lstrip())]:
+            continue
+        out.append(ln)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Generation
 # ---------------------------------------------------------------------------------------
@@ -375,7 +482,10 @@ class _Gen:
         skip: set[str] = set()
         red = site.reduction
         if red is not None and isinstance(red.acc, Index):
-            skip.add(red.acc.array)  # only the one-thread combination touches it
+            upd = {id(u.target) for u in red.updates}
+            if not any(a.array == red.acc.array and id(a.index) not in upd
+                       for a in accesses([root])):
+                skip.add(red.acc.array)  # only the one-thread combination touches it
         return self.kernel_params([root], exclude, skip_arrays=skip)
 
     def signature(self, name: str, decls: list[str], threads: int | None) -> list[str]:
@@ -1087,7 +1197,7 @@ class _Gen:
         decls, args = self.kernel_params(stmts, (free - host_in) | declared | red_globals,
                                          reads=g.uploads)
         dp = self.dp()
-        w = StmtWriter(dp)
+        w = BlockWriter(self, dp, self.an.source_order) if g.threads > 1 else StmtWriter(dp)
         body: list[str] = []
         order = [n for n in list(self.fn.scalar_params) + list(self.fn.locals) if n in free and n not in host_in]
         for n in dict.fromkeys(order):
@@ -1096,15 +1206,24 @@ class _Gen:
             else:
                 body.append(f"{IND}{self.ctype(n)} {n};")
         body += w.stmts(stmts, IND)
+        if isinstance(w, BlockWriter):
+            body = [IND + d for d in w.sums] + _one_barrier(body)
+        lead = "if (threadIdx.x == 0) " if g.threads > 1 else ""
         for n in sorted(g.store):
-            body.append(f"{IND}{P}dev_{n} = {n};  /* read later on the device */")
+            body.append(f"{IND}{lead}{P}dev_{n} = {n};  /* read later on the device */")
         lines = sorted({s.line for s in stmts})
         what = "; ".join(dict.fromkeys(g.notes))
         where = (f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} of the C "
                  "function, in program order" if lines else "no statement of the C function")
-        comment = [f"/* One-thread kernel {g.id}: {where}", f" * ({what}). */"]
-        self.kernels.append("\n".join(comment + self.signature(name, decls, 1) + ["{"] + body + ["}", ""]))
-        return [f"{name}<<<1, 1>>>({', '.join(args)});", f"{self.MAC}CHECK_LAUNCH();"]
+        if g.threads > 1:
+            comment = [f"/* One-block kernel {g.id} ({g.threads} threads): {where}",
+                       f" * ({what}); parallel loops and sums spread over the block, array",
+                       " * writes outside them by thread 0 between barriers. */"]
+        else:
+            comment = [f"/* One-thread kernel {g.id}: {where}", f" * ({what}). */"]
+        self.kernels.append("\n".join(comment + self.signature(name, decls, g.threads) + ["{"]
+                                      + body + ["}", ""]))
+        return [f"{name}<<<1, {g.threads}>>>({', '.join(args)});", f"{self.MAC}CHECK_LAUNCH();"]
 
     def host_ops(self, ops: Sequence[Op], ind: str) -> list[str]:
         out: list[str] = []
@@ -1196,6 +1315,13 @@ class _Gen:
         # device copies of scalars assigned on the device
         for n in sorted(self.an.device_scalars):
             self.globals.insert(0, f"static __device__ {self.ctype(n)} {P}dev_{n};  /* {n}, assigned on the device */")
+        for n in reversed(self.fn.local_arrays):
+            a = self.fn.arrays[n]
+            count = 1
+            for e in a.extents:
+                count *= int(e)
+            self.globals.insert(0, f"static __device__ {a.ctype} {n}[{count}];  /* the local array "
+                                   f"{n}[{']['.join(a.extents)}], row-major */")
         params = []
         for p in self.fn.params:
             if isinstance(p, ArrayParam):

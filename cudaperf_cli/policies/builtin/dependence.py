@@ -27,6 +27,7 @@ from cudaperf_cli.core import normalize_ctype
 from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.ir import (
     MATH_FUNCS,
+    Access,
     Affine,
     Assign,
     Binary,
@@ -247,13 +248,17 @@ def replace_acc_leaf(value: Expr | None, acc: Name | Index, new: Expr) -> Expr |
     return None
 
 
-def _mentions_acc(e: Expr | None, acc: Name | Index) -> bool:
+def _mentions_acc(e: Expr | None, acc: Name | Index, apart: frozenset[int] = frozenset()) -> bool:
+    """``e`` reads the accumulator: its scalar, or any element of its array except the
+    reads in ``apart`` (ids of ``Index`` nodes proved never to be the accumulator's
+    element)."""
     if e is None:
         return False
     for x in iter_expr(e):
         if isinstance(acc, Name) and isinstance(x, Name) and x.name == acc.name:
             return True
-        if isinstance(acc, Index) and isinstance(x, Index) and x.array == acc.array:
+        if (isinstance(acc, Index) and isinstance(x, Index) and x.array == acc.array
+                and id(x) not in apart):
             return True
     return False
 
@@ -278,6 +283,7 @@ class Dependence:
         self._verdicts: dict[int, Verdict] = {}
         self._reductions: dict[int, tuple[Reduction | None, str]] = {}
         self._kept: list[Stmt] = []
+        self._parents: dict[int, tuple[For, ...]] | None = None
 
     def keep(self, *stmts: Stmt) -> None:
         """Keep synthesised statements (transform.py) alive for the analysis's lifetime:
@@ -533,16 +539,19 @@ class Dependence:
             return None, pre + why
         acc = cands[0]
         updates = [u for u in updates if u.target == acc]
+        # reads of the accumulator's array that never reach its element (x[j], j < i, in
+        # trisolv's `x[i] -= L[i][j] * x[j]`) are ordinary reads
+        apart = self._apart_from(loop, acc) if isinstance(acc, Index) else frozenset()
         # updates must be +/- accumulations that do not read acc otherwise
         forms = set()
         for u in updates:
             if u.op in ("+=", "-="):
-                if _mentions_acc(u.value, acc):
+                if _mentions_acc(u.value, acc, apart):
                     return None, pre + f"{c_text(u.value)} reads the accumulator"
                 forms.add(u.op)
             elif u.op == "=":
                 rest = replace_acc_leaf(u.value, acc, Name("\0"))
-                if rest is None or _mentions_acc(rest, acc):
+                if rest is None or _mentions_acc(rest, acc, apart):
                     return None, pre + f"'{c_text(u.value)}' is not an accumulation into {_t(acc)}"
                 forms.add("=")
             else:
@@ -557,7 +566,7 @@ class Dependence:
             if isinstance(s, Assign) and s.target == acc:
                 return None, pre + f"{_t(acc)} is assigned other than by accumulation"
             for e in own_exprs(s):
-                if _mentions_acc(e, acc):
+                if _mentions_acc(e, acc, apart):
                     return None, pre + f"{_t(acc)} is read in the loop"
         # other writes: private scalars only; no array writes except the accumulator
         for a in accesses(body):
@@ -590,6 +599,49 @@ class Dependence:
             return None, pre + f"unknown type of {_t(acc)}"
         form = forms.pop() if len(forms) == 1 else "mixed"
         return Reduction(loop, acc, ctype, updates, form), ""
+
+    def _apart_from(self, loop: For, acc: Index) -> frozenset[int]:
+        """Ids of the reads of ``acc``'s array in ``loop``'s body that never touch the
+        element ``acc`` (invariant in the loop).
+
+        Asked of isl with the enclosing loops of ``loop`` as context (lu's
+        ``A[i][j] -= A[i][k] * A[k][j]`` under ``for (j < i)``: ``A[k][j]`` with ``k < j <
+        i`` is never ``A[i][j]``); without islpy, or when isl cannot encode the accesses, a
+        read counts only when its subscript range lies strictly outside the accumulator's in
+        some dimension over the loop's own range (``x[j]``, ``j < i``, against ``x[i]``).
+        """
+        context = self._enclosing(loop)
+        ranges = _loop_ranges([loop, *loops_in(loop.body)])
+        fixed = (scalars_written(loop.body) | {loop.var or "?"}) - set(ranges)
+        target = [Access(acc, True)]
+        out = set()
+        for x, is_write, chain in polyhedral.accesses_with_loops(loop.body):
+            if is_write or x.array != acc.array or x == acc:
+                continue
+            proved = polyhedral.never_touches(acc, x, context, (loop,) + chain)
+            if proved is None:
+                proved = _never_written(x, target, ranges, fixed)
+            if proved:
+                out.add(id(x))
+        return frozenset(out)
+
+    def _enclosing(self, loop: For) -> tuple[For, ...]:
+        """The loops around ``loop`` in the function, outermost first (none for a loop that
+        transform.py synthesised)."""
+        if self._parents is None:
+            self._parents = {}
+
+            def visit(stmts: Sequence[Stmt], chain: tuple[For, ...]) -> None:
+                for st in stmts:
+                    if isinstance(st, For):
+                        self._parents[id(st)] = chain
+                        visit(st.body, chain + (st,))
+                    elif isinstance(st, If):
+                        visit(st.then, chain)
+                        visit(st.orelse, chain)
+
+            visit(self.fn.body, ())
+        return self._parents.get(id(loop), ())
 
     def atomic_ok(self, red: Reduction) -> bool:
         """The accumulator's type has a device ``atomicAdd`` (directly or via a cast)."""

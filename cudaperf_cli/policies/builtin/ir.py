@@ -689,10 +689,12 @@ class Function:
     Attributes:
         name: the C function name.
         body: its top-level statements (a trailing ``return;`` dropped).
-        arrays: array parameters by name.
+        arrays: array parameters by name, and the local arrays (:attr:`local_arrays`).
         scalar_params: scalar parameters by name -> C type (normalised).
         locals: every local scalar (declared anywhere, loop headers included) -> C type.
         params: the parameters in order (from the problem).
+        local_arrays: names of the arrays declared at the top of the body with constant
+            extents (durbin's ``double z[N];``); they live in ``static __device__`` arrays.
     """
 
     name: str
@@ -701,6 +703,7 @@ class Function:
     scalar_params: dict[str, str]
     locals: dict[str, str]
     params: tuple
+    local_arrays: tuple[str, ...] = ()
 
     def ctype_of(self, name: str) -> str | None:
         """C type of a scalar (parameter or local), None when unknown."""
@@ -731,6 +734,12 @@ _UNSUPPORTED_STMTS = {
 
 _SKIP_NODES = {"comment", "preproc_call", "{", "}", ";"}
 
+#: The largest local array the generated code holds in a ``static __device__`` array.
+LOCAL_ARRAY_BYTES = 256 << 20
+
+_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2,
+          "int": 4, "unsigned int": 4, "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4}
+
 
 class _Builder:
     def __init__(self, problem: CProblem, src: bytes):
@@ -740,6 +749,7 @@ class _Builder:
             p.name: normalize_ctype(p.ctype) for p in problem.params if isinstance(p, ScalarParam)
         }
         self.locals: dict[str, str] = {}
+        self.local_arrays: list[str] = []
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -939,8 +949,13 @@ class _Builder:
                 continue
             if c.type == "identifier":
                 name, init = self.text(c), None
+            elif c.type == "array_declarator":
+                self.local_array(node, c, ctype)
+                continue
             elif c.type == "init_declarator":
                 d = c.child_by_field_name("declarator")
+                if d.type == "array_declarator":
+                    raise self.fail(c, "initialised local arrays are not supported")
                 if d.type != "identifier":
                     raise self.fail(c, "local arrays and pointers are not supported")
                 v = c.child_by_field_name("value")
@@ -982,6 +997,48 @@ class _Builder:
         for k in range(len(chain) - 2, -1, -1):
             out.append(Assign(line, targets[k], "=", targets[k + 1]))
         return out
+
+    def local_array(self, decl: tree_sitter.Node, node: tree_sitter.Node, ctype: str) -> None:
+        """``T name[E1][E2]...;`` at the top of the function body with integer-constant
+        extents: an array of the function (``static __device__`` in the generated code).
+
+        Raises:
+            PolicyRefusal: nested in a block or loop (each iteration or thread would need
+                its own copy), a size that is not an integer constant, more than
+                :data:`LOCAL_ARRAY_BYTES` bytes, or a pointer element type.
+        """
+        parent = decl.parent
+        if parent is None or parent.type != "compound_statement" or \
+                parent.parent is None or parent.parent.type != "function_definition":
+            raise self.fail(node, "local arrays are supported at the top of the function "
+                                  "body only")
+        dims: list[str] = []
+        d = node
+        while d.type == "array_declarator":
+            size = d.child_by_field_name("size")
+            n = int_literal(self.text(size)) if size is not None else None
+            if n is None or n <= 0:
+                raise self.fail(node, "a local array's size must be a positive integer "
+                                      "constant")
+            dims.insert(0, str(n))
+            d = d.child_by_field_name("declarator")
+        if d.type != "identifier":
+            raise self.fail(node, "local arrays of pointers are not supported")
+        name = self.text(d)
+        T = normalize_ctype(ctype.replace("const", "").strip())
+        count = 1
+        for x in dims:
+            count *= int(x)
+        nbytes = count * _SIZES.get(T, 8)
+        if nbytes > LOCAL_ARRAY_BYTES:
+            raise self.fail(node, f"local array of {nbytes} bytes (at most "
+                                  f"{LOCAL_ARRAY_BYTES} are supported)")
+        if name in CXX_KEYWORDS:
+            raise self.fail(node, f"'{name}' is a C++ keyword (the generated code is CUDA C++)")
+        if name in self.arrays or name in self.scalar_params or name in self.locals:
+            raise self.fail(node, f"local array '{name}' shadows another name")
+        self.arrays[name] = ArrayParam(name, T, tuple(dims))
+        self.local_arrays.append(name)
 
     def expr_stmt(self, node: tree_sitter.Node, line: int) -> Stmt:
         if node.type == "assignment_expression":
@@ -1144,6 +1201,7 @@ def parse_function(problem: CProblem) -> Function:
         scalar_params=b.scalar_params,
         locals=b.locals,
         params=problem.params,
+        local_arrays=tuple(b.local_arrays),
     )
 
 

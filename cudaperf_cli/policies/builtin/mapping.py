@@ -108,6 +108,7 @@ class Mapping:
         nests: one entry per kernel site, in program order.
         host_loops: every loop kept on the host (one launch per iteration).
         serial: statements or loops that run in one-thread kernels (short descriptions).
+        block_serial: the same for one-block kernels (``analysis.Serial.threads`` > 1).
         source_order: built from the analysis that keeps every floating-point sum in one
             thread, in the C code's order (``analysis.analyze(source_order=True)``).
         distributed: loops split by ``transform.distribute`` (``loop i into 3``).
@@ -120,6 +121,7 @@ class Mapping:
     serial: tuple[str, ...] = ()
     source_order: bool = False
     distributed: tuple[str, ...] = ()
+    block_serial: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``; a
@@ -128,6 +130,8 @@ class Mapping:
         if self.host_loops:
             parts.append("host loop " + ", ".join(self.host_loops))
         parts += [n.describe() for n in self.nests]
+        if self.block_serial:
+            parts.append("1-block kernel: " + "; ".join(self.block_serial))
         if self.serial:
             parts.append("1-thread kernel: " + "; ".join(self.serial))
         if self.distributed:
@@ -142,6 +146,7 @@ class Mapping:
             "nests": [n.to_json() for n in self.nests],
             "host_loops": list(self.host_loops),
             "serial": list(self.serial),
+            "block_serial": list(self.block_serial),
             "source_order": self.source_order,
             "distributed": list(self.distributed),
         }

@@ -54,11 +54,17 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
     """(default-shape entries, block-shape variants) of :func:`build_mappings`."""
     sites = an.sites
     host = an.host_loop_names()
-    serial = tuple(_serial_text(g) for g in an.serials)
+    serial = tuple(_serial_text(g) for g in an.serials if g.threads == 1)
+    block_serial = tuple(_serial_text(g) for g in an.serials if g.threads > 1)
     distributed = tuple(f"loop {var} into {n}" for var, _, n in an.distributed)
 
     def make(kind: str, block: tuple[int, ...], nests: list[NestMapping]) -> Mapping:
-        return Mapping(kind, block, tuple(nests), host, serial, an.source_order, distributed)
+        return Mapping(kind, block, tuple(nests), host, serial, an.source_order, distributed,
+                       block_serial)
+
+    if not sites:  # one-block kernels only (trisolv), or their source-order fallback
+        threads = max(g.threads for g in an.serials)
+        return [make("one_block" if threads > 1 else "one_thread", (threads,), [])], []
 
     best = [s.options[0] for s in sites]
     out: list[Mapping] = [make(best[0].kind, best[0].block, best)]
@@ -93,7 +99,10 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
 
 
 def _splits_a_float_sum(an: Analysis, m: Mapping) -> bool:
-    """``m`` adds a floating-point sum in parallel (``grid_reduce`` or ``warp_reduce``)."""
+    """``m`` adds a floating-point sum in parallel (``grid_reduce``, ``warp_reduce``, a
+    one-block kernel)."""
+    if any(g.float_sum for g in an.serials):
+        return True
     for n in m.nests:
         site = an.sites[n.site]
         if n.kind == "grid_reduce" and site.reduction is not None:
@@ -147,7 +156,8 @@ class BuiltinPolicy:
                 fallback: list[Mapping] = []
                 if any(_splits_a_float_sum(an, m) for m in defaults):
                     try:
-                        exact = analyze(problem, source_order=True)
+                        exact = analyze(problem, source_order=True,
+                                        one_thread_ok=not an.sites)
                         fallback = _mapping_parts(exact)[0][:1]
                         same = {m.describe() for m in defaults}
                         fallback = [m for m in fallback

@@ -51,9 +51,10 @@ def available() -> bool:
     return True
 
 
-def _accesses_with_loops(stmts: Sequence[Stmt], chain: tuple[For, ...]
-                         ) -> Iterator[tuple[Index, bool, tuple[For, ...]]]:
-    """(access, is_write, enclosing loops inside the tested loop) for every array access."""
+def accesses_with_loops(stmts: Sequence[Stmt], chain: tuple[For, ...] = ()
+                        ) -> Iterator[tuple[Index, bool, tuple[For, ...]]]:
+    """(access, is_write, the loops of ``stmts`` around it, outermost first) for every
+    array access in ``stmts``."""
     for s in stmts:
         target = s.target if isinstance(s, Assign) else None
         for e in own_exprs(s):
@@ -61,10 +62,10 @@ def _accesses_with_loops(stmts: Sequence[Stmt], chain: tuple[For, ...]
                 if isinstance(x, Index):
                     yield x, x is target and not isinstance(s, For), chain
         if isinstance(s, If):
-            yield from _accesses_with_loops(s.then, chain)
-            yield from _accesses_with_loops(s.orelse, chain)
+            yield from accesses_with_loops(s.then, chain)
+            yield from accesses_with_loops(s.orelse, chain)
         elif isinstance(s, For):
-            yield from _accesses_with_loops(s.body, chain + (s,))
+            yield from accesses_with_loops(s.body, chain + (s,))
 
 
 class _Unencodable(Exception):
@@ -125,7 +126,7 @@ def independent(loop: For, array: str) -> bool | None:
     # scalars the body writes (inner loop indices included): an access that reads one outside
     # the loop that assigns it as its index cannot be encoded
     variant = scalars_written(loop.body)
-    accs = [(x, w, (loop,) + ch) for x, w, ch in _accesses_with_loops(loop.body, ())
+    accs = [(x, w, (loop,) + ch) for x, w, ch in accesses_with_loops(loop.body, ())
             if x.array == array]
     writes = [a for a in accs if a[1]]
     if not writes:
@@ -158,4 +159,45 @@ def independent(loop: For, array: str) -> bool | None:
     return True
 
 
-__all__ = ["available", "independent"]
+def never_touches(acc: Index, read: Index, context: tuple[For, ...],
+                  chain: tuple[For, ...]) -> bool | None:
+    """Whether isl proves that ``read`` never reaches the element ``acc`` (True), finds
+    that it may (False), or cannot encode them or islpy is missing (None).
+
+    ``acc``'s subscripts are read inside the loops ``context`` (outermost first) and do not
+    change in ``chain``; ``read`` sits inside ``context + chain`` (``chain[0]`` is the loop
+    whose body holds it, then the loops around it in that body).  One point of the whole
+    nest is asked for: both accesses see the same values of the context's indices.
+    Scalars written anywhere in the outermost loop are not encoded (None), and bounds that
+    read them are left out, which only widens the set.
+    """
+    if not chain or len(acc.subs) != len(read.subs):
+        return None
+    try:
+        import islpy as isl
+    except ImportError:
+        return None
+    outer = (context or chain)[0]
+    variant = scalars_written(outer.body) - {L.var for L in context + chain if L.var}
+    params: dict[str, str] = {}
+    side = _Side("c", context + chain, variant, params)
+    try:
+        eqs = []
+        for fa, fr in zip(acc.subs, read.subs):
+            a, r = affine(fa), affine(fr)
+            if a is None or r is None:
+                return None
+            eqs.append(f"{side.affine_text(a, len(context))} = "
+                       f"{side.affine_text(r, len(context) + len(chain))}")
+        cons = [*side.domain(), *eqs]
+    except _Unencodable:
+        return None
+    text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(side.names)}] : "
+            f"{' and '.join(cons)} }}")
+    try:
+        return bool(isl.Set(text).is_empty())
+    except isl.Error:
+        return None
+
+
+__all__ = ["accesses_with_loops", "available", "independent", "never_touches"]
