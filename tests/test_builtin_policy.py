@@ -697,6 +697,58 @@ SCRATCH = problem(  # a local array at the top of the body: a static __device__ 
 )
 
 
+EDIT_DISTANCE = problem(  # a table filled by anti-diagonals: wavefront i+j
+    "edit_distance",
+    [size("n"), size("m"), arr("a", ("n",), "int", const=True), arr("b", ("m",), "int", const=True),
+     arr("D", ("n + 1", "m + 1"), "int")],
+    """
+    void edit_distance(int n, int m, const int a[n], const int b[m], int D[n + 1][m + 1])
+    {
+        for (int i = 1; i <= n; i++)
+            for (int j = 1; j <= m; j++) {
+                int sub = D[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+                int del = D[i - 1][j] + 1;
+                int ins = D[i][j - 1] + 1;
+                int best = sub < del ? sub : del;
+                D[i][j] = best < ins ? best : ins;
+            }
+    }
+    """,
+    {"n": 23, "m": 31},
+)
+
+GAUSS_SEIDEL = problem(  # in-place sweeps over time: wavefront 2t+i+j
+    "gauss_seidel",
+    [size("steps"), size("n"), arr("A", ("n", "n"))],
+    """
+    void gauss_seidel(int steps, int n, double A[n][n])
+    {
+        int t, i, j;
+        for (t = 0; t < steps; t++)
+            for (i = 1; i < n - 1; i++)
+                for (j = 1; j < n - 1; j++)
+                    A[i][j] = 0.25 * (A[i - 1][j] + A[i + 1][j] + A[i][j - 1] + A[i][j + 1]);
+    }
+    """,
+    {"steps": 4, "n": 19},
+)
+
+MIN_PLUS = problem(  # all-pairs shortest paths: row and column k change during step k
+    "min_plus",
+    [size("n"), arr("d", ("n", "n"))],
+    """
+    void min_plus(int n, double d[n][n])
+    {
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < n; j++)
+                    d[i][j] = fmin(d[i][j], d[i][k] + d[k][j]);
+    }
+    """,
+    {"n": 12},
+)
+
+
 def _lu_init(data, sizes):
     data["A"] += np.eye(sizes["n"]) * sizes["n"]
 
@@ -748,6 +800,8 @@ PORTABLE = {
     "lu_rows": (LU_ROWS, _lu_init),
     "chol_rows": (CHOL_ROWS, _chol_init),
     "scratch": (SCRATCH, None),
+    "edit_distance": (EDIT_DISTANCE, None),
+    "gauss_seidel": (GAUSS_SEIDEL, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -939,6 +993,34 @@ def test_a_sum_whose_accumulator_array_is_read_elsewhere_needs_a_proof():
     _, dep, L = loops_of(p)
     red, why = dep.reduction(L["c"])
     assert red is None and "reads the accumulator" in why
+
+
+def test_wavefronts_run_hyperplanes_in_parallel():
+    """No loop of these nests is parallel; isl proves the points of one hyperplane
+    independent and each dependence running from an earlier hyperplane to a later one."""
+    assert descriptions(EDIT_DISTANCE)[0] == "host loop w=i+j | grid1d i->x block 256 (wavefront i+j)"
+    assert descriptions(GAUSS_SEIDEL)[0] == ("host loop w=2t+i+j | grid2d t->y i->x block 32x8 "
+                                             "(wavefront 2t+i+j)")
+    src = POLICY.propose(EDIT_DISTANCE, 0).source
+    # the wave range is exact: i + j runs from 2 to n + m
+    assert "for (long long cp_w0 = (2LL); cp_w0 <= ((long long)m + (long long)n); cp_w0++)" in src, src
+    # floyd-warshall's shape: inside the host loop k a wavefront would cost a launch per
+    # hyperplane and step; no 3-D hyperplane is legal: refused
+    with pytest.raises(PolicyRefusal, match="no loop of 'min_plus' can run in parallel"):
+        POLICY.plan(MIN_PLUS)
+
+
+def test_wavefront_legality_is_exact():
+    """h = i + j is legal for the edit distance's table; h = i - j runs a dependence
+    (D[i-1][j] -> D[i][j]) backwards; h = j alone puts two dependent points on one
+    hyperplane."""
+    from cudaperf_cli.policies.builtin.wavefront import _legal, perfect_nest_of
+
+    fn, _, L = loops_of(EDIT_DISTANCE)
+    nest = perfect_nest_of(L["i"])
+    assert _legal(nest, (1, 1))
+    assert not _legal(nest, (1, -1))
+    assert not _legal(nest, (0, 1))
 
 
 def test_local_array_lives_in_device_memory():

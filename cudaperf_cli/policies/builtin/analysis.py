@@ -58,6 +58,8 @@ from cudaperf_cli.policies.builtin.ir import (
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
 from cudaperf_cli.policies.builtin.tiling import staged_operands, tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
+from cudaperf_cli.policies.builtin.wavefront import describe as describe_wave
+from cudaperf_cli.policies.builtin.wavefront import perfect_nest_of, wavefront
 
 # ---------------------------------------------------------------------------------------
 # Host program
@@ -186,6 +188,8 @@ class Analysis:
             loops), in program order.
         source_order: scheduled with floating-point sums in the C code's order
             (:func:`analyze`).
+        waves: host loops over the hyperplanes of a wavefront (``wavefront.py``): index
+            -> ``"wavefront -i+j"``.
     """
 
     problem: CProblem
@@ -200,6 +204,7 @@ class Analysis:
     red_vars: dict[int, str]
     distributed: list[tuple[str, int, int]] = field(default_factory=list)
     source_order: bool = False
+    waves: dict[str, str] = field(default_factory=dict)
 
     def loop_report(self) -> list[str]:
         """One line per loop of the function (program order): what the dependence test
@@ -229,7 +234,8 @@ class Analysis:
         def visit(ops: Sequence[Op]) -> None:
             for op in ops:
                 if isinstance(op, HostLoop):
-                    out.append(op.loop.var or "?")
+                    var = op.loop.var or "?"
+                    out.append("w=" + self.waves[var].split()[-1] if var in self.waves else var)
                     visit(op.body)
                 elif isinstance(op, HostIf):
                     visit(op.then)
@@ -309,6 +315,8 @@ class _Scheduler:
         self.scalars = set(fn.scalar_params) | set(fn.locals)
         self._site_count = 0
         self._red_count = 0
+        self._wave_count = 0
+        self.waves: dict[str, str] = {}
 
     # -- predicates ---------------------------------------------------------------------
 
@@ -468,6 +476,23 @@ class _Scheduler:
             for part in parts:
                 dist.extend(self.loop(part, host_loops, st))
             return dist
+        # a nest none of whose loops is parallel may still be, along hyperplanes; only at
+        # the top level (inside a host loop, a launch per hyperplane and iteration is more
+        # than the few launches a wavefront exists to save: floyd-warshall's k loop)
+        if not host_loops and not self.source_order and self.bounds_host_ok(L, st) and \
+                not any(self.dep.parallel(N).parallel for N in perfect_nest_of(L)[1:]):
+            wave = f"{self.prefix}w{self._wave_count}"
+            made = wavefront(self.dep, L, wave, self.fn.locals)
+            if made is not None:
+                self._wave_count += 1
+                self.scalars |= {wave, f"{wave}_{perfect_nest_of(L)[-1].var}"}
+                W, h = made
+                self.waves[wave] = describe_wave(h, [N.var or "?" for N in perfect_nest_of(L)])
+                for x in walk([W]):
+                    if isinstance(x, For):
+                        self.dep.live.alias(x, L)
+                self.dep.live.alias(W, L)
+                return self.loop(W, host_loops, st)
         # keep on the host when something inside is parallel
         if (
             L.var is not None
@@ -522,6 +547,9 @@ class _Scheduler:
                  verdict: Verdict | None = None, reduction: Reduction | None = None,
                  interchanged: tuple[str, str] | None = None,
                  transforms: tuple[str, ...] = ()) -> Site:
+        proof = self.dep.proofs.get(id(root))
+        if proof:
+            transforms = (proof, *transforms)
         site = Site(self._site_count, root, kind, host_loops, interchanged, reduction,
                     transforms=transforms)
         self._site_count += 1
@@ -726,7 +754,7 @@ def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool =
         device_scalars |= s.dev_reads
     red_vars = {s.id: s.red_var for s in sites if s.kind == "reduction"}
     return Analysis(problem, fn, sch.dep, ops, sites, serials, sch.reasons, device_scalars,
-                    sch.prefix, red_vars, sch.distributed, source_order)
+                    sch.prefix, red_vars, sch.distributed, source_order, sch.waves)
 
 
 def _check_supported(fn: Function) -> None:

@@ -720,9 +720,14 @@ class _Gen:
                 f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each element keeps"
             )
             lines.append(f" *   its updates in the original order of {o}")
-        if site.transforms:
+        waves = [t for t in site.transforms if t.startswith("wavefront ")]
+        rest = [t for t in site.transforms if not t.startswith("wavefront ")]
+        for t in waves:
+            lines.append(f" *   {t}: the host loop walks the hyperplanes, the threads the points")
+            lines.append(" *   of one (isl proved them independent); each point runs the body as written")
+        if rest:
             lines.append(f" *   the body of loop {root.var} was rewritten into one loop: "
-                         f"{', '.join(site.transforms)}")
+                         f"{', '.join(rest)}")
             lines.append(" *   (each element keeps its updates in the original order)")
         if nm.kind == "warp_reduce":
             lines.append(f" *   lane 0 adds the warp's sum to {nm.accumulator} and runs the rest of the")

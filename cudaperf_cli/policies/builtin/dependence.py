@@ -284,6 +284,14 @@ class Dependence:
         self._reductions: dict[int, tuple[Reduction | None, str]] = {}
         self._kept: list[Stmt] = []
         self._parents: dict[int, tuple[For, ...]] | None = None
+        self.proofs: dict[int, str] = {}
+
+    def prove_parallel(self, loop: For, why: str) -> None:
+        """Record that ``loop`` (synthesised by a transformation that proved it, e.g.
+        ``wavefront``) has independent iterations; its body's scalars are private."""
+        self.keep(loop)
+        self._verdicts[id(loop)] = Verdict(loop, True, [], scalars_written(loop.body) - {loop.var or ""})
+        self.proofs[id(loop)] = why
 
     def keep(self, *stmts: Stmt) -> None:
         """Keep synthesised statements (transform.py) alive for the analysis's lifetime:

@@ -68,12 +68,15 @@ def accesses_with_loops(stmts: Sequence[Stmt], chain: tuple[For, ...] = ()
             yield from accesses_with_loops(s.body, chain + (s,))
 
 
-class _Unencodable(Exception):
-    pass
+class Unencodable(Exception):
+    """A symbol isl cannot be given (it changes inside the loops, or is a product with an
+    index)."""
 
 
-class _Side:
-    """One of the two iterations: isl names ``<p><k>`` for the loops of an access's chain."""
+class Side:
+    """One iteration point of a chain of loops: isl names ``<prefix><k>`` for the loops of
+    ``chain`` (outermost first); ``variant`` scalars change inside them (not encodable),
+    ``params`` collects the free symbols (shared between the sides of one question)."""
 
     def __init__(self, prefix: str, chain: tuple[For, ...], variant: set[str], params: dict[str, str]):
         self.chain, self.variant, self.params = chain, variant, params
@@ -86,7 +89,7 @@ class _Side:
             if self.chain[k].var == sym:
                 return self.names[k]
         if any(f == L.var for f in factors for L in self.chain[:upto]) or set(factors) & self.variant:
-            raise _Unencodable(sym)
+            raise Unencodable(sym)
         return self.params.setdefault(sym, "p_" + sym.replace("*", "_"))
 
     def affine_text(self, f: Affine, upto: int) -> str:
@@ -104,7 +107,7 @@ class _Side:
                 continue
             try:
                 lo, hi = (self.affine_text(x, k) for x in r)
-            except _Unencodable:
+            except Unencodable:
                 continue
             out.append(f"{lo} <= {self.names[k]} <= {hi}")
         return out
@@ -137,8 +140,8 @@ def independent(loop: For, array: str) -> bool | None:
                 return None
             params: dict[str, str] = {}
             try:
-                s1 = _Side("x", wch, variant, params)
-                s2 = _Side("y", ach, variant, params)
+                s1 = Side("x", wch, variant, params)
+                s2 = Side("y", ach, variant, params)
                 eqs = []
                 for d in range(len(wx.subs)):
                     f1, f2 = affine(wx.subs[d]), affine(ax.subs[d])
@@ -147,7 +150,7 @@ def independent(loop: For, array: str) -> bool | None:
                     eqs.append(f"{s1.affine_text(f1, len(wch))} = {s2.affine_text(f2, len(ach))}")
                 cons = [f"({s1.names[0]} < {s2.names[0]} or {s1.names[0]} > {s2.names[0]})",
                         *s1.domain(), *s2.domain(), *eqs]
-            except _Unencodable:
+            except Unencodable:
                 return None
             text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
                     f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
@@ -180,7 +183,7 @@ def never_touches(acc: Index, read: Index, context: tuple[For, ...],
     outer = (context or chain)[0]
     variant = scalars_written(outer.body) - {L.var for L in context + chain if L.var}
     params: dict[str, str] = {}
-    side = _Side("c", context + chain, variant, params)
+    side = Side("c", context + chain, variant, params)
     try:
         eqs = []
         for fa, fr in zip(acc.subs, read.subs):
@@ -190,7 +193,7 @@ def never_touches(acc: Index, read: Index, context: tuple[For, ...],
             eqs.append(f"{side.affine_text(a, len(context))} = "
                        f"{side.affine_text(r, len(context) + len(chain))}")
         cons = [*side.domain(), *eqs]
-    except _Unencodable:
+    except Unencodable:
         return None
     text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(side.names)}] : "
             f"{' and '.join(cons)} }}")
@@ -200,4 +203,5 @@ def never_touches(acc: Index, read: Index, context: tuple[For, ...],
         return None
 
 
-__all__ = ["accesses_with_loops", "available", "independent", "never_touches"]
+__all__ = ["Side", "Unencodable", "accesses_with_loops", "available", "independent",
+           "never_touches"]
