@@ -141,16 +141,23 @@ def polybench_sizes(pb_root: Path, kernel: str, dataset: str = "LARGE") -> dict[
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise InputError("no C compiler (cc) to read PolyBench/C's size macros")
-    out = subprocess.run([cc, "-E", "-dM", f"-D{dataset}_DATASET", "-I", str(pb_root / "utilities"),
-                          str(headers[0])], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise InputError(f"{headers[0]}: cc -E failed: {out.stderr.strip().splitlines()[-1:]}")
-    sizes = {}
-    for line in out.stdout.splitlines():
-        m = re.fullmatch(r"#define (\w+) (\d+)", line.strip())
-        if m:
-            sizes[m.group(1)] = int(m.group(2))
-    return sizes
+    def macros(*extra: str) -> dict[str, int]:
+        out = subprocess.run([cc, "-E", "-dM", f"-D{dataset}_DATASET", "-I",
+                              str(pb_root / "utilities"), *extra], capture_output=True,
+                             text=True, timeout=60)
+        if out.returncode != 0:
+            raise InputError(f"{headers[0]}: cc -E failed: {out.stderr.strip().splitlines()[-1:]}")
+        found = {}
+        for line in out.stdout.splitlines():
+            m = re.fullmatch(r"#define (\w+) (\d+)", line.strip())
+            if m:
+                found[m.group(1)] = int(m.group(2))
+        return found
+
+    # the header's own macros: what it defines beyond the compiler's predefined ones
+    predefined = macros("-x", "c", "/dev/null")
+    return {k: v for k, v in macros(str(headers[0])).items()
+            if k not in predefined and not k.endswith("_DATASET")}
 
 
 @dataclass

@@ -74,7 +74,7 @@ ACC = os.environ.get("CUDAPERF_POLYBENCH_ACC")
 def test_sizes_are_read_from_polybench():
     root = Path(PB)
     sizes = acc_mod.polybench_sizes(root, "gemm", "LARGE")
-    assert {k: sizes[k] for k in GEMM_SIZES} == GEMM_SIZES
+    assert sizes == GEMM_SIZES  # the header's macros only, not the compiler's predefined ones
     assert acc_mod.polybench_sizes(root, "bicg", "MINI")["M"] == 38
 
 
