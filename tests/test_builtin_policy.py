@@ -1023,6 +1023,19 @@ def test_wavefront_legality_is_exact():
     assert not _legal(nest, (0, 1))
 
 
+def test_a_sequential_loop_around_short_1d_loops_gets_a_one_block_entry():
+    """durbin's shape: a time loop around a sum and two 1-D loops is a host loop with four
+    launches an iteration; the plan's second entry runs the whole loop in one block."""
+    plan = POLICY.plan(SCRATCH)
+    assert plan[0].describe().startswith("host loop t | grid_reduce i->grid")
+    assert plan[1].describe() == "1-block kernel: loop t (line 5)"
+    assert plan[1].one_block_loops and plan[1].to_json()["one_block_loops"]
+    src = POLICY.source(SCRATCH, plan[1])
+    assert "scratch_serial0<<<1, 256>>>" in src and "<<<1, 1>>>" not in src
+    # a 2-D loop inside (jacobi-2d's sweeps) keeps its launches: no such entry
+    assert not any(m.one_block_loops for m in POLICY.plan(JACOBI))
+
+
 def test_local_array_lives_in_device_memory():
     src = POLICY.propose(SCRATCH, 0).source
     assert "static __device__ double tmp[128];" in src

@@ -190,6 +190,7 @@ class Analysis:
             (:func:`analyze`).
         waves: host loops over the hyperplanes of a wavefront (``wavefront.py``): index
             -> ``"wavefront -i+j"``.
+        one_block_loops: scheduled with ``analyze(one_block_loops=True)``.
     """
 
     problem: CProblem
@@ -205,6 +206,7 @@ class Analysis:
     distributed: list[tuple[str, int, int]] = field(default_factory=list)
     source_order: bool = False
     waves: dict[str, str] = field(default_factory=dict)
+    one_block_loops: bool = False
 
     def loop_report(self) -> list[str]:
         """One line per loop of the function (program order): what the dependence test
@@ -304,10 +306,12 @@ _SIGNED = ("int", "short", "long", "long int", "long long", "long long int", "si
 
 
 class _Scheduler:
-    def __init__(self, problem: CProblem, fn: Function, source_order: bool = False):
+    def __init__(self, problem: CProblem, fn: Function, source_order: bool = False,
+                 one_block_loops: bool = False):
         self.problem = problem
         self.fn = fn
         self.source_order = source_order
+        self.one_block_loops = one_block_loops
         self.dep = Dependence(fn)
         self.prefix = _choose_prefix(fn)
         self.reasons: list[str] = []
@@ -507,9 +511,11 @@ class _Scheduler:
             entry_device = set(st.device)
             trial_st = st.copy()
             body = self.schedule(L.body, inner_loops, trial_st)
-            if _has_launch(body) and _only_reductions(body) and not self.source_order:
+            if _has_launch(body) and not self.source_order and (
+                    _only_reductions(body) or (self.one_block_loops and _one_dim_sites(body))):
                 # a launch per reduction and iteration costs more than one block that runs
-                # the loop and adds each sum across its threads (trisolv, cholesky)
+                # the loop and adds each sum across its threads (trisolv, cholesky); with
+                # one_block_loops, so may a launch per 1-D loop and iteration (durbin)
                 self._site_count, self._red_count = saved
                 ops1: list[Op] = []
                 self.serial(ops1, L, st, f"loop {L.var}: only sums are parallel inside it")
@@ -683,6 +689,20 @@ def _only_reductions(ops: Sequence[Op]) -> bool:
     return True
 
 
+def _one_dim_sites(ops: Sequence[Op]) -> bool:
+    """Every kernel launched in ``ops`` is a reduction or a parallel loop with no loop
+    inside, and no host loop is nested in ``ops``."""
+    for op in ops:
+        if isinstance(op, Launch) and op.site.kind != "reduction" and (
+                op.site.interchanged or has_loop(op.site.root.body)):
+            return False
+        if isinstance(op, HostLoop):
+            return False
+        if isinstance(op, HostIf) and not (_one_dim_sites(op.then) and _one_dim_sites(op.orelse)):
+            return False
+    return True
+
+
 def _one_block(g: Serial, dep: Dependence, source_order: bool) -> None:
     """Make ``g`` a one-block kernel when some loop in it can spread over a block."""
     roles = [block_role(dep, L, source_order) for L in walk(g.stmts) if isinstance(L, For)]
@@ -706,8 +726,8 @@ def _collect(ops: Sequence[Op], sites: list[Site], serials: list[Serial]) -> Non
             _collect(op.orelse, sites, serials)
 
 
-def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool = False
-            ) -> Analysis:
+def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool = False,
+            one_block_loops: bool = False) -> Analysis:
     """Parse and schedule ``problem``'s function.
 
     A one-thread kernel that holds a loop :func:`block_role` can spread (a parallel loop, a
@@ -723,13 +743,18 @@ def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool =
     problem (PolyBench's ``gramschmidt`` with fewer rows than columns orthogonalises
     columns whose norm is rounding noise) has no tolerance a reordered sum meets.
 
+    ``one_block_loops``: a sequential loop whose parallel work inside is reductions and
+    1-D loops (no loop inside them, no host loop) becomes a one-block kernel too (durbin,
+    jacobi-1d: one launch instead of several per iteration; right when the 1-D loops are
+    short). Used for one more entry of the plan.
+
     Raises:
         PolicyRefusal: unsupported source, or no loop can run in parallel (the message lists
             the reason for every loop).
     """
     fn = parse_function(problem)
     _check_supported(fn)
-    sch = _Scheduler(problem, fn, source_order)
+    sch = _Scheduler(problem, fn, source_order, one_block_loops)
     st = _State()
     ops = sch.schedule(fn.body, (), st)
     sites: list[Site] = []
@@ -754,7 +779,8 @@ def analyze(problem: CProblem, source_order: bool = False, one_thread_ok: bool =
         device_scalars |= s.dev_reads
     red_vars = {s.id: s.red_var for s in sites if s.kind == "reduction"}
     return Analysis(problem, fn, sch.dep, ops, sites, serials, sch.reasons, device_scalars,
-                    sch.prefix, red_vars, sch.distributed, source_order, sch.waves)
+                    sch.prefix, red_vars, sch.distributed, source_order, sch.waves,
+                    one_block_loops)
 
 
 def _check_supported(fn: Function) -> None:

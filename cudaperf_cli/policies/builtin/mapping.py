@@ -109,6 +109,7 @@ class Mapping:
         host_loops: every loop kept on the host (one launch per iteration).
         serial: statements or loops that run in one-thread kernels (short descriptions).
         block_serial: the same for one-block kernels (``analysis.Serial.threads`` > 1).
+        one_block_loops: built from ``analysis.analyze(one_block_loops=True)``.
         source_order: built from the analysis that keeps every floating-point sum in one
             thread, in the C code's order (``analysis.analyze(source_order=True)``).
         distributed: loops split by ``transform.distribute`` (``loop i into 3``).
@@ -122,6 +123,7 @@ class Mapping:
     source_order: bool = False
     distributed: tuple[str, ...] = ()
     block_serial: tuple[str, ...] = ()
+    one_block_loops: bool = False
 
     def describe(self) -> str:
         """One line, e.g. ``host loop t | grid2d i->y j->x block 32x8 | grid2d ...``; a
@@ -147,6 +149,7 @@ class Mapping:
             "host_loops": list(self.host_loops),
             "serial": list(self.serial),
             "block_serial": list(self.block_serial),
+            "one_block_loops": self.one_block_loops,
             "source_order": self.source_order,
             "distributed": list(self.distributed),
         }

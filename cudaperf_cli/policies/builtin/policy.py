@@ -60,7 +60,7 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
 
     def make(kind: str, block: tuple[int, ...], nests: list[NestMapping]) -> Mapping:
         return Mapping(kind, block, tuple(nests), host, serial, an.source_order, distributed,
-                       block_serial)
+                       block_serial, an.one_block_loops)
 
     if not sites:  # one-block kernels only (trisolv), or their source-order fallback
         threads = max(g.threads for g in an.serials)
@@ -130,7 +130,8 @@ class BuiltinPolicy:
     name = "builtin"
 
     def __init__(self) -> None:
-        self._cache: dict[Any, tuple[Analysis, list[Mapping], Analysis | None]] = {}
+        self._cache: dict[Any, tuple[Analysis, list[Mapping], Analysis | None,
+                                     Analysis | None]] = {}
 
     def _key(self, problem: CProblem) -> Any:
         return (problem.function, problem.function_source, problem.params)
@@ -138,11 +139,14 @@ class BuiltinPolicy:
     def analysis(self, problem: CProblem) -> tuple[Analysis, list[Mapping]]:
         """The scheduled function and its mappings (cached per problem).
 
-        The plan: the default-shape entries, then, when some entry splits a floating-point
-        sum across threads (``grid_reduce``, ``warp_reduce``), the preferred entry of the
-        analysis that keeps every such sum in source order (``sums in source order: ...``:
-        the fallback for a problem no reordered sum verifies on), then the block-shape
-        variants.
+        The plan: the default-shape entries; then, when it has more one-block kernels, the
+        preferred entry of the analysis that runs sequential loops around reductions and
+        short 1-D loops in one block (``analyze(one_block_loops=True)``: one launch instead
+        of several per iteration); then, when some entry splits a floating-point sum across
+        threads (``grid_reduce``, ``warp_reduce``, a one-block kernel), the preferred entry
+        of the analysis that keeps every such sum in source order (``sums in source order:
+        ...``: the fallback for a problem no reordered sum verifies on); then the
+        block-shape variants.
 
         Raises:
             PolicyRefusal: unsupported source or nothing to parallelise.
@@ -164,14 +168,21 @@ class BuiltinPolicy:
                                     if replace(m, source_order=False).describe() not in same]
                     except PolicyRefusal:
                         exact = None  # nothing parallel once the sums stay sequential
+                # sequential loops around short 1-D loops as one-block kernels (durbin)
+                blocky = analyze(problem, one_block_loops=True)
+                more = len([g for g in blocky.serials if g.threads > 1])
+                if more > len([g for g in an.serials if g.threads > 1]):
+                    fallback = _mapping_parts(blocky)[0][:1] + fallback
+                else:
+                    blocky = None
             except RecursionError:
                 raise PolicyRefusal(
                     f"'{problem.function}' nests expressions or statements too deeply to analyse"
                 ) from None
             plan = _dedupe(defaults) + fallback + [m for m in _dedupe(variants)
                                                    if m.nests not in {d.nests for d in defaults}]
-            self._cache[key] = (an, plan, exact)
-        an, plan, _ = self._cache[key]
+            self._cache[key] = (an, plan, exact, blocky)
+        an, plan, _, _ = self._cache[key]
         return an, plan
 
     def _analysis_of(self, problem: CProblem, mapping: Mapping) -> Analysis:
@@ -180,6 +191,10 @@ class BuiltinPolicy:
             exact = self._cache[self._key(problem)][2]
             assert exact is not None, "a source-order mapping without its analysis"
             return exact
+        if mapping.one_block_loops:
+            blocky = self._cache[self._key(problem)][3]
+            assert blocky is not None, "a one-block-loops mapping without its analysis"
+            return blocky
         return an
 
     def plan(self, problem: CProblem) -> list[Mapping]:
