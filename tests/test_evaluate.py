@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -1628,3 +1629,31 @@ def test_host_write_4400_bytes_past_the_end_hits_the_guard(ref_lib: Path, compil
     r = _host_run(_job(ref_lib, cand))
     assert r.status == WRONG, r.message
     assert {"array": "y", "side": "after", "offset": 4400} in r.configs[0].guard_violations
+
+
+RAMP_REF = r"""
+void cudaperf_ref_ramp(int n, float a, void *xv, void *yv) {
+    float *x = (float *)xv, *y = (float *)yv;
+    for (int i = 0; i < n; i++) y[i] += a * x[i] * (float)i;
+}
+"""
+
+RAMP_FMA = ("#include <math.h>\nint ramp_cuda(int n, float a, float *x, float *y) {\n"
+            "  for (int i = 0; i < n; i++) y[i] = fmaf(a * x[i], (float)i, y[i]);\n"
+            "  return 0;\n}\n")
+
+
+def test_roles_are_not_classified_on_the_edge_configuration(compile_c: Callable[..., Path]) -> None:
+    """At n = 1 the reference leaves y as it was (y[0] += ... * 0): classified there, y would
+    pass for read-only and be compared bit for bit; an FMA that rounds once less is then
+    `wrong`.  The edge configuration does not classify (ConfigSpec.classify)."""
+    ref = compile_c(RAMP_REF, "ramp_ref")
+    cand = compile_c(RAMP_FMA, "ramp_cand")
+    edge = ConfigSpec("edge", {"n": 1}, trials=1, classify=False)
+    small = ConfigSpec("small", {"n": 301}, trials=1)
+    r = _host_run(_job(ref, cand, fn="ramp", configs=[edge, small]))
+    assert r.status == CORRECT, r.message
+    assert r.array_roles == {"x": READ_ONLY, "y": READ_WRITE}
+    # classified at n = 1 (what happened before the flag): y read-only, compared exactly
+    r = _host_run(_job(ref, cand, fn="ramp", configs=[replace(edge, classify=True), small]))
+    assert r.array_roles["y"] == READ_ONLY and r.status == WRONG, r.message

@@ -1,5 +1,6 @@
-"""On a GPU: every bundled example ends with a verified kernel, checked at two sizes (the
-small odd configuration and the main one), and the written file works as a drop-in."""
+"""On a GPU: every bundled example ends with a verified kernel, checked at three sizes (the
+edge configuration, the small odd one and the main one), and the written file works as a
+drop-in."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def test_example_is_verified_at_two_sizes(tmp_path, example):
     assert best["gpu_ms"] > 0 and best["cpu_ms"] > 0 and best["speedup_kernel"] > 0
     assert best["baseline"].startswith("gcc -O3")
     names = [c["name"] for c in doc["configs"]]
-    assert names == ["small-odd", "main"]
-    small = doc["configs"][0]["sizes"]
+    assert names == ["edge", "small-odd", "main"]
+    assert all(v <= 3 for v in doc["configs"][0]["sizes"].values())
+    small = doc["configs"][1]["sizes"]
     assert all(v % 2 == 1 and v % 32 for k, v in small.items() if v > 5)
     out = Path(doc["output"])
     assert out.exists() and "extern \"C\" int" in out.read_text()

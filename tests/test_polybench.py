@@ -117,7 +117,7 @@ def test_emulate_of_the_stand_in(tmp_path: Path, capsys) -> None:
                     "--work", str(tmp_path / "w"), "--json", str(out_json)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "| gemm | 1 | grid1d i->x block 256 | correct | correct on 2 configuration(s)" in out
+    assert "| gemm | 1 | grid1d i->x block 256 | correct | correct on 3 configuration(s)" in out
     assert "kernels: 1; with candidates: 1; without (refused or not loaded): 0" in out
     assert "candidates: 2; correct 2" in out
     rows = json.loads(out_json.read_text())

@@ -720,3 +720,34 @@ def test_non_ascii_function_name_is_refused(tmp_path):
                    encoding="utf-8")
     with pytest.raises(ProblemError, match="not ASCII"):
         load_c_problem(src, sizes={"n": 8})
+
+
+# ---------------------------------------------------------------------------------------
+# edge_sizes
+# ---------------------------------------------------------------------------------------
+
+
+def test_edge_sizes_are_the_smallest_in_the_same_order():
+    from cudaperf_cli.problems.c import edge_sizes
+
+    assert edge_sizes(_problem_with_sizes({"ni": 1000, "nj": 1100, "nk": 1200})) == {
+        "ni": 1, "nj": 2, "nk": 3}
+    assert edge_sizes(_problem_with_sizes({"n": 4096, "m": 4096, "tsteps": 500})) == {
+        "n": 1, "m": 1, "tsteps": 1}
+    # an extent n - 6 needs n >= 7: every size is raised together, the order kept
+    params = (ScalarParam("n", "int", ScalarKind.SIZE), ScalarParam("m", "int", ScalarKind.SIZE),
+              ArrayParam("A", "double", ("n-6", "m")))
+    p = CProblem(Path("x.c"), "f", params, {"n": 4000, "m": 10})
+    assert edge_sizes(p) == {"n": 7, "m": 6}
+    # nothing smaller than the small configuration: none
+    assert edge_sizes(_problem_with_sizes({"n": 1, "m": 2})) is None
+
+
+def test_verification_configs_start_with_the_edge_configuration():
+    from cudaperf_cli.agent.kinds.c import verification_configs
+
+    p = load_c_problem(DATA / "gemm.c")
+    cfgs = verification_configs(p)
+    assert [c["name"] for c in cfgs] == ["edge", "small-odd", "main"]
+    assert cfgs[0]["sizes"] == {"ni": 1, "nj": 2, "nk": 3} and not cfgs[0]["time"]
+    assert [c["time"] for c in cfgs] == [False, False, True]

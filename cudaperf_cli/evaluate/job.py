@@ -111,12 +111,17 @@ class ConfigSpec:
         sizes: size parameter -> value; must cover every size parameter.
         trials: verification trials, each on fresh data (or init data).
         time: time this configuration (after every configuration verified).
+        classify: the arrays' roles may be found on this configuration (the smallest such
+            one is used).  False for the edge configuration: at sizes of 1 an output can
+            equal its input by chance (bicg's ``q`` with ``p[0] == 0``) and pass for
+            read-only.
     """
 
     name: str
     sizes: dict[str, int]
     trials: int = 2
     time: bool = False
+    classify: bool = True
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ConfigSpec":

@@ -750,7 +750,8 @@ class Worker:
 
     def _classification_config(self) -> int:
         """The configuration whose trial 0 classifies the arrays: the smallest (fewest
-        bytes of arrays; the first of equals)."""
+        bytes of arrays; the first of equals) of those that allow it
+        (``ConfigSpec.classify``; all of them when none does)."""
         def nbytes(cfg: ConfigSpec) -> int:
             total = 0
             for p in self.arrays:
@@ -760,8 +761,9 @@ class Worker:
                 total += n * np.dtype(p.dtype).itemsize
             return total
 
-        sizes = [nbytes(c) for c in self.job.configs]
-        return sizes.index(min(sizes))
+        allowed = [i for i, c in enumerate(self.job.configs) if c.classify] or \
+            list(range(len(self.job.configs)))
+        return min(allowed, key=lambda i: (nbytes(self.job.configs[i]), i))
 
     def _find_roles(self) -> None:
         """Array roles: the job's, ``const`` arrays read-only, the rest by output

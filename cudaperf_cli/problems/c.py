@@ -260,6 +260,32 @@ def small_sizes(problem: CProblem, *, max_size: int = 100) -> dict[str, int]:
         floor = floor * 2 + 1
 
 
+def edge_sizes(problem: CProblem) -> dict[str, int] | None:
+    """The smallest verification configuration: loops run 0, 1 or 2 iterations.
+
+    Step counts become 1; the other sizes the smallest positive values that keep the main
+    values' order (equal stay equal, a larger one stays strictly larger: 1, 2, 3, ...), all
+    raised together until every array extent is positive (``n-4`` needs ``n >= 5``); no
+    value exceeds its main one.  A loop ``for (i = 1; i < n - 1; i++)`` then runs no
+    iteration, a triangle ``j < i`` none in its first row, ``i <= n - 1`` one; the
+    generated code's trip counts, guards and empty launches are checked where C runs
+    nothing (the class of ``unsigned n`` counted down past 0).
+
+    Returns:
+        size name -> value in ``problem.sizes`` order, or None when no such configuration
+        differs from :func:`small_sizes`' and the main one.
+    """
+    main = dict(problem.sizes)
+    steps = {n: 1 for n in main if is_step_count(n)}
+    values = sorted({v for n, v in main.items() if n not in steps})
+    for base in range(0, 65):
+        rank = {v: min(v, base + 1 + k) for k, v in enumerate(values)}
+        out = {n: steps[n] if n in steps else rank[v] for n, v in main.items()}
+        if _extents_positive(problem, out):
+            return None if out in (main, small_sizes(problem)) else out
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # Parsing and function choice
 # ---------------------------------------------------------------------------------------

@@ -54,11 +54,16 @@ class Baseline:
 
 
 def verification_configs(problem: CProblem) -> list[dict[str, Any]]:
-    """Main configuration (verified once, then timed) + a small odd one (two trials)."""
-    from cudaperf_cli.problems.c import small_sizes
+    """The edge configuration (``problems.c.edge_sizes``: loops run 0, 1 or 2 iterations;
+    verified once, when it differs from the others), a small odd one (two trials), and the
+    main configuration (verified once, then timed)."""
+    from cudaperf_cli.problems.c import edge_sizes, small_sizes
 
     small = small_sizes(problem)
-    configs = [{"name": "small-odd", "sizes": small, "trials": 2, "time": False}]
+    edge = edge_sizes(problem)
+    configs = ([{"name": "edge", "sizes": edge, "trials": 1, "time": False, "classify": False}]
+               if edge else [])
+    configs.append({"name": "small-odd", "sizes": small, "trials": 2, "time": False})
     configs.append({"name": "main", "sizes": dict(problem.sizes), "trials": 1, "time": True})
     return configs
 
