@@ -680,6 +680,7 @@ SCRATCH = problem(  # a local array at the top of the body: a static __device__ 
     void scratch(int n, double y[n], const double w[n])
     {
         double tmp[64][2];
+        double y1[64];  /* math.h declares y1(): the generated name is cp_la_y1 */
         double s;
         for (int t = 1; t < n; t++) {
             s = 0.0;
@@ -688,7 +689,9 @@ SCRATCH = problem(  # a local array at the top of the body: a static __device__ 
             for (int i = 0; i < t; i++)
                 tmp[i][1] = y[i] + 1e-3 * s * y[t - i - 1];
             for (int i = 0; i < t; i++)
-                y[i] = tmp[i][1];
+                y1[i] = tmp[i][1];
+            for (int i = 0; i < t; i++)
+                y[i] = y1[i];
             y[t] = 0.5 * s;
         }
     }
@@ -1028,7 +1031,7 @@ def test_a_sequential_loop_around_short_1d_loops_gets_a_one_block_entry():
     launches an iteration; the plan's second entry runs the whole loop in one block."""
     plan = POLICY.plan(SCRATCH)
     assert plan[0].describe().startswith("host loop t | grid_reduce i->grid")
-    assert plan[1].describe() == "1-block kernel: loop t (line 5)"
+    assert plan[1].describe() == "1-block kernel: loop t (line 6)"
     assert plan[1].one_block_loops and plan[1].to_json()["one_block_loops"]
     src = POLICY.source(SCRATCH, plan[1])
     assert "scratch_serial0<<<1, 256>>>" in src and "<<<1, 1>>>" not in src
@@ -1036,10 +1039,90 @@ def test_a_sequential_loop_around_short_1d_loops_gets_a_one_block_entry():
     assert not any(m.one_block_loops for m in POLICY.plan(JACOBI))
 
 
+def _refused(src: str, params, sizes) -> str:
+    with pytest.raises(PolicyRefusal) as e:
+        POLICY.plan(problem("f", params, src, sizes))
+    return str(e.value)
+
+
+def test_wavefronts_need_plain_signed_integer_bounds():
+    """A double bound compares as a double (j < 7.5 runs j = 7), an unsigned one wraps:
+    the wavefront's guards and isl's integer model would run other iterations."""
+    body = """
+        for (int i = 1; i < n; i++)
+            for (int j = 1; j < lim; j++)
+                A[i][j] = (A[i - 1][j] + 2 * A[i][j - 1] + 1) % 1000;
+    }"""
+    params = [size("n"), coef("lim"), arr("A", ("n", "n"), "int")]
+    msg = _refused("void f(int n, double lim, int A[n][n]) {" + body, params, {"n": 9})
+    assert "no loop of 'f' can run in parallel" in msg
+    params = [size("n", "unsigned int"), coef("lim", "int"), arr("A", ("n", "n"), "int")]
+    msg = _refused("void f(unsigned int n, int lim, int A[n][n]) {"
+                   + body.replace("j < lim", "j < n"), params, {"n": 9})
+    assert "no loop of 'f' can run in parallel" in msg
+
+
+def test_sums_the_proofs_do_not_cover_stay_sequential():
+    """An integer accumulator of floating-point terms (C truncates after every addition),
+    a bound that reads the accumulator's array, a subscript through a cast of a double:
+    no reduction."""
+    fn, dep, L = loops_of(problem(
+        "f", [size("n"), arr("x", ("n",)), arr("o", ("1",), "int"), coef("lim")],
+        """
+        void f(int n, double x[n], int o[1], double lim)
+        {
+            int s = 100;
+            for (int i = 0; i < n; i++) s += x[i] - 1.0;
+            o[0] = s;
+            for (int j = 0; j < lim; j++) x[(int)lim] += x[j];
+            for (int k = 0; k < x[2]; k++) x[2] -= 0.5;
+        }
+        """, {"n": 9}))
+    red, why = dep.reduction(L["i"])
+    assert red is None and "integer summing floating-point terms" in why
+    red, why = dep.reduction(L["j"])
+    assert red is None and "reads the accumulator" in why
+    red, why = dep.reduction(L["k"])
+    assert red is None and "its bound reads x" in why
+
+
+def test_threads_never_stride_an_unsigned_index_down():
+    """``for (unsigned j = i; j > 0; j--)`` started at ``i - threadIdx.x`` wraps past 0:
+    no block_per_row, warp_reduce or one-block striding of such a loop."""
+    p = problem("f", [size("n"), arr("A", ("n", "n")), arr("y", ("n",))],
+                """
+                void f(int n, double A[n][n], double y[n])
+                {
+                    for (int i = 0; i < n; i++)
+                        for (unsigned j = i; j > 0; j--)
+                            y[i] += A[i][j - 1];
+                }
+                """, {"n": 9})
+    kinds = {nm.kind for m in POLICY.plan(p) for nm in m.nests}
+    assert kinds == {"grid1d"}
+
+
+def test_a_host_loop_needs_a_bound_its_body_leaves_alone():
+    """``m`` changes in the body (on the device): the host would test a stale copy."""
+    p = problem("f", [size("n"), arr("x", ("n",), "int"), arr("y", ("n",), "int")],
+                """
+                void f(int n, int x[n], int y[n])
+                {
+                    int m = n;
+                    for (int i = 0; i < m; i++) {
+                        m = x[i] % 3 + n - 4;
+                        for (int j = 0; j < n; j++)
+                            y[j] += i;
+                    }
+                }
+                """, {"n": 9})
+    assert not any(m.host_loops for m in POLICY.plan(p))
+
+
 def test_local_array_lives_in_device_memory():
     src = POLICY.propose(SCRATCH, 0).source
-    assert "static __device__ double tmp[128];" in src
-    assert "tmp[(size_t)i * 2 + 1]" in src or "tmp[(size_t)i * (2) + 1]" in src, src
+    assert "static __device__ double cp_la_tmp[128];" in src
+    assert "cp_la_tmp[(size_t)i * 2 + 1]" in src, src
 
 
 def test_lu_k_loop_on_host_and_pivot_row_read_is_not_a_dependence():
@@ -1135,6 +1218,9 @@ def test_break_is_refused_with_reason():
         ("double t[n]; for (int i = 0; i < n; i++) x[i] = 0;", "must be a positive integer constant"),
         ("double t[4] = {0}; for (int i = 0; i < n; i++) x[i] = t[0];", "initialised local arrays"),
         ("double *p; for (int i = 0; i < n; i++) x[i] = 0;", "local arrays and pointers are not supported"),
+        # a parallel loop whose bound reads an element the loop writes ends early in C
+        ("for (int j = 0; j < x[5]; j++) x[j] = 1;", "its bound reads x, which the body writes"),
+        ("int k; for (x[0] = 0; x[0] < 3; x[0]++) k = 1;", "a loop header that writes an array"),
         ("for (int i = 0; i < n; i++) { x[i] = 0; if (x[i] > 1) return; }", "'return' inside a loop"),
         ("int new = 0; for (int i = 0; i < n; i++) x[i] = new;", "'new' is a C++ keyword"),
         ("for (int i = 0; i < n; i++) x[i] = x[n - 1 - i];", "x[i] is written and x[n - 1 - i] is read"),

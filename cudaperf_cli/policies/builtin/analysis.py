@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from cudaperf_cli.core import CProblem, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin.dependence import (
+    SIGNED_INTS,
     Dependence,
     Reduction,
     Verdict,
@@ -282,13 +283,23 @@ SHUFFLE_TYPES = (
 )  # fmt: skip
 
 
+def strideable(dep: Dependence, loop: For) -> bool:
+    """Threads may start ``loop`` at ``first +- threadIdx.x`` and step by the block: it
+    counts up, or its index is signed (an unsigned index counting down would wrap past 0
+    instead of ending the loop)."""
+    if loop.step > 0:
+        return True
+    T = normalize_ctype(loop.ctype or dep.fn.ctype_of(loop.var or "") or "")
+    return T in SIGNED_INTS
+
+
 def block_role(dep: Dependence, loop: For, source_order: bool) -> tuple[str, Reduction | None]:
     """How a one-block kernel runs ``loop``: ``("parallel", None)`` when its iterations are
     independent (the block's threads stride over them), ``("reduction", red)`` for a sum
     reduction whose accumulator the threads can add with shuffles (its updates summed per
     thread, then across the block; not a floating-point sum under ``source_order``), else
     ``("", None)``: every thread runs it."""
-    if not loop.canonical or not loop.var:
+    if not loop.canonical or not loop.var or not strideable(dep, loop):
         return "", None
     if dep.parallel(loop).parallel:
         return "parallel", None
@@ -502,6 +513,7 @@ class _Scheduler:
             L.var is not None
             and not own_jumps(L.body)
             and L.var not in scalars_written(L.body)
+            and not (L.header_names() & scalars_written(L.body))
             and self.expr_host_ok(L.cond, st)
             and all(self.expr_host_ok(e, st) for h in (L.init, L.update) if h is not None
                     for e in own_exprs(h))
@@ -603,7 +615,7 @@ class _Scheduler:
             pre = body[:idx]
             split_ok = all(not (arrays_written([s]) and scalars_written([s])) for s in pre)
             seq = tuple(s.var or "?" for s in _loops_below(Q))
-            if split_ok and Q.canonical:
+            if split_ok and Q.canonical and strideable(self.dep, Q):
                 if self.dep.parallel(Q).parallel:
                     opts["block_per_row"] = NestMapping(
                         site.id, "block_per_row", BLOCKS["block_per_row"][0],

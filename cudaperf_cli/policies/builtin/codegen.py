@@ -96,6 +96,13 @@ def _ext(text: str) -> str:
     return t if re.fullmatch(r"[A-Za-z_]\w*|\d+", t) else f"({t})"
 
 
+def local_array_name(an: Analysis, array: str) -> str:
+    """The generated name of ``array``: a local array is a ``static __device__`` array
+    ``<prefix>la_<name>`` (its C name could clash with a global: math.h's ``y1``, CUDA's
+    ``threadIdx``, the wrapper); a parameter keeps its name."""
+    return f"{an.prefix}la_{array}" if array in an.fn.local_arrays else array
+
+
 class DevicePrinter(Printer):
     """Prints expressions for device code: flat row-major array accesses, math calls with
     C's argument types, optional renaming of scalars."""
@@ -139,16 +146,18 @@ class DevicePrinter(Printer):
         return t if _is_atom(e) else f"({t})"
 
     def index(self, e: Index) -> str:
-        """Row-major offset into the flat pointer: ``A[(size_t)i * m + j]``."""
+        """Row-major offset into the flat pointer: ``A[(size_t)i * m + j]`` (a local array
+        is the ``static __device__`` array ``cp_la_<name>``)."""
         arr = self.an.fn.arrays[e.array]
+        name = local_array_name(self.an, e.array)
         if len(e.subs) == 1:
-            return f"{e.array}[{self.expr(e.subs[0])}]"
+            return f"{name}[{self.expr(e.subs[0])}]"
         off = f"(size_t){self.wrap(e.subs[0])}"
         for d in range(1, len(e.subs)):
             if d > 1:
                 off = f"({off})"
             off = f"{off} * {_ext(arr.extents[d])} + {self.wrap(e.subs[d])}"
-        return f"{e.array}[{off}]"
+        return f"{name}[{off}]"
 
     def call(self, e: Call) -> str:
         """Math calls: arguments are cast to the C parameter type when their type differs
@@ -1325,8 +1334,9 @@ class _Gen:
             count = 1
             for e in a.extents:
                 count *= int(e)
-            self.globals.insert(0, f"static __device__ {a.ctype} {n}[{count}];  /* the local array "
-                                   f"{n}[{']['.join(a.extents)}], row-major */")
+            self.globals.insert(0, f"static __device__ {a.ctype} {local_array_name(self.an, n)}"
+                                   f"[{count}];  /* the local array {n}[{']['.join(a.extents)}], "
+                                   "row-major */")
         params = []
         for p in self.fn.params:
             if isinstance(p, ArrayParam):

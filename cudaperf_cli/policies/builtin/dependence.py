@@ -27,10 +27,14 @@ from cudaperf_cli.core import normalize_ctype
 from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.ir import (
     MATH_FUNCS,
+    MATH_RETURNS,
     Access,
     Affine,
     Assign,
     Binary,
+    Call,
+    Cast,
+    Const,
     Decl,
     Expr,
     ExprStmt,
@@ -44,9 +48,11 @@ from cudaperf_cli.policies.builtin.ir import (
     Stmt,
     accesses,
     affine,
+    arrays_written,
     c_text,
     calls_in,
     declared_in,
+    int_literal,
     iter_expr,
     loops_in,
     names_in,
@@ -248,6 +254,20 @@ def replace_acc_leaf(value: Expr | None, acc: Name | Index, new: Expr) -> Expr |
     return None
 
 
+#: Floating-point C types (normalised).
+_FLOATING = ("float", "double", "long double")
+
+#: Signed integer C types (normalised) whose arithmetic the affine forms model.
+SIGNED_INTS = ("int", "signed", "signed int", "short", "short int", "signed char", "long",
+               "long int", "long long", "long long int", "int32_t", "int64_t", "ptrdiff_t")
+
+
+def header_arrays(loop: For) -> set[str]:
+    """Arrays the loop's header reads (its first value and its bound)."""
+    return {x.array for e in (loop.first, loop.bound, loop.cond) if e is not None
+            for x in iter_expr(e) if isinstance(x, Index)}
+
+
 def _mentions_acc(e: Expr | None, acc: Name | Index, apart: frozenset[int] = frozenset()) -> bool:
     """``e`` reads the accumulator: its scalar, or any element of its array except the
     reads in ``apart`` (ids of ``Index`` nodes proved never to be the accumulator's
@@ -331,6 +351,10 @@ class Dependence:
         changed = sorted(hdr & written)
         if changed:
             reasons.append(pre + f"its bound uses {', '.join(changed)}, which the body modifies")
+        read_by_bound = sorted(header_arrays(loop) & arrays_written(body))
+        if read_by_bound:
+            reasons.append(pre + f"its bound reads {', '.join(read_by_bound)}, which the body "
+                                 "writes")
         if var in self.live.after(loop):
             reasons.append(pre + f"the final value of {var} is used after the loop")
         variant = written | {var} | set(extra_variant)
@@ -547,6 +571,14 @@ class Dependence:
             return None, pre + why
         acc = cands[0]
         updates = [u for u in updates if u.target == acc]
+        if isinstance(acc, Index) and acc.array in header_arrays(loop):
+            return None, pre + f"its bound reads {acc.array}, the accumulator's array"
+        acc_type = (self.fn.ctype_of(acc.name) if isinstance(acc, Name)
+                    else self.fn.arrays[acc.array].ctype)
+        if normalize_ctype(acc_type or "") not in _FLOATING and any(
+                self.floating(u.value) for u in updates):
+            return None, pre + (f"{_t(acc)} is an integer summing floating-point terms (C "
+                                "truncates after every addition: the order matters)")
         # reads of the accumulator's array that never reach its element (x[j], j < i, in
         # trisolv's `x[i] -= L[i][j] * x[j]`) are ordinary reads
         apart = self._apart_from(loop, acc) if isinstance(acc, Index) else frozenset()
@@ -608,6 +640,41 @@ class Dependence:
         form = forms.pop() if len(forms) == 1 else "mixed"
         return Reduction(loop, acc, ctype, updates, form), ""
 
+    def floating(self, e: Expr | None) -> bool:
+        """``e`` may have a floating-point value somewhere inside: a floating constant, a
+        floating scalar or array, a math call, a cast to a floating type (conservative)."""
+        if e is None:
+            return False
+        for x in iter_expr(e):
+            if isinstance(x, Const) and int_literal(x.text) is None:
+                return True
+            if isinstance(x, Name) and normalize_ctype(self.fn.ctype_of(x.name) or "") in _FLOATING:
+                return True
+            if isinstance(x, Index) and normalize_ctype(self.fn.arrays[x.array].ctype) in _FLOATING:
+                return True
+            if isinstance(x, Call) and MATH_RETURNS.get(x.func, "double") in _FLOATING:
+                return True
+            if isinstance(x, Cast) and normalize_ctype(x.ctype) in _FLOATING:
+                return True
+        return False
+
+    def signed_ints(self, exprs: Sequence[Expr | None]) -> bool:
+        """Every expression is plain signed integer arithmetic: names of signed integer
+        scalars, integer constants without an unsigned suffix, no casts, calls or array
+        reads.  Then its C value is the value of its affine form, which isl and the range
+        tests assume (a ``double`` bound compares as a double, an ``unsigned`` one wraps)."""
+        for e in exprs:
+            if e is None:
+                return False
+            for x in iter_expr(e):
+                if isinstance(x, (Cast, Call, Index)):
+                    return False
+                if isinstance(x, Const) and (int_literal(x.text) is None or "u" in x.text.lower()):
+                    return False
+                if isinstance(x, Name) and normalize_ctype(self.fn.ctype_of(x.name) or "") not in SIGNED_INTS:
+                    return False
+        return True
+
     def _apart_from(self, loop: For, acc: Index) -> frozenset[int]:
         """Ids of the reads of ``acc``'s array in ``loop``'s body that never touch the
         element ``acc`` (invariant in the loop).
@@ -619,12 +686,18 @@ class Dependence:
         some dimension over the loop's own range (``x[j]``, ``j < i``, against ``x[i]``).
         """
         context = self._enclosing(loop)
+        # the proof reads subscripts and bounds as integers: they must be plain signed ones
+        around = [*context, loop, *loops_in(loop.body)]
+        if not self.signed_ints([*acc.subs, *(e for L in around for e in (L.first, L.bound))]):
+            return frozenset()
         ranges = _loop_ranges([loop, *loops_in(loop.body)])
         fixed = (scalars_written(loop.body) | {loop.var or "?"}) - set(ranges)
         target = [Access(acc, True)]
         out = set()
         for x, is_write, chain in polyhedral.accesses_with_loops(loop.body):
             if is_write or x.array != acc.array or x == acc:
+                continue
+            if not self.signed_ints(list(x.subs)):
                 continue
             proved = polyhedral.never_touches(acc, x, context, (loop,) + chain)
             if proved is None:

@@ -1077,6 +1077,9 @@ class _Builder:
             if not isinstance(u, Assign):
                 raise self.fail(upd_node, "unsupported loop update")
             update = u
+        for part in (init, update):
+            if isinstance(part, Assign) and isinstance(part.target, Index):
+                raise self.fail(node, "a loop header that writes an array is not supported")
         body = self.block(node.child_by_field_name("body"))
         loop = For(line, None, ctype, init, cond, update, body)
         _canonicalise(loop)

@@ -31,7 +31,14 @@ import itertools
 from collections.abc import Sequence
 
 from cudaperf_cli.policies.builtin import polyhedral
-from cudaperf_cli.policies.builtin.dependence import Dependence, _extreme, _loop_ranges, exposed_reads
+from cudaperf_cli.core import normalize_ctype
+from cudaperf_cli.policies.builtin.dependence import (
+    SIGNED_INTS,
+    Dependence,
+    _extreme,
+    _loop_ranges,
+    exposed_reads,
+)
 from cudaperf_cli.policies.builtin.ir import (
     Affine,
     Assign,
@@ -182,6 +189,14 @@ def wavefront(dep: Dependence, L: For, wave: str, scalars: dict[str, str]
         return None
     idx = [N.var for N in nest]
     if any(not N.canonical or v is None for N, v in zip(nest, idx)):
+        return None
+    # bounds and subscripts are read as integers (isl, the guards): plain signed ones only
+    if any(normalize_ctype(N.ctype or dep.fn.ctype_of(v) or "") not in SIGNED_INTS  # type: ignore[arg-type]
+           for N, v in zip(nest, idx)):
+        return None
+    if not dep.signed_ints([e for N in nest for e in (N.first, N.bound)]):
+        return None
+    if not all(dep.signed_ints(list(x.subs)) for x, _, _ in polyhedral.accesses_with_loops(nest[-1].body)):
         return None
     written = scalars_written(body)
     if set(idx) & written:
