@@ -530,7 +530,9 @@ class _Scheduler:
                 # one_block_loops, so may a launch per 1-D loop and iteration (durbin)
                 self._site_count, self._red_count = saved
                 ops1: list[Op] = []
-                self.serial(ops1, L, st, f"loop {L.var}: only sums are parallel inside it")
+                inside = "sums" if _only_reductions(body) else "sums and 1-D loops"
+                self.serial(ops1, L, st, f"loop {L.var}: one block runs it (only {inside} "
+                                         "are parallel inside)")
                 return ops1
             if _has_launch(body):
                 # the device set at the end of an iteration flows into the next one
