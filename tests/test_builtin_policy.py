@@ -821,20 +821,21 @@ def descriptions(p: CProblem) -> list[str]:
 
 def test_matmul_plan():
     plan = POLICY.plan(MATMUL)
-    # the tiled product first (tiling.py: 2x2 outputs per thread, operands staged in shared
+    # the tiled product first (tiling.py: 4x4 outputs per thread, operands staged in shared
     # memory), then one output per thread
-    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 2x2 smem; k sequential"
+    assert plan[0].describe() == "grid2d i->y j->x block 16x8 tile 4x4 smem; k sequential"
     assert [m.kind for m in plan[1:4]] == ["grid2d", "block_per_row", "grid1d"]
     assert plan[1].describe() == "grid2d i->y j->x block 32x8; k sequential"
     # the other tiles lead the variants, then the block shapes
-    assert descriptions(MATMUL)[4:8] == [
+    assert descriptions(MATMUL)[4:9] == [
+        "grid2d i->y j->x block 16x16 tile 2x2 smem; k sequential",
         "grid2d i->y j->x block 16x16 tile 4x4 smem; k sequential",
         "grid2d i->y j->x block 16x16 tile 2x2; k sequential",
         "grid2d i->y j->x block 16x16 tile 4x4; k sequential",
         "grid2d i->y j->x block 32x8 tile 4x4; k sequential"]
-    assert [m.block for m in plan[8:11]] == [(32, 4), (16, 16), (64, 4)]
-    assert not any(m.nests[0].tile for m in plan[8:])
-    assert descriptions(MATMUL)[11:] == [
+    assert [m.block for m in plan[9:12]] == [(32, 4), (16, 16), (64, 4)]
+    assert not any(m.nests[0].tile for m in plan[9:])
+    assert descriptions(MATMUL)[12:] == [
         "block_per_row i->block j->thread block 256; k sequential",
         "grid1d i->x block 128; j, k sequential",
         "grid1d i->x block 512; j, k sequential",
@@ -1918,7 +1919,9 @@ def test_staged_tile_loads_operands_through_shared_memory():
     subscript) and along j for B, between two barriers; the updates read the cells in the
     order of k.  A triangle gets no staged entry (its box can hold rows no iteration reads)."""
     plan = POLICY.plan(MATMUL)
-    src = POLICY.source(MATMUL, plan[0])
+    assert plan[0].describe().startswith("grid2d i->y j->x block 16x8 tile 4x4 smem")
+    m = next(m for m in plan if m.describe().startswith("grid2d i->y j->x block 16x16 tile 2x2 smem"))
+    src = POLICY.source(MATMUL, m)
     k = kernel_text(src, "gemm_k0_grid2d")
     assert "__shared__ double cp_sy0[32][17];  /* A[i][k], 16 values of k a step */" in k
     assert "__shared__ double cp_sx1[16][32];  /* B[k][j], 16 values of k a step */" in k
@@ -1927,6 +1930,13 @@ def test_staged_tile_loads_operands_through_shared_memory():
     assert ("cp_acc[cp_r][cp_c] += alpha * cp_sy0[threadIdx.y + cp_r * 16][cp_kk] * "
             "cp_sx1[cp_kk][threadIdx.x + cp_c * 16];") in k
     assert k.count("__syncthreads();") == 4  # two per k step, full and edge tiles
+    # a whole step of a full tile runs 16 values of k, unrolled; the last step and the
+    # edge tiles count them
+    full = k[: k.index("} else {")]
+    assert "if (cp_kn == 16) {" in full and "#pragma unroll\n" in full
+    assert "for (int cp_kk = 0; cp_kk < 16; cp_kk++) {" in full
+    assert k.count("for (int cp_kk = 0; cp_kk < cp_kn; cp_kk++) {") == 2
+    assert k.count("for (int cp_kk = 0; cp_kk < 16; cp_kk++) {") == 1
     assert not any(n.staged for m in POLICY.plan(TRIANGULAR) for n in m.nests)
     # six operands would pass the 48 KiB of static shared memory at the 4x4 tile: none staged
     many = problem("many", MATMUL.params, """

@@ -92,7 +92,10 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
                                         if n.kind == "grid2d" and sites[n.site].tileable else n
                                         for n in base.nests])
                  for block, tile, staged in TILES]
-        tiled = _dedupe(tiled)
+        # a staged shape where nothing can be staged (a triangle) is not a register-only
+        # entry of its own: the register-only shapes come in their own order
+        tiled = _dedupe([m for m, (_, _, staged) in zip(tiled, TILES)
+                         if not staged or any(n.staged for n in m.nests)])
         defaults = tiled[:1] + defaults
         variants = tiled[1:] + variants
     return defaults, variants
