@@ -430,8 +430,12 @@ def test_host_correct_saxpy_with_timing(ref_lib: Path, compile_c: Callable[..., 
     phases = r.details["phase_s"]  # where the worker's time went
     assert {"startup", "timing", "gpu_wait"} <= set(phases) and sum(phases.values()) <= r.elapsed_s + 0.5
     assert r.tolerances == {"float32": {"atol": 1e-4, "rtol": 1e-4}}
-    # device bytes held at once: the main arrays with their guards, y's pristine copy, the flush
-    assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * GUARD_BYTES) + 20000 * 4 + (1 << 16)
+    # device bytes held at once: the main arrays with their guards, the two input sets' copies
+    # of x and y (copied into the candidate's arrays before each call), the flush buffer
+    assert r.peak_gpu_bytes == 2 * (20000 * 4 + 2 * GUARD_BYTES) + 4 * 20000 * 4 + (1 << 16)
+    # the timed calls rotated through both input sets; two timed calls were verified
+    assert t.input_sets == 2 and min(t.input_set_calls) > 0, t
+    assert len(t.checked_reps) == 2 and all(1 <= i <= t.planned_reps for i in t.checked_reps)
     assert t.bytes_in == 2 * 20000 * 4 and t.bytes_out == 20000 * 4
     assert r.device is not None and r.device["backend"] == "host"
     assert "correct" in r.message
@@ -563,9 +567,17 @@ def test_host_results_cached_after_a_few_calls_are_caught(
     # Correct for the first 4 calls, then skips the work (e.g. "cached by address").
     body = "static int calls; if (++calls > 4) return 0;\n" + SAXPY_OK
     cfg = [ConfigSpec("main", {"n": 500}, trials=2, time=True)]
-    r = _host_run(_job(ref_lib, compile_c(_saxpy(body)), configs=cfg))
+    lib = compile_c(_saxpy(body))
+    r = _host_run(_job(ref_lib, lib, configs=cfg))
     assert r.status == WRONG, r.message
-    assert "after the timed repetitions" in r.message
+    # a verified timed repetition sees it first ...
+    assert re.search(r"config 'main': timed call \d+ of \d+ \(input set [01]\): y: ", r.message), r.message
+    assert r.configs[0].timing is not None and r.configs[0].timing.gpu is None
+    # ... and, with none verified, the check after the last timed call
+    r = _host_run(_job(ref_lib, lib, configs=cfg, timing=replace(FAST, checked_reps=0)))
+    assert r.status == WRONG, r.message
+    assert "after the timed repetitions (input set" in r.message
+    assert r.configs[0].timing.checked_reps == []
 
 
 def test_host_int_arrays_and_long_size(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
@@ -1027,6 +1039,85 @@ def test_cuda_backend_fake_no_device(
     assert r.status == NO_DEVICE and reason in r.message
 
 
+CHEATS = Path(__file__).parent / "data" / "cheats"
+
+
+def test_host_timed_result_cache_is_caught(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    # A real computation on a miss, then a result cache keyed by the pointers and the first
+    # and last 4 values of x and y (tests/data/cheats/c_timing_cache/, the host emulation's
+    # copy of the GPU cheat): a hit copies the cached output into y.
+    cheat = compile_c((CHEATS / "c_timing_cache" / "saxpy_cache_host.c").read_text(), "cache")
+    honest = compile_c(_saxpy(SAXPY_OK), "honest")
+    cfg = [ConfigSpec("small", {"n": 100}, trials=2), ConfigSpec("main", {"n": 5000}, trials=1, time=True)]
+    # With one input set (the timing before issue 14) every call after the first hits, and
+    # the output of the last call is right for its inputs: the cheat passes.
+    one = replace(FAST, input_sets=1)
+    r = _host_run(_job(ref_lib, cheat, configs=cfg, timing=one))
+    assert r.status == CORRECT, r.message
+    assert r.configs[1].timing.input_sets == 1 and r.configs[1].timing.input_set_calls[0] > 1
+    # Two input sets at the same addresses: its sample cannot tell them apart, it serves the
+    # other set's output, and a verified timed call (one on each set) catches it.
+    r = _host_run(_job(ref_lib, cheat, configs=cfg))
+    assert r.status == WRONG, r.message
+    assert re.fullmatch(r"config 'main': timed call \d+ of \d+ \(input set [01]\): y: \d+ of 5000 "
+                        r"elements differ.*", r.message), r.message
+    assert r.configs[1].status == WRONG and r.configs[1].arrays[0].name == "y"
+    t = r.configs[1].timing
+    assert t is not None and t.gpu is None and t.input_sets == 2 and 1 <= len(t.checked_reps) <= 2
+    assert r.summary["gpu_ms"] is None
+    # The honest control passes with the same settings.
+    r = _host_run(_job(ref_lib, honest, configs=cfg))
+    assert r.status == CORRECT, r.message
+    t = r.configs[1].timing
+    assert t.input_sets == 2 and min(t.input_set_calls) > 0 and len(t.checked_reps) == 2
+
+
+def test_host_second_input_set_that_does_not_fit_falls_back_to_one(
+    ref_lib: Path, compile_c: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudaperf_cli.evaluate.backend import HostBackend
+    from cudaperf_cli.evaluate.worker import State, Worker
+
+    cand = compile_c(_saxpy(SAXPY_OK), "cand")
+    cfg = [ConfigSpec("main", {"n": 4000}, trials=1, time=True)]
+    # The device has room for the arrays but not for the second set and as much again.
+    monkeypatch.setattr(HostBackend, "mem_free", lambda self: 3 * 4000 * 4)
+    r = Worker(_job(ref_lib, cand, configs=cfg), State(None), "host").run()
+    assert r.status == CORRECT, r.message
+    t = r.configs[0].timing
+    assert t.input_sets == 1 and t.input_set_calls[0] > 0 and len(t.checked_reps) == 2
+    assert any(w.startswith("main: one input set in timing: the second needs") and "are free" in w
+               for w in r.warnings), r.warnings
+    # arrays with guards, y's pristine copy, the flush: no copy of either set beyond that
+    assert r.peak_gpu_bytes == 2 * (4000 * 4 + 2 * GUARD_BYTES) + 4000 * 4 + (1 << 16)
+
+
+def test_host_init_data_get_a_scaled_second_set(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    # Data an init function made (structured, not random) keep their structure: set 1 scales
+    # a sparse subset of the non-zero floating elements instead of drawing new values.
+    from cudaperf_cli.evaluate.worker import State, Worker
+
+    cand = compile_c(
+        "int daxpy_cuda(int n, double alpha, double *x, double *y) {\n"
+        "  for (int i = 0; i < n; i++) y[i] += alpha * x[i];\n  return 0;\n}\n", "daxpy")
+    params = [ScalarParam("n", "int", ScalarKind.SIZE), ScalarParam("alpha", "double", ScalarKind.COEFFICIENT),
+              ArrayParam("x", "double", ("n",)), ArrayParam("y", "double", ("n",))]
+    job = _job(ref_lib, cand, "daxpy", params, init_symbol="cudaperf_init_daxpy",
+               init={"name": "init_daxpy", "params": ["n", "alpha", "x", "y"], "scalar_outputs": ["alpha"]},
+               configs=[ConfigSpec("main", {"n": 3000}, trials=1, time=True)])
+    w = Worker(job, State(None), "host")
+    r = w.run()
+    assert r.status == CORRECT, r.message
+    assert r.configs[0].timing.input_sets == 2
+    alt = w.preps[0].alt
+    assert alt is not None
+    x0, x1 = w.preps[0].trials[0].host.arrays["x"], alt.host.arrays["x"]
+    diff = np.flatnonzero(x0 != x1)
+    assert 0 < diff.size <= 3000 // 256 + 1
+    assert np.allclose(x1[diff], x0[diff] * (1 + 2.0 ** -7), rtol=0, atol=0)
+    assert w._input_set_spec(0)["rule"] == "scale"
+
+
 # ---------------------------------------------------------------------------------------
 # Bounded in time: the gate, the run's reference outputs, roles at the small config, slow,
 # the adaptive CPU baseline (host emulation)
@@ -1087,14 +1178,18 @@ def test_roles_at_the_small_config_and_reference_outputs_reused(
     assert base.status == REFERENCE_ONLY, base.message
     assert base.array_roles == {"x": READ_ONLY, "y": READ_WRITE}
     # Classification at trial 0 of 'small' only (its first run is that trial's output), the
-    # second small trial, main's trial 0 (also the one CPU run): 4 reference calls, main once.
-    assert _calls(calls) == [100, 100, 100, 5000]
+    # second small trial, main's trial 0 (also the one CPU run), main's input set 1 (the
+    # timing's second set): 5 reference calls, main twice.
+    assert _calls(calls) == [100, 100, 100, 5000, 5000]
     assert base.configs[1].timing.cpu.n == 1 and base.configs[1].timing.cpu_total_s > 0
     assert base.prepare_s is None and base.lock_wait_s == 0.0 and base.peak_gpu_bytes is None
     index = json.loads((refs / "index.json").read_text())
     assert [(e["config"], e["trial"], sorted(e["arrays"])) for e in index["entries"]] == [
         ("small", 0, ["y"]), ("small", 1, ["y"]), ("main", 0, ["y"])]  # x: read-only, not kept
-    assert sorted(p.name for p in refs.glob("*.npy")) == ["c0-t0-y.npy", "c0-t1-y.npy", "c1-t0-y.npy"]
+    main_sets = index["entries"][2]["sets"]
+    assert list(main_sets) == ["1"] and main_sets["1"]["spec"]["seed"] == [0, 1, 0, 1]
+    assert sorted(p.name for p in refs.glob("*.npy")) == [
+        "c0-t0-y.npy", "c0-t1-y.npy", "c1-t0-s1-y.npy", "c1-t0-y.npy"]
 
     cand = compile_c(_saxpy(SAXPY_OK), "cand")
     kw = dict(configs=SMALL_MAIN, reference_outputs=str(refs), array_roles=base.array_roles,
@@ -1105,21 +1200,23 @@ def test_roles_at_the_small_config_and_reference_outputs_reused(
     assert _calls(calls) == []  # the reference never ran: its stored outputs were compared
     assert not any("not used" in w for w in r.warnings), r.warnings
     assert r.configs[0].ref_ms is not None and r.configs[1].trials_run == 1
+    assert r.configs[1].timing.input_sets == 2  # set 1's outputs came from the folder too
 
     bad = compile_c(_saxpy("for (int i = 0; i < n; i++) y[i] = a * x[i] + y[i] + (n > 1000); return 0;"), "bad")
     r = _host_run(_job(lib, bad, **kw), **env)
     assert r.status == WRONG and "config 'main' trial 0" in r.message and _calls(calls) == []
 
-    # Another seed: the stored outputs do not match; the worker runs the reference itself.
+    # Another seed: the stored outputs do not match; the worker runs the reference itself
+    # (main: trial 0 and input set 1).
     r = _host_run(_job(lib, cand, seed=5, **kw), **env)
     assert r.status == CORRECT, r.message
-    assert _calls(calls) == [100, 100, 5000]
+    assert _calls(calls) == [100, 100, 5000, 5000]
     assert any("not used" in w and "other sizes or seed" in w for w in r.warnings), r.warnings
     # A foreign index (another library) is not used at all.
     other = compile_c(COUNTING_C + "\nint cudaperf_unused;\n", "counting2")
     calls.unlink()
     r = _host_run(_job(other, cand, **kw), **env)
-    assert r.status == CORRECT and _calls(calls) == [100, 100, 5000]
+    assert r.status == CORRECT and _calls(calls) == [100, 100, 5000, 5000]
     assert any("written for another ref lib" in w for w in r.warnings), r.warnings
 
 
@@ -1131,8 +1228,9 @@ def test_single_config_classifies_there_and_reuses_the_first_run(
     cfg = [ConfigSpec("main", {"n": 3000}, trials=1, time=True)]
     r = _host_run(_job(lib, cand, configs=cfg, cpu_reps=1), CUDAPERF_TEST_COUNT=str(calls))
     assert r.status == CORRECT, r.message
-    # classification (2 runs) gives trial 0's output and the CPU run: no third run
-    assert _calls(calls) == [3000, 3000]
+    # classification (2 runs) gives trial 0's output and the CPU run; the third run is the
+    # reference on the timing's input set 1
+    assert _calls(calls) == [3000, 3000, 3000]
 
 
 def test_slow_candidate_stops_timing_early(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
@@ -1361,7 +1459,7 @@ MM_PARAMS = [
 
 
 def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
-    from cudaperf_cli.evaluate import plan_c_memory
+    from cudaperf_cli.evaluate import does_not_fit, plan_c_memory
 
     cfgs = [ConfigSpec("small", {"n": 4, "m": 3, "k": 2}, trials=2),
             ConfigSpec("main", {"n": 100, "m": 200, "k": 50}, trials=1, time=True)]
@@ -1370,26 +1468,39 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     plan = plan_c_memory(job, l2_bytes=60 << 20)
     # main: A 100x50, B 50x200, C 100x200 doubles
     assert plan.footprint_bytes == (5000 + 10000 + 20000) * 8 == 280000
-    # arrays + 2 guards of GUARD_BYTES each + pristine copies (roles unknown: all read-write) + flush
-    assert plan.gpu_bytes == 280000 + 3 * 2 * GUARD_BYTES + 280000 + (1 << 20)
+    # arrays + 2 guards of GUARD_BYTES each + the device copies of the timing's two input sets
+    # (roles unknown: all read-write, so every array is copied in before a call) + flush
+    assert plan.gpu_bytes == 280000 + 3 * 2 * GUARD_BYTES + 2 * 280000 + (1 << 20)
     assert plan.flush_bytes == 1 << 20
-    assert plan.parts == {"arrays": 280000, "guards": 6 * GUARD_BYTES, "pristine": 280000, "flush": 1 << 20}
+    assert plan.parts == {"arrays": 280000, "guards": 6 * GUARD_BYTES, "pristine": 280000,
+                          "input_set_1": 280000, "flush": 1 << 20}
+    assert plan.optional_bytes == 280000  # the second set, dropped when the device is short
     # inputs of every trial (small: 2 x 26 doubles) + their outputs + 2 working copies +
-    # the comparison's temporaries for the largest array (20000 elements x 48 bytes)
+    # the comparison's temporaries for the largest array (20000 elements x 48 bytes) +
+    # main's input set 1 and its reference outputs
     inputs = 2 * 26 * 8 + 280000
-    assert plan.host_bytes == inputs + inputs + 2 * 280000 + 20000 * 48 == 2080832
+    assert plan.host_bytes == inputs + inputs + 2 * 280000 + 20000 * 48 + 2 * 280000 == 2640832
+    # one input set: the pristine copies of the read-write arrays only, as before
+    one = plan_c_memory(replace(job, timing=replace(ts, input_sets=1)), l2_bytes=60 << 20)
+    assert one.gpu_bytes == 280000 + 6 * GUARD_BYTES + 280000 + (1 << 20) == plan.gpu_bytes - 280000
+    assert one.optional_bytes == 0 and one.host_bytes == 2080832 and one.parts["input_set_1"] == 0
+    # the driver refuses only what cannot fit with one set
+    assert does_not_fit(plan, gpu_free=one.gpu_bytes, host_total=None, what="mm") is None
+    assert "does not fit" in does_not_fit(plan, gpu_free=one.gpu_bytes - 1, host_total=None, what="mm")
     roles = {"A": READ_ONLY, "B": READ_ONLY, "C": WRITE_ONLY}
     job.array_roles = roles
     known = plan_c_memory(job, l2_bytes=60 << 20)
-    assert known.gpu_bytes == 280000 + 6 * GUARD_BYTES + (1 << 20)  # nothing to restore
-    assert known.host_bytes == inputs + (2 * 12 * 8 + 160000) + 2 * 280000 + 20000 * 48
+    # A and B for set 0 and set 1; C is poisoned, never copied
+    assert known.gpu_bytes == 280000 + 6 * GUARD_BYTES + 2 * 120000 + (1 << 20)
+    assert known.host_bytes == (inputs + (2 * 12 * 8 + 160000) + 2 * 280000 + 20000 * 48
+                                + 120000 + 160000)
     job.cand_lib = None
     ref_only = plan_c_memory(job, l2_bytes=60 << 20)
     assert ref_only.gpu_bytes == 0 and ref_only.host_bytes == 3 * 280000
     prob = CProblem(path=tmp_path / "mm.c", function="mm", params=tuple(MM_PARAMS),
                     sizes={"n": 100, "m": 200, "k": 50})
     p = plan_c_memory(prob, l2_bytes=60 << 20)  # default flush: max(2 x L2, 256 MiB)
-    assert p.flush_bytes == 256 << 20 and p.gpu_bytes == 280000 + 6 * GUARD_BYTES + 280000 + (256 << 20)
+    assert p.flush_bytes == 256 << 20 and p.gpu_bytes == 280000 + 6 * GUARD_BYTES + 2 * 280000 + (256 << 20)
     assert plan_c_memory(prob, cfgs, l2_bytes=200 << 20).flush_bytes == 400 << 20
 
 
@@ -1451,6 +1562,51 @@ def test_repetitions_fit_the_budget_even_for_long_calls() -> None:
     assert asked == [1, 2] and len(rt.samples) == 2
     asked, run = calls_of(15_000.0)
     assert time_repetitions(run, ts, slow_ms=10_000.0, warm=True).slow and asked == [1]
+
+
+def test_input_rotation_covers_both_sets_and_steers_the_verified_calls() -> None:
+    from cudaperf_cli.evaluate.timing import InputRotation, perturb_positions, time_repetitions
+
+    for seed in range(40):
+        rot = InputRotation(2, [seed, 0, 2], checks=2)
+        sets: list[int] = []
+        checked: dict[int, int] = {}
+
+        def run(k: int) -> list[float]:
+            for _ in range(k):
+                s, check = rot.next()
+                sets.append(s)
+                if check is not None:
+                    checked[len(sets) - 1] = check
+            return [1.0] * k
+
+        rt = time_repetitions(run, FAST, on_plan=rot.plan)
+        assert rot.planned == rt.planned == len(rt.samples)
+        warm = len(rt.warmup)
+        assert sorted(checked.values()) == rot.checked and len(rot.checked) == 2
+        assert rot.verified == [i + 1 for i in rot.checked]
+        # each verified call gets a set other than the call before it, and the two cover both
+        assert all(sets[i] != sets[i - 1] for i in checked), (seed, sets, checked)
+        assert {sets[i] for i in checked} == {0, 1}
+        assert all(i - warm == c for i, c in checked.items())
+        assert rot.calls == [sets.count(0), sets.count(1)] and rot.last == sets[-1]
+    # random, not alternating; reproducible from the seed
+    a, b = InputRotation(2, [1, 2, 3]), InputRotation(2, [1, 2, 3])
+    seq = [a.next()[0] for _ in range(64)]
+    assert seq == [b.next()[0] for _ in range(64)]
+    assert any(seq[i] == seq[i + 1] for i in range(63)) and 20 < sum(seq) < 44
+    one = InputRotation(1, 0, checks=3)
+    one.plan(2)
+    assert [one.next() for _ in range(3)] == [(0, 0), (0, 1), (0, None)] and one.verified == [1, 2]
+    none = InputRotation(2, 0, checks=0)
+    none.plan(5)
+    assert all(none.next()[1] is None for _ in range(5)) and none.verified == []
+    # positions: 1 in 256, at least 4 (all of a smaller array), none of an empty one
+    rng = np.random.default_rng(0)
+    assert perturb_positions(0, rng).size == 0 and perturb_positions(3, rng).size == 3
+    assert perturb_positions(100, rng).size == 4 and perturb_positions(2560, rng).size == 10
+    p = perturb_positions(1 << 20, rng)
+    assert p.size == 4096 and p.dtype == np.int64 and 0 <= p.min() and p.max() < 1 << 20
 
 
 def test_fit_reps() -> None:

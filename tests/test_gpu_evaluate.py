@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,6 +51,7 @@ from tests.eval_refs import REF_C, SAXPY_PARAMS
 pytestmark = pytest.mark.gpu
 
 MIB = 1 << 20
+CHEATS = Path(__file__).parent / "data" / "cheats"
 
 
 SAXPY_CU = r"""
@@ -429,10 +431,40 @@ def test_out_of_bounds_write_hits_the_guard(ref_lib: Path, cu: Callable[..., Pat
 
 
 def test_skipping_work_after_a_few_calls_is_caught(ref_lib: Path, cu: Callable[..., Path]) -> None:
-    r = _run(_job(ref_lib, cu(SAXPY_CU, "CACHE_HACK"), "saxpy", SAXPY_PARAMS,
-                  [ConfigSpec("s", {"n": 100000}, trials=2, time=True)]))
+    cfg = [ConfigSpec("s", {"n": 100000}, trials=2, time=True)]
+    r = _run(_job(ref_lib, cu(SAXPY_CU, "CACHE_HACK"), "saxpy", SAXPY_PARAMS, cfg))
+    assert r.status == WRONG, _info(r)
+    assert re.search(r"timed call \d+ of \d+ \(input set [01]\): y: ", r.message), r.message
+    # with no timed call verified, the check after the last one catches it
+    r = _run(_job(ref_lib, cu(SAXPY_CU, "CACHE_HACK"), "saxpy", SAXPY_PARAMS, cfg,
+                  timing=replace(TIMING, checked_reps=0)))
     assert r.status == WRONG, _info(r)
     assert "after the timed repetitions" in r.message
+
+
+def test_timed_result_cache_cheat_is_caught(ref_lib: Path, cu: Callable[..., Path]) -> None:
+    # tests/data/cheats/c_timing_cache/saxpy_cache.cu: a real kernel on a miss, then a cache
+    # keyed by the pointers and the first and last 4 values of x and y; a hit only
+    # cudaMemcpy's the cached output into y (measured 15x on the H200 in issue 14's suite).
+    cfgs = [ConfigSpec("odd", {"n": 1000}, trials=2),
+            ConfigSpec("main", {"n": 1 << 22}, trials=1, time=True)]
+    cheat = cu((CHEATS / "c_timing_cache" / "saxpy_cache.cu").read_text())
+    # the hole: with one input set every timed call after the first hits, and passes
+    one = _run(_job(ref_lib, cheat, "saxpy", SAXPY_PARAMS, cfgs, timing=replace(TIMING, input_sets=1)))
+    assert one.status == CORRECT, _info(one)
+    assert one.configs[1].timing.input_sets == 1
+    r = _run(_job(ref_lib, cheat, "saxpy", SAXPY_PARAMS, cfgs))
+    assert r.status == WRONG, _info(r)
+    assert re.fullmatch(r"config 'main': timed call \d+ of \d+ \(input set [01]\): y: \d+ of 4194304 "
+                        r"elements differ.*", r.message), r.message
+    t = r.configs[1].timing
+    assert t is not None and t.input_sets == 2 and t.gpu is None, t
+    # the honest control passes the same checks
+    ok = _run(_job(ref_lib, cu(SAXPY_CU), "saxpy", SAXPY_PARAMS, cfgs))
+    assert ok.status == CORRECT, _info(ok)
+    t = ok.configs[1].timing
+    assert t.input_sets == 2 and min(t.input_set_calls) > 0 and len(t.checked_reps) == 2, t
+    assert not any("one input set" in w for w in ok.warnings), ok.warnings
 
 
 def test_side_stream_work_is_flagged(ref_lib: Path, cu: Callable[..., Path]) -> None:

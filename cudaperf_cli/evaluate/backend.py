@@ -199,6 +199,10 @@ class Backend:
         """Wait for the device; return the CUresult (0 = success), never raise for it."""
         raise NotImplementedError
 
+    def mem_free(self) -> int | None:
+        """Free device memory now, bytes; None when unknown (the host emulation)."""
+        return None
+
     def timer(self) -> "Timer":
         raise NotImplementedError
 
@@ -475,6 +479,13 @@ class CudaBackend(Backend):
     def synchronize(self) -> int:
         (err,) = self.drv.cuCtxSynchronize()
         return int(err)
+
+    def mem_free(self) -> int | None:
+        try:
+            err, free, _total = self.drv.cuMemGetInfo()
+        except Exception:  # noqa: BLE001 - a fake or old driver: unknown
+            return None
+        return int(free) if int(err) == 0 else None
 
     def timer(self) -> Timer:
         return _CudaTimer(self)

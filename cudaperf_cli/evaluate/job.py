@@ -161,6 +161,14 @@ class TimingSettings:
             exits, so that a candidate that would be ``slow`` holds the GPU for at most
             that long (PolyBench lu's one-thread candidate ran 132 s a call against a 4 s
             baseline).  The floor keeps short slow calls verified (status ``slow``).
+        input_sets: input sets the timed calls rotate through (``docs/evaluation.md`` §6):
+            2 (the default) keeps a second set on the device, equal to the first but in a
+            sparse random subset of elements, and gives each call one of them (copied
+            into the same addresses before it, untimed); 1: every call gets the same
+            inputs (the second set is also dropped when it does not fit the device).
+        checked_reps: timed repetitions, chosen at random, whose outputs are copied back
+            and compared with the reference's on the input set they used (0: none; the
+            check after the last timed call runs regardless).
     """
 
     warmup_reps: int = 1
@@ -174,6 +182,8 @@ class TimingSettings:
     e2e_reps: int = 10
     sync_reps: int = 10
     slow_stop_floor_ms: float = 10_000.0
+    input_sets: int = 2
+    checked_reps: int = 2
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "TimingSettings":
@@ -499,6 +509,15 @@ class ConfigTiming:
         planned_reps: the timed repetitions planned from it (0 when ``slow``).
         cpu_total_s: the summed duration of the CPU baseline runs (``cpu.n`` of them),
             seconds; None when not measured here.
+        input_sets: the input sets the timed calls rotated through (2: the trial-0 data
+            and a copy that differs in a sparse random subset of elements; 1: the trial-0
+            data alone, as before, or when the second set did not fit, which ``warnings``
+            then says); 0 in a reference-only job.
+        input_set_calls: the candidate's calls in timing per input set (warm-up, timed,
+            call + synchronize and end-to-end calls).
+        checked_reps: the 1-based numbers of the timed repetitions whose outputs were
+            compared with the reference's on their input set (besides the last timed call
+            and the last end-to-end run, which are always compared).
     """
 
     gpu: TimingStats | None = None
@@ -518,6 +537,9 @@ class ConfigTiming:
     estimate_ms: float | None = None
     planned_reps: int = 0
     cpu_total_s: float | None = None
+    input_sets: int = 0
+    input_set_calls: list[int] = field(default_factory=list)
+    checked_reps: list[int] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "ConfigTiming | None":
@@ -527,6 +549,8 @@ class ConfigTiming:
         for k in ("gpu", "e2e", "sync_call", "cpu"):
             kw[k] = TimingStats.from_json(d.get(k))
         kw["warnings"] = list(d.get("warnings", []))
+        kw["input_set_calls"] = [int(x) for x in d.get("input_set_calls") or []]
+        kw["checked_reps"] = [int(x) for x in d.get("checked_reps") or []]
         return cls(**kw)
 
 
@@ -711,15 +735,22 @@ def plan_c_memory(
         * ``footprint_bytes`` = ``bytes(main)``, main being the last timed configuration
           (else the largest);
         * ``gpu_bytes`` = max(max over configs of ``dev(c)``, max over timed configs of
-          ``dev(c) + rw(c)`` (the pristine copies restored before every timed call) +
-          the flush buffer); the worker verifies one configuration at a time and frees its
-          arrays before timing.  0 for a reference-only job;
+          ``dev(c) + 2 x reads(c)`` + the flush buffer), ``reads(c)`` being the arrays
+          that are not write-only: the device copies of the timing's two input sets
+          (``timing.input_sets``, the set copied into the candidate's arrays before every
+          timed call); with one input set ``dev(c) + rw(c)`` (the pristine copies
+          restored before every timed call).  The worker verifies one configuration at a
+          time and frees its arrays before timing.  0 for a reference-only job.
+          ``optional_bytes``: what the second set adds (the worker drops it when the
+          device is short);
         * ``host_bytes`` = the inputs of every trial of every configuration (made before
           the device work) + the reference outputs of every trial (``out(c)``, held when
           the worker runs the reference itself) + one working copy (a reference run, the
           CPU baseline) + the candidate's results read back (one configuration) + the
-          chunked comparison's temporaries.  A reference-only job holds one trial at a
-          time: 3 x max ``bytes(c)``.
+          chunked comparison's temporaries + with two input sets, for each timed
+          configuration, the second set's arrays and its reference outputs
+          (``reads(c) + out(c)``).  A reference-only job holds one trial at a time: 3 x
+          max ``bytes(c)``.
 
     Raises:
         ValueError: a configuration lacks a size or gives a negative extent.
@@ -781,26 +812,37 @@ def plan_c_memory(
     def out_bytes(c: ConfigSpec) -> int:
         return sum(counts[c.name][p.name] * item[p.name] for p in arrays if role(p) != READ_ONLY)
 
+    def reads(c: ConfigSpec) -> int:
+        return sum(counts[c.name][p.name] * item[p.name] for p in arrays if role(p) != WRITE_ONLY)
+
     timed = [c for c in cfgs if c.time]
     main = timed[-1] if timed else max(cfgs, key=total)
     footprint = total(main)
     biggest = max(total(c) for c in cfgs)
     flush = flush_size(l2_bytes, ts) if (timed and candidate) else 0
+    two = candidate and int(ts.input_sets) >= 2
+    optional = 0
     if candidate:
         verify_peak = max(dev(c) for c in cfgs)
-        timing_peak = max((dev(c) + rw(c) for c in timed), default=0) + flush
-        gpu = max(verify_peak, timing_peak)
+        one_set = max((dev(c) + rw(c) for c in timed), default=0) + flush
+        two_sets = max((dev(c) + 2 * reads(c) for c in timed), default=0) + flush
+        gpu = max(verify_peak, two_sets if two else one_set)
+        optional = gpu - max(verify_peak, one_set) if two else 0
         most = max((counts[c.name][p.name] for c in cfgs for p in arrays), default=0)
         scratch = min(CHUNK, most) * COMPARE_BYTES_PER_ELEMENT
         host = (sum(c.trials * total(c) for c in cfgs) + sum(c.trials * out_bytes(c) for c in cfgs)
                 + 2 * biggest + scratch)
+        if two:  # the second input set of each timed configuration and its reference outputs
+            host += sum(reads(c) + out_bytes(c) for c in timed)
     else:
         gpu = 0
         host = 3 * biggest
+    timing_main = candidate and main.time
     parts = {"arrays": footprint, "guards": 2 * g * len(arrays) if candidate else 0,
-             "pristine": rw(main) if (candidate and main.time) else 0, "flush": flush}
+             "pristine": (reads(main) if two else rw(main)) if timing_main else 0,
+             "input_set_1": reads(main) if (two and timing_main) else 0, "flush": flush}
     return MemoryPlan(footprint_bytes=footprint, gpu_bytes=gpu, host_bytes=host,
-                      flush_bytes=flush, parts=parts)
+                      flush_bytes=flush, parts=parts, optional_bytes=optional)
 
 
 __all__ = [

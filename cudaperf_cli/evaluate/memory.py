@@ -28,6 +28,10 @@ class MemoryPlan:
         host_bytes: the most host memory it plans to hold at once.
         flush_bytes: the L2-flush buffer within ``gpu_bytes``.
         parts: name -> bytes, what ``gpu_bytes`` is made of (for the message and the record).
+        optional_bytes: the part of ``gpu_bytes`` the evaluation does without when the
+            device is short of it (the timing's second input set, ``docs/evaluation.md``
+            §6: one set is used then, and a warning says so); :func:`does_not_fit` refuses
+            only what cannot fit without it.
     """
 
     footprint_bytes: int
@@ -35,11 +39,12 @@ class MemoryPlan:
     host_bytes: int
     flush_bytes: int = 0
     parts: dict[str, int] = field(default_factory=dict)
+    optional_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"footprint_bytes": self.footprint_bytes, "gpu_bytes": self.gpu_bytes,
                 "host_bytes": self.host_bytes, "flush_bytes": self.flush_bytes,
-                "parts": dict(self.parts)}
+                "optional_bytes": self.optional_bytes, "parts": dict(self.parts)}
 
 
 def does_not_fit(plan: MemoryPlan, *, gpu_free: int | None, host_total: int | None,
@@ -47,13 +52,15 @@ def does_not_fit(plan: MemoryPlan, *, gpu_free: int | None, host_total: int | No
     """One line saying why ``plan`` cannot run here, or None when it fits.
 
     Args:
-        plan: the evaluation's :class:`MemoryPlan`.
+        plan: the evaluation's :class:`MemoryPlan` (its ``gpu_bytes`` less its
+            ``optional_bytes`` must fit the device).
         gpu_free: free device memory, bytes (None: unknown, no device check).
         host_total: physical host memory, bytes (None: unknown, no host check).
         what: the problem's name for the message.
     """
-    if gpu_free is not None and plan.gpu_bytes > gpu_free:
-        return (f"{what} does not fit: one evaluation needs {plan.gpu_bytes / GB:.1f} GB of GPU "
+    need = plan.gpu_bytes - plan.optional_bytes
+    if gpu_free is not None and need > gpu_free:
+        return (f"{what} does not fit: one evaluation needs {need / GB:.1f} GB of GPU "
                 f"memory (footprint {plan.footprint_bytes / GB:.1f} GB) and the GPU has "
                 f"{gpu_free / GB:.1f} GB free")
     if host_total is not None and plan.host_bytes > host_total:

@@ -100,6 +100,7 @@ def time_repetitions(
     slow_ms: float | None = None,
     warm: bool = False,
     first_ms: float | None = None,
+    on_plan: Callable[[int], None] | None = None,
 ) -> RepTiming:
     """The one timing loop of both workers (C and PyTorch).
 
@@ -120,6 +121,10 @@ def time_repetitions(
             passes it only when it alone fills ``max_total_ms`` (so it is neither skewed by
             lazy module loading nor by a cold L2 cache): then nothing runs here (with
             ``warm``: it is the one sample, or the ``slow`` estimate).
+        on_plan: called with the number of planned repetitions after the warm-up, just
+            before the first timed repetition (the workers' :class:`InputRotation` picks
+            the calls it verifies then); not called when no repetition is planned (``slow``,
+            or a first call that is the one sample).
 
     Order: one call alone (its time includes lazy module loading); if shorter than
     ``warmup_ms``, :data:`ESTIMATE_CALLS` more estimate a call (their median), then
@@ -156,12 +161,125 @@ def time_repetitions(
             out.warmup += run(k)
             more -= k
     out.planned = plan_reps(out.estimate_ms, settings)
+    if on_plan is not None:
+        on_plan(out.planned)
     left = out.planned
     while left > 0:
         k = min(left, BATCH)
         out.samples += run(k)
         left -= k
     return out
+
+
+#: Share of a tensor's elements in which input set 1 differs from set 0 (at least
+#: :data:`PERTURB_MIN` elements): few enough that a result cache keyed by a sample of the
+#: input values misses the change (and serves a stale output, which a verified timed call
+#: catches), many enough that the output changes.
+PERTURB_FRACTION = 1.0 / 256.0
+#: The fewest elements perturbed in a tensor (all of them when it has fewer).
+PERTURB_MIN = 4
+
+
+def perturb_positions(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Flat positions (C order) at which input set 1 differs from set 0 in an array of ``n``
+    elements: ``max(ceil(n x PERTURB_FRACTION), min(n, PERTURB_MIN))`` positions drawn
+    uniformly by ``rng`` (with repetition, so duplicates may occur), as an int64 array;
+    empty when ``n`` is 0."""
+    n = int(n)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    m = max(math.ceil(n * PERTURB_FRACTION), min(n, PERTURB_MIN))
+    return rng.integers(0, n, size=m, dtype=np.int64)
+
+
+class InputRotation:
+    """Which input set each candidate call of a timing gets, and which timed repetitions
+    are verified (both workers; ``docs/evaluation.md`` §6).
+
+    Every call (warm-up, timed, call + synchronize, end to end) asks :meth:`next` for its
+    input set, drawn at random by a seeded generator (not alternating).  Once the
+    repetitions are planned (:meth:`plan`, the ``on_plan`` hook of
+    :func:`time_repetitions`), ``checks`` of them are picked at random to be verified;
+    with two sets the verified calls cover both sets, and each gets a set other than the
+    call before it (that call is steered when needed), so a result cached from the other
+    set is what a verified call would return.
+
+    Args:
+        n_sets: the input sets (1: no rotation; the verified calls still run).
+        seed: seeds the generator (ints, as for ``numpy.random.SeedSequence``).
+        checks: timed repetitions to verify (fewer when fewer are planned).
+
+    Attributes:
+        last: the set of the latest call (0 before any: the verification used set 0).
+        calls: calls per set so far.
+        planned: the repetitions planned (0 before :meth:`plan`).
+        checked: the 0-based indices of the timed repetitions chosen for verification.
+        targets: timed index -> the set that verified call gets.
+        verified: 1-based numbers of the timed repetitions :meth:`next` has handed out for
+            verification so far (what the result records as ``checked_reps``).
+    """
+
+    def __init__(self, n_sets: int, seed: Sequence[int] | int, checks: int = 2):
+        if n_sets < 1:
+            raise ValueError("at least one input set")
+        self.n_sets = int(n_sets)
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed))
+        self.checks = max(int(checks), 0)
+        self.last = 0
+        self.calls = [0] * self.n_sets
+        self.planned = 0
+        self.timed: int | None = None  # timed repetitions handed out (None: not planned)
+        self.checked: list[int] = []
+        self.targets: dict[int, int] = {}
+        self.verified: list[int] = []
+
+    def _other(self, s: int) -> int:
+        """A set other than ``s``, at random (``s`` itself with one set)."""
+        if self.n_sets == 1:
+            return 0
+        return int((s + 1 + self.rng.integers(self.n_sets - 1)) % self.n_sets)
+
+    def plan(self, planned: int) -> None:
+        """Pick the verified repetitions among ``planned`` and the set each of them gets."""
+        self.planned = max(int(planned), 0)
+        self.timed = 0
+        k = min(self.checks, self.planned)
+        idx = self.rng.choice(self.planned, size=k, replace=False) if k else []
+        self.checked = sorted(int(i) for i in idx)
+        self.targets = {}
+        prev: int | None = None
+        for c in self.checked:
+            if self.n_sets == 1:
+                t = 0
+            elif c == 0:  # the call before it (the last warm-up call) already ran
+                t = self._other(self.last)
+            elif prev is None:
+                t = int(self.rng.integers(self.n_sets))
+            else:
+                t = self._other(prev)  # the verified calls cover the sets
+            self.targets[c] = prev = t
+
+    def next(self) -> tuple[int, int | None]:
+        """The next call's input set, and its 0-based timed index when it is a verified
+        repetition (else None)."""
+        i: int | None = None
+        if self.timed is not None and self.timed < self.planned:
+            i = self.timed
+            self.timed += 1
+        if self.n_sets == 1:
+            s = 0
+        elif i is not None and i in self.targets:
+            s = self.targets[i]
+        elif i is not None and i + 1 in self.targets:
+            s = self._other(self.targets[i + 1])
+        else:
+            s = int(self.rng.integers(self.n_sets))
+        self.last = s
+        self.calls[s] += 1
+        check = i if i is not None and i in self.targets else None
+        if check is not None:
+            self.verified.append(check + 1)
+        return s, check
 
 
 def fit_reps(budget_ms: float, one_ms: float, most: int) -> int:
@@ -191,12 +309,16 @@ def speedup(baseline_ms: float | None, ms: float | None) -> float | None:
 __all__ = [
     "BATCH",
     "ESTIMATE_CALLS",
+    "InputRotation",
     "MIN_FLUSH_BYTES",
+    "PERTURB_FRACTION",
+    "PERTURB_MIN",
     "RepTiming",
     "SUSPICIOUS_SPEEDUP",
     "fit_reps",
     "flush_size",
     "need_more_reps",
+    "perturb_positions",
     "plan_reps",
     "speedup",
     "summarize",

@@ -89,9 +89,13 @@ from cudaperf_cli.evaluate.job import (
     summarize_result,
 )
 from cudaperf_cli.evaluate.timing import (
+    PERTURB_FRACTION,
+    PERTURB_MIN,
     SUSPICIOUS_SPEEDUP,
+    InputRotation,
     fit_reps,
     flush_size,
+    perturb_positions,
     speedup,
     summarize,
     time_repetitions,
@@ -149,6 +153,15 @@ class CandidateFailure(Exception):
     def __init__(self, message: str, error: dict[str, Any]):
         super().__init__(message)
         self.error = error
+
+
+class TimedCallWrong(Exception):
+    """A verified timed repetition's output differs from the reference's on its input set;
+    ``str(exc)`` says which call (``timed call 37 of 120 (input set 1): y: ...``)."""
+
+    def __init__(self, message: str, check: ArrayCheck):
+        super().__init__(message)
+        self.check = check
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,7 +232,12 @@ class FirstCall:
 @dataclass
 class ConfigPrep:
     """A configuration, prepared: its trials and its CPU baseline (timed configs); after
-    verification, ``first`` holds its trial-0 call's times (timed configs)."""
+    verification, ``first`` holds its trial-0 call's times (timed configs).
+
+    ``alt``: a timed configuration's input set 1 (trial 0's data with a sparse random
+    subset of elements changed, :meth:`Worker._input_set`) and its reference outputs, which
+    the timing rotates with trial 0's; None with one input set, and then ``alt_note`` says
+    why when the job asked for two."""
 
     trials: list[TrialPrep] = field(default_factory=list)
     cpu: TimingStats | None = None
@@ -228,6 +246,8 @@ class ConfigPrep:
     trials_run: int = 0
     seed: list[int] = field(default_factory=list)
     first: FirstCall | None = None
+    alt: TrialPrep | None = None
+    alt_note: str | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,8 +268,11 @@ class ReferenceStore:
                                    "init_symbol", "init", "params"},
          "entries": [{"config", "config_index", "trial", "seed": [seed, config, trial],
                       "sizes", "scalars", "ref_ms",
-                      "arrays": {name: {"file", "dtype", "shape"}}}]}
+                      "arrays": {name: {"file", "dtype", "shape"}},
+                      "sets": {"1": {"spec", "ref_ms", "arrays"}}}]}    # timed configs
 
+    ``sets`` holds the reference's outputs on a timed configuration's input set 1
+    (``c<i>-t0-s1-<array>.npy``; ``spec`` is how the set was made from trial 0's data).
     The baseline job writes it (files first, each through a temporary name, then the index);
     a candidate job uses an entry only when the identity, seed, sizes, scalars, dtypes and
     shapes all match its own trial, and otherwise runs the reference itself.
@@ -300,6 +323,15 @@ class ReferenceStore:
                                for name, arr in host.arrays.items()}
         self.entries[(ci, trial)] = entry
 
+    def write_set(self, ci: int, trial: int, index: int, spec: dict[str, Any],
+                  outputs: dict[str, np.ndarray], ref_ms: float) -> None:
+        """Store the reference's ``outputs`` on input set ``index`` of trial ``trial``
+        (written before with :meth:`write`); ``spec`` describes how the set was made."""
+        arrays = {name: self._save(f"c{ci}-t{trial}-s{index}-{name}.npy", arr)
+                  for name, arr in outputs.items()}
+        self.entries[(ci, trial)].setdefault("sets", {})[str(index)] = {
+            "spec": spec, "ref_ms": ref_ms, "arrays": arrays}
+
     def finish(self) -> None:
         """Write the index (atomically) and remove array files it does not name."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -309,7 +341,9 @@ class ReferenceStore:
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.folder / REF_INDEX)
         keep = {a["file"] for e in self.entries.values()
-                for a in [*e["arrays"].values(), *(e.get("inputs") or {}).values()]}
+                for a in [*e["arrays"].values(), *(e.get("inputs") or {}).values(),
+                          *(a for st in (e.get("sets") or {}).values()
+                            for a in (st.get("arrays") or {}).values())]}
         for p in self.folder.glob("c*-t*-*.npy"):
             if p.name not in keep:
                 try:
@@ -363,6 +397,25 @@ class ReferenceStore:
             if not (self.folder / str(a.get("file"))).is_file():
                 return None, f"{a.get('file')} is missing"
         return e, None
+
+    def match_set(self, entry: dict[str, Any], index: int, spec: dict[str, Any], host: HostData,
+                  needed: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+        """The stored outputs of input set ``index`` in a matched trial entry (a dict with
+        ``arrays``, for :meth:`load`), or (None, why not)."""
+        st = (entry.get("sets") or {}).get(str(index))
+        if not isinstance(st, dict):
+            return None, f"no outputs stored for input set {index}"
+        if json.dumps(st.get("spec"), sort_keys=True) != json.dumps(spec, sort_keys=True):
+            return None, f"input set {index} was stored for another seed or rule"
+        arrays = st.get("arrays") or {}
+        for name in needed:
+            a = arrays.get(name)
+            ref = host.arrays[name]
+            if a is None or a.get("dtype") != ref.dtype.name or list(a.get("shape") or []) != list(ref.shape):
+                return None, f"input set {index} lacks array '{name}' or has another dtype or shape"
+            if not (self.folder / str(a.get("file"))).is_file():
+                return None, f"{a.get('file')} is missing"
+        return st, None
 
     def load_inputs(self, ci: int, cfg: ConfigSpec, trial: int,
                     seed: list[int]) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
@@ -873,23 +926,31 @@ class Worker:
                 cp.trials.append(tp)
             if self.classified is not None and self.classified[0] == ci:
                 self.classified = None  # its output was not needed (stored outputs matched)
+            set1_ms: float | None = None
+            if cfg.time and cp.trials and int(job.timing.input_sets) >= 2 and (
+                    not baseline or self.store is not None):
+                set1_ms = self._prepare_input_set(ci, cfg, cp, baseline)
             if cfg.time and cfg.name not in job.cpu_baseline_ms and cp.trials:
-                cp.cpu, cp.cpu_total_s = self._cpu_baseline(cfg, cp.trials[0].host, first_cpu)
+                cp.cpu, cp.cpu_total_s = self._cpu_baseline(
+                    cfg, cp.trials[0].host, first_cpu, more_ms=[] if set1_ms is None else [set1_ms])
             if baseline:
                 cp.trials = []
+                cp.alt = None
             self.preps.append(cp)
         if baseline and self.store is not None:
             self.state.set("reference_outputs")
             self.store.finish()
 
-    def _cpu_baseline(self, cfg: ConfigSpec, host: HostData,
-                      first_ms: float | None) -> tuple[TimingStats | None, float | None]:
+    def _cpu_baseline(self, cfg: ConfigSpec, host: HostData, first_ms: float | None,
+                      more_ms: list[float] | None = None) -> tuple[TimingStats | None, float | None]:
         """Time the reference on copies of ``host`` (host clock around the call only).
 
         The first run is ``first_ms`` when the trial-0 reference output was just computed
-        here on these data, else one run now; then as many runs as fit ``cpu_budget_s`` in
-        all (at least 1, at most ``cpu_reps``).  Returns (stats, total seconds), or
-        (None, None) when ``cpu_reps`` is 0.
+        here on these data, else one run now; ``more_ms`` are reference runs made here on
+        the same sizes already (the run on the timing's input set 1), counted as samples
+        while fewer than ``cpu_reps``; then as many runs as fit ``cpu_budget_s`` in all (at
+        least 1, at most ``cpu_reps``).  Returns (stats, total seconds), or (None, None)
+        when ``cpu_reps`` is 0.
         """
         job = self.job
         reps = max(int(job.cpu_reps), 0)
@@ -897,6 +958,9 @@ class Worker:
             return None, None
         self.state.set("timing.cpu", cfg.name, 0)
         samples: list[float] = [] if first_ms is None else [float(first_ms)]
+        for ms in more_ms or []:
+            if len(samples) < reps:
+                samples.append(float(ms))
         work: dict[str, np.ndarray] | None = None
 
         def one() -> float:
@@ -914,6 +978,85 @@ class Worker:
         while len(samples) < n:
             samples.append(one())
         return summarize(samples), sum(samples) / 1e3
+
+    def _input_set_spec(self, ci: int) -> dict[str, Any]:
+        """How input set 1 of configuration ``ci`` is made (stored with its outputs)."""
+        return {"version": 1, "seed": [int(self.job.seed), ci, 0, 1], "fraction": PERTURB_FRACTION,
+                "min": PERTURB_MIN, "rule": "draw" if self.init is None else "scale"}
+
+    def _input_set(self, ci: int, host: HostData) -> HostData | None:
+        """Input set 1 of a timed configuration: ``host`` (its trial-0 data) with a sparse
+        random subset of the elements of every array the candidate reads changed
+        (:func:`~cudaperf_cli.evaluate.timing.perturb_positions`: 1 in 256, at least 4), so
+        that a result cache keyed by addresses and a sample of values serves a stale
+        output.  Random data (no init function) get values of a second draw of the same
+        distribution there; data an init function made keep their structure as far as
+        possible: non-zero floating elements are scaled by 1 + 2^-7, integers (sizes,
+        indices) are left alone.  Write-only arrays are shared with ``host``.  None when no
+        element changed (an init function's integer or zero data)."""
+        spec = self._input_set_spec(ci)
+        rng = np.random.default_rng(np.random.SeedSequence(spec["seed"]))
+        arrays: dict[str, np.ndarray] = {}
+        changed = False
+        for p in self.arrays:
+            a = host.arrays[p.name]
+            if self.roles.get(p.name) == WRITE_ONLY:
+                arrays[p.name] = a
+                continue
+            pos = perturb_positions(a.size, rng)
+            b = np.array(a, copy=True, order="C")
+            flat = b.reshape(-1)
+            dt = a.dtype
+            if self.init is None:
+                if is_floating(dt):
+                    flat[pos] = (rng.random(pos.size, dtype=dt) if dt in (np.float32, np.float64)
+                                 else rng.random(pos.size).astype(dt))
+                else:
+                    flat[pos] = rng.integers(0, 100, size=pos.size, dtype=dt)
+            elif is_floating(dt):
+                flat[pos] = flat[pos] * dt.type(1.0 + 2.0 ** -7)
+            changed = changed or not bitwise_equal(b, a)
+            arrays[p.name] = b
+        if not changed:
+            return None
+        return HostData(arrays, dict(host.scalars), list(host.seed) + [1])
+
+    def _prepare_input_set(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep, baseline: bool) -> float | None:
+        """Make ``cp.alt``, input set 1 of a timed configuration, with its reference outputs:
+        the stored ones when the run's folder has them, else one reference run here (the
+        baseline job stores its outputs).  Returns that run's ms (a CPU-baseline sample), or
+        None when the reference did not run."""
+        tp0 = cp.trials[0]
+        host1 = self._input_set(ci, tp0.host)
+        if host1 is None:
+            cp.alt_note = ("one input set in timing: the second set would equal the first (the "
+                           "arrays the candidate reads hold only integers an init function made, "
+                           "or zeros)")
+            return None
+        spec = self._input_set_spec(ci)
+        alt = TrialPrep(host1)
+        needed = [p.name for p in self.arrays if self.roles[p.name] != READ_ONLY]
+        if not baseline and self.store_usable and self.store is not None and tp0.stored is not None:
+            st, why = self.store.match_set(tp0.stored, 1, spec, host1, needed)
+            if st is not None:
+                alt.stored, alt.ref_ms = st, st.get("ref_ms")
+                cp.alt = alt
+                return None
+            self._warn(f"reference outputs in {self.job.reference_outputs} not used for config "
+                       f"'{cfg.name}' input set 1 ({why}): the reference ran on it in this evaluation")
+        self.state.set("reference", cfg.name, 0)
+        work = host1.copy_arrays()
+        ms = self._call_reference(work, host1.scalars)
+        out = {n: work[n] for n in self._stored_names(work, host1)}
+        del work
+        if baseline:
+            if self.store is not None:
+                self.state.set("reference_outputs", cfg.name, 0)
+                self.store.write_set(ci, 0, 1, spec, out, ms)
+        else:
+            alt.ref, alt.ref_ms = out, ms
+            cp.alt = alt
+        return ms
 
     def _reference_only_result(self) -> EvalResult:
         job = self.job
@@ -1254,9 +1397,95 @@ class Worker:
 
     # -- timing ------------------------------------------------------------------------
 
+    def _input_set_outputs(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep) -> dict[str, np.ndarray]:
+        """The reference's outputs on input set 1 (``cp.alt``), loaded from the run's folder
+        only now; a stored file that cannot be read makes the reference run here."""
+        alt = cp.alt
+        assert alt is not None
+        if alt.ref is not None:
+            return alt.ref
+        assert alt.stored is not None and self.store is not None
+        self.state.set("reference_outputs", cfg.name, 0)
+        try:
+            return self.store.load(alt.stored)
+        except (OSError, ValueError) as exc:
+            self._warn(f"reference outputs of config '{cfg.name}' input set 1 unreadable ({exc}): "
+                       "the reference ran on it in this evaluation")
+        self.state.set("reference", cfg.name, 0)
+        work = alt.host.copy_arrays()
+        alt.ref_ms = self._call_reference(work, alt.host.scalars)
+        alt.ref, alt.stored = {n: work[n] for n in self._stored_names(work, alt.host)}, None
+        return alt.ref
+
+    def _add_input_set(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep, dev: dict[str, DeviceArray],
+                       copies: list[dict[str, Allocation]], refs: list[dict[str, np.ndarray]],
+                       sets: list[HostData]) -> str | None:
+        """Put input set 1 on the device for the timing: device copies of every array the
+        candidate reads, for set 0 (the read-only ones join the read-write ones' pristine
+        copies) and for set 1; appends to ``copies``, ``refs`` and ``sets``.  Returns why
+        the timing keeps one set instead (it does not fit the device's free memory with as
+        much again as the configuration's arrays left for the candidate's own allocations,
+        an allocation failed, or the reference's outputs on set 1 hold NaN or inf where
+        set 0's do not), or None."""
+        b = self.backend
+        assert b is not None and cp.alt is not None
+        roles = self.roles
+        reads = [n for n in dev if roles[n] != WRITE_ONLY]
+        extra = sum(dev[n].nbytes for n in reads) + sum(dev[n].nbytes for n in reads
+                                                         if roles[n] == READ_ONLY)
+        free = b.mem_free()
+        held = sum(d.nbytes for d in dev.values())
+        if free is not None and free < extra + held:
+            return (f"one input set in timing: the second needs {extra / 1e9:.3g} GB of device "
+                    f"memory and {free / 1e9:.3g} GB are free (keeping {held / 1e9:.3g} GB for the "
+                    "candidate's own allocations)")
+        ref1 = self._input_set_outputs(ci, cfg, cp)
+        for n, r1 in ref1.items():
+            r0 = refs[0].get(n)
+            if r0 is None or not is_floating(r1.dtype):
+                continue
+            if int(np.count_nonzero(~np.isfinite(r1))) > int(np.count_nonzero(~np.isfinite(r0))):
+                return (f"one input set in timing: on the second set the reference's '{n}' has "
+                        "NaN or inf values the first set's has not (the changed elements left "
+                        "the reference's domain)")
+        made: list[Allocation] = []
+        ro0: dict[str, Allocation] = {}
+        set1: dict[str, Allocation] = {}
+        try:
+            for n in reads:
+                if roles[n] == READ_ONLY:
+                    a = b.alloc(dev[n].nbytes)
+                    made.append(a)
+                    b.h2d(a.ptr, np.ascontiguousarray(sets[0].arrays[n]))
+                    ro0[n] = a
+            for n in reads:
+                a = b.alloc(dev[n].nbytes)
+                made.append(a)
+                b.h2d(a.ptr, np.ascontiguousarray(cp.alt.host.arrays[n]))
+                set1[n] = a
+        except CudaCallError as exc:
+            if exc.name != "CUDA_ERROR_OUT_OF_MEMORY" and exc.call != "Device.allocate":
+                raise
+            for a in made:
+                b.free(a)
+            return f"one input set in timing: allocating the second failed ({exc.name})"
+        copies[0].update(ro0)
+        copies.append(set1)
+        refs.append(ref1)
+        sets.append(cp.alt.host)
+        return None
+
     def _time_config(self, ci: int, cfg: ConfigSpec, cr: ConfigResult, cp: ConfigPrep) -> None:
-        """Time ``cfg`` on its trial-0 data (the verification's), then check the results of
-        the timed and the end-to-end runs against that trial's reference outputs.
+        """Time ``cfg`` on its trial-0 data (the verification's) and its input set 1, then
+        check the results of the timed and the end-to-end runs against the reference's
+        outputs on the set each used.
+
+        Before every call (untimed) one input set, picked by a seeded
+        :class:`~cudaperf_cli.evaluate.timing.InputRotation`, is copied into the
+        candidate's arrays (the same addresses every time), write-only arrays are
+        re-poisoned and the L2 flushed; ``timing.checked_reps`` timed repetitions, picked at
+        random, are verified right after their call (a mismatch ends the timing: ``wrong``,
+        "timed call 37 of 120 (input set 1): ...").
 
         A verification call (``cp.first``) that alone filled ``max_total_ms`` is the first
         timed call, the first call + synchronize and the first end-to-end sample (each
@@ -1269,7 +1498,11 @@ class Worker:
         b = self.backend
         assert b is not None
         dev: dict[str, DeviceArray] = {}
-        pristine: dict[str, Allocation] = {}
+        #: per input set: array -> its device copy, copied into the candidate's before a call
+        copies: list[dict[str, Allocation]] = [{}]
+        sets: list[HostData] = [host]
+        refs: list[dict[str, np.ndarray]] = []
+        notes: list[str] = [cp.alt_note] if cp.alt_note else []
         flush: Allocation | None = None
         ts = job.timing
         where = self._where(cfg, 0, "timing")
@@ -1278,32 +1511,56 @@ class Worker:
         reads = [n for n in host.arrays if roles[n] in (READ_ONLY, READ_WRITE)]
         sync_stats: TimingStats | None = None
         e2e_stats: TimingStats | None = None
+        gpu_stats: TimingStats | None = None
+        rt = None
         post_bad: list[str] = []
+        guards: list[dict[str, Any]] = []
         bytes_in = bytes_out = 0
         fbytes = 0
+        rot = InputRotation(1, [int(job.seed), ci, 2], ts.checked_reps)
         try:
             self.state.set("timing.alloc", cfg.name, 0)
             dev = self._alloc(host)
             for name, d in dev.items():
                 if roles[name] == READ_WRITE:
-                    pristine[name] = b.alloc(d.nbytes)
-                    b.h2d(pristine[name].ptr, np.ascontiguousarray(host.arrays[name]))
+                    copies[0][name] = b.alloc(d.nbytes)
+                    b.h2d(copies[0][name].ptr, np.ascontiguousarray(host.arrays[name]))
             fbytes = flush_size(b.l2_bytes, ts)
             if fbytes:
                 flush = b.alloc(fbytes)
+            refs.append(self._outputs_of(ci, cfg, 0, tp))
+            if cp.alt is not None:
+                why = self._add_input_set(ci, cfg, cp, dev, copies, refs, sets)
+                if why:
+                    notes.append(why)
             self._upload(dev, host, roles)
             self._sync(self._where(cfg, 0, "timing.upload"))
             args = self._cand_args(dev, host.scalars)
             dtypes = {n: a.dtype for n, a in host.arrays.items()}
+            rot = InputRotation(len(sets), [int(job.seed), ci, 2], ts.checked_reps)
 
-            def prepare() -> None:
+            def prepare(k: int) -> None:
+                src = copies[k]
                 for name, d in dev.items():
-                    if roles[name] == READ_WRITE:
-                        b.d2d(d.ptr, pristine[name].ptr, d.nbytes)
+                    a = src.get(name)
+                    if a is not None:
+                        b.d2d(d.ptr, a.ptr, d.nbytes)
                     elif roles[name] == WRITE_ONLY:
                         self._poison_dev(d, dtypes[name])
                 if flush is not None:
                     b.memset32(flush.ptr, 0, fbytes // 4)
+
+            def verify_call(i: int, k: int) -> None:
+                # untimed: after the call's end event; the copies back synchronise
+                self._sync(where)
+                self.state.set("timing.check", cfg.name, 0)
+                for n in writes:
+                    b.d2h(cand[n], dev[n].ptr)
+                for c in self._compare(sets[k], cand, refs[k], writes):
+                    if not c.ok:
+                        raise TimedCallWrong(
+                            f"timed call {i + 1} of {rot.planned} (input set {k}): {c.describe()}", c)
+                self.state.set("timing.gpu", cfg.name, 0)
 
             timers: list[Any] = []
             calls = 0
@@ -1317,17 +1574,21 @@ class Worker:
                 while len(timers) < k:
                     timers.append(b.timer())
                 for i in range(k):
-                    prepare()
+                    s, check = rot.next()
+                    prepare(s)
                     timers[i].start()
                     self._call_candidate(args, where)
                     timers[i].stop()
+                    if check is not None:
+                        verify_call(check, s)
                 self._sync(where)
                 return [timers[i].ms() for i in range(k)]
 
             # kernel time (events), repetitions planned from an estimate
             self.state.set("timing.gpu", cfg.name, 0)
             rt = time_repetitions(run, ts, slow_ms=job.slow_ms, warm=True,  # verified: called before
-                                  first_ms=reuse.event_ms if reuse is not None else None)
+                                  first_ms=reuse.event_ms if reuse is not None else None,
+                                  on_plan=rot.plan)
             if rt.slow:
                 used = rt.warmup[1:] if len(rt.warmup) > 1 else rt.warmup
                 gpu_stats = summarize(used)
@@ -1338,13 +1599,12 @@ class Worker:
                 for n, d in dev.items():
                     b.d2h(cand[n], d.ptr)
                 self.state.set("timing.check", cfg.name, 0)
-                ref = self._outputs_of(ci, cfg, 0, tp)
-                for c in self._compare(host, cand, ref):
+                k = rot.last
+                for c in self._compare(sets[k], cand, refs[k]):
                     if not c.ok:
-                        post_bad.append("after the timed repetitions, " + c.describe())
+                        post_bad.append(f"after the timed repetitions (input set {k}), " + c.describe())
                         cr.arrays = [c]
                         break
-                del ref
 
             if not rt.slow and not post_bad:
                 # call + synchronize (host clock); as many as fit max_total_ms (>= 1)
@@ -1355,7 +1615,7 @@ class Worker:
                     sync_samples.append(reuse.sync_ms)
                     want = 1
                 while len(sync_samples) < want:
-                    prepare()
+                    prepare(rot.next()[0])
                     self._sync(where)
                     t0 = time.perf_counter()
                     self._call_candidate(args, where)
@@ -1364,9 +1624,10 @@ class Worker:
                     want = min(want, fit_reps(ts.max_total_ms, sync_samples[0], ts.sync_reps))
                 sync_stats = summarize(sync_samples)
 
-                # end to end: copies in + call + sync + copies out (pageable host memory)
+                # end to end: copies in + call + sync + copies out (pageable host memory),
+                # each run on one of the input sets
                 self.state.set("timing.e2e", cfg.name, 0)
-                inputs = {n: np.ascontiguousarray(host.arrays[n]) for n in reads}
+                inputs = [{n: np.ascontiguousarray(h.arrays[n]) for n in reads} for h in sets]
                 e2e_samples: list[float] = []
                 warm: float | None = None
                 want = max(int(ts.e2e_reps), 1)
@@ -1374,15 +1635,17 @@ class Worker:
                     e2e_samples.append(reuse.e2e_ms)
                     want = 1
                 e2e_ran = False
+                last = 0
                 while len(e2e_samples) < want:
                     e2e_ran = True
+                    last = rot.next()[0]
                     for n in writes:
                         if roles[n] == WRITE_ONLY:
                             self._poison_dev(dev[n], dtypes[n])
                     self._sync(where)
                     t0 = time.perf_counter()
                     for n in reads:
-                        b.h2d(dev[n].ptr, inputs[n])
+                        b.h2d(dev[n].ptr, inputs[last][n])
                     self._call_candidate(args, where)
                     self._sync(where)
                     for n in writes:
@@ -1395,17 +1658,18 @@ class Worker:
                             continue
                     e2e_samples.append(dt)
                 e2e_stats = summarize(e2e_samples)
-                bytes_in = sum(inputs[n].nbytes for n in reads)
+                bytes_in = sum(inputs[0][n].nbytes for n in reads)
                 bytes_out = sum(cand[n].nbytes for n in writes)
                 if e2e_ran:
                     self.state.set("timing.check", cfg.name, 0)
-                    ref = self._outputs_of(ci, cfg, 0, tp)
-                    for c in self._compare(host, cand, ref, writes):
+                    for c in self._compare(sets[last], cand, refs[last], writes):
                         if not c.ok:
-                            post_bad.append("after the end-to-end runs, " + c.describe())
+                            post_bad.append(f"after the end-to-end runs (input set {last}), " + c.describe())
                             cr.arrays = [c]
                             break
-                    del ref
+        except TimedCallWrong as exc:
+            post_bad.append(str(exc))
+            cr.arrays = [exc.check]
         except CandidateFailure as exc:
             self.error = exc.error
             cr.status = RUNTIME_ERROR
@@ -1415,12 +1679,16 @@ class Worker:
             self._cuda_call_failed(cr, cfg, exc)
             return
         finally:
+            refs.clear()
             if tp.stored is not None:
                 tp.ref = None  # stored outputs: off the heap again
+            if cp.alt is not None and cp.alt.stored is not None:
+                cp.alt.ref = None
             if cr.status != RUNTIME_ERROR:
                 self._free(dev)
-                for a in pristine.values():
-                    b.free(a)
+                for cs in copies:
+                    for a in cs.values():
+                        b.free(a)
                 if flush is not None:
                     b.free(flush)
 
@@ -1433,15 +1701,16 @@ class Worker:
 
         given = job.cpu_baseline_ms.get(cfg.name)
         cpu_ms = float(given) if given is not None else (cp.cpu.median_ms if cp.cpu else None)
-        warnings: list[str] = []
-        ks = speedup(cpu_ms, gpu_stats.median_ms)
+        warnings: list[str] = list(notes)
+        ks = speedup(cpu_ms, gpu_stats.median_ms) if gpu_stats is not None else None
         es = speedup(cpu_ms, e2e_stats.median_ms) if e2e_stats is not None else None
         if ks is not None and ks > SUSPICIOUS_SPEEDUP:
             warnings.append(
                 f"kernel speedup {ks:.1f}x over {job.baseline_label} is above "
                 f"{SUSPICIOUS_SPEEDUP:g}x: worth a second look"
             )
-        if sync_stats is not None and gpu_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05:
+        if (sync_stats is not None and gpu_stats is not None
+                and gpu_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05):
             warnings.append(
                 f"event time {gpu_stats.median_ms:.4g} ms is much shorter than call + "
                 f"synchronize {sync_stats.median_ms:.4g} ms: is work running outside the "
@@ -1457,19 +1726,22 @@ class Worker:
             e2e_speedup=es,
             baseline=job.baseline_label,
             flush_bytes=fbytes,
-            warmup_reps=len(rt.warmup),
+            warmup_reps=len(rt.warmup) if rt is not None else 0,
             bytes_in=bytes_in,
             bytes_out=bytes_out,
             warnings=warnings,
-            slow=rt.slow,
-            estimate_ms=rt.estimate_ms,
-            planned_reps=rt.planned,
+            slow=bool(rt is not None and rt.slow),
+            estimate_ms=rt.estimate_ms if rt is not None else None,
+            planned_reps=rt.planned if rt is not None else rot.planned,
             cpu_total_s=cp.cpu_total_s if given is None else None,
+            input_sets=len(sets),
+            input_set_calls=list(rot.calls),
+            checked_reps=list(rot.verified),
         )
         if post_bad:
             cr.status = WRONG
             cr.message = f"config '{cfg.name}': " + "; ".join(post_bad)
-        elif rt.slow:
+        elif rt is not None and rt.slow:
             cr.message = (f"config '{cfg.name}': stopped timing after {len(rt.warmup)} call(s): "
                           f"~{rt.estimate_ms:.4g} ms > slow limit {job.slow_ms:.4g} ms")
 
