@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from cudaperf_cli.evaluate.job import BACKEND_ENV, HOOKS_ENV, TimingSettings, TimingStats
 from cudaperf_cli.evaluate.torch_job import (
     ALIASING,
+    BACKGROUND_THREAD,
     COMPILE_ERROR,
     COMPILE_TIMEOUT,
     DEFAULT_TORCH_TOLERANCES,
@@ -25,6 +27,7 @@ from cudaperf_cli.evaluate.torch_job import (
     INHERITS_MODEL,
     LOWER_PRECISION,
     NO_CUSTOM_KERNEL,
+    OUTPUT_TYPE,
     PATCHING,
     RESULT_CACHE,
     SHAPE_SPECIALISED,
@@ -510,6 +513,184 @@ def test_patches_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
 
 
+def test_tensor_dunders_builtins_and_global_state_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import builtins
+
+    import cudaperf_cli.evaluate.torch_output_checks as oc
+    import cudaperf_cli.evaluate.torch_worker as tw
+
+    snap = tw.snapshot_patchables(torch, tw)
+    state = oc.global_state(torch)
+    # ordinary tensor work, a profiler and a module call change nothing
+    with torch.autograd.profiler.profile():
+        torch.nn.Linear(4, 4)(torch.ones(2, 4)).sum().item()
+    assert tw.find_patches(snap) == [] and oc.global_state_changes(state, oc.global_state(torch)) == []
+    # every method and dunder torch.Tensor resolves is recorded: shadowing TensorBase's is seen
+    for name in ("__int__", "__float__", "__bool__", "__index__", "item", "tolist", "__lt__",
+                 "__gt__", "__abs__", "numel", "max", "sum", "__eq__", "__ne__", "__sub__"):
+        assert f"torch.Tensor.{name}" in snap, name
+    monkeypatch.setattr(torch.Tensor, "__int__", lambda self: 0, raising=False)
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: [], raising=False)
+    monkeypatch.setattr(builtins, "float", lambda x=0.0: 0.0)
+    monkeypatch.setattr(oc, "output_type_problem", lambda *a, **k: None)
+    found = tw.find_patches(snap)
+    monkeypatch.undo()
+    assert found == ["torch.Tensor.__int__", "torch.Tensor.tolist", "builtins.float",
+                     "cudaperf_cli.evaluate.torch_output_checks.output_type_problem"], found
+    # modes and global hooks that reroute every op or rewrite the reference's output
+    from torch.overrides import TorchFunctionMode
+
+    with TorchFunctionMode():
+        assert oc.global_state_changes(state, oc.global_state(torch)) == ["torch function modes"]
+    h = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o)
+    try:
+        assert oc.global_state_changes(state, oc.global_state(torch)) == [
+            "torch.nn.modules.module._global_forward_hooks"]
+    finally:
+        h.remove()
+    assert oc.global_state_changes(state, oc.global_state(torch)) == []
+
+
+def test_comparison_reads_values_through_saved_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.Tensor's dunders replaced (as a candidate could, even just for the moment of a
+    comparison): the comparison, the fingerprints and bits_equal still see the difference."""
+    torch = pytest.importorskip("torch")
+    import cudaperf_cli.evaluate.torch_worker as tw
+
+    tw.saved_ops()
+    got, ref = torch.zeros(4, 8), torch.randn(4, 8) + 3.0
+    for name, fn in [("__int__", lambda self: 0), ("__index__", lambda self: 0),
+                     ("__float__", lambda self: 0.0), ("__bool__", lambda self: False),
+                     ("__le__", lambda self, o: torch.ones_like(self, dtype=torch.bool)),
+                     ("__sub__", lambda self, o: torch.zeros_like(self)),
+                     ("__ne__", lambda self, o: torch.zeros_like(self, dtype=torch.bool)),
+                     ("abs", lambda self: torch.zeros_like(self)),
+                     ("sum", lambda self, *a, **k: torch.zeros(())),
+                     ("item", lambda self: 0), ("max", lambda self, *a, **k: torch.zeros(()))]:
+        monkeypatch.setattr(torch.Tensor, name, fn, raising=False)
+    chk = tw.compare_tensor("out", got, ref, 1e-4, 1e-4)
+    ints = tw.compare_tensor("out", torch.zeros(5, dtype=torch.int64), torch.arange(5), 0, 0)
+    bits = tw.bits_equal(got, ref)
+    fps = tw.same_fingerprints(tw.fingerprints([got]), tw.fingerprints([ref]))
+    monkeypatch.undo()
+    assert not chk.ok and chk.n_mismatch == 32 and chk.max_abs_err > 0, chk
+    assert not ints.ok and ints.n_mismatch == 4
+    assert not bits and fps == [0]
+
+
+def test_output_type_rules() -> None:
+    torch = pytest.importorskip("torch")
+    from cudaperf_cli.evaluate.torch_output_checks import NO_REFERENCE, output_type_problem
+
+    ref = torch.randn(3, 4)
+    ok = torch.randn(3, 4)
+    assert output_type_problem(ok) is None and output_type_problem(ok, ref) is None
+
+    class Sub(torch.Tensor):
+        pass
+
+    sub = ok.as_subclass(Sub)
+    assert "not a torch.Tensor" in output_type_problem(sub)
+    assert "out[1] is a" in output_type_problem((ok, sub), (ref, ref))
+    p = torch.nn.Parameter(ok.clone(), requires_grad=False)
+    assert output_type_problem(p) is None  # decided with the reference:
+    assert "not a torch.Tensor" in output_type_problem(p, ref)
+    assert output_type_problem(p, torch.nn.Parameter(ref, requires_grad=False)) is None
+    assert "layout" in output_type_problem(ok.to_sparse())
+    assert "meta device" in output_type_problem(torch.empty(3, 4, device="meta"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    assert "nested" in output_type_problem(nested)
+    assert "not contiguous" in output_type_problem(ok.t().contiguous().t(), ref)
+    assert output_type_problem(ok.t(), ref.t()) is None  # as strided as the reference
+    expanded = torch.randn(4).expand(3, 4)
+    assert "overlapping" in output_type_problem(expanded, ref.t())
+    assert "negation" in output_type_problem(torch._neg_view(ok), ref)
+    # containers: plain types, or exactly the reference's
+    assert output_type_problem([ok, ok], (ref, ref)) is None
+    assert output_type_problem({"a": ok}, {"a": ref}) is None
+    mx = torch.max(ref, dim=1)
+    assert output_type_problem(torch.max(ok, dim=1), mx) is None
+
+    class MyTuple(tuple):
+        pass
+
+    assert "MyTuple" in output_type_problem(MyTuple((ok,)), (ref,))
+    assert output_type_problem(MyTuple((ok,))) is None  # decided with the reference
+    # scalars: the reference's exact type (int/float/bool may mix)
+    class Lying(float):
+        def __float__(self):
+            return 2.0
+
+    assert output_type_problem((ok, 2), (ref, 2.0)) is None
+    assert "Lying" in output_type_problem((ok, Lying(1.0)), (ref, 2.0))
+    assert "str" in output_type_problem("x", None)
+    # a structure that differs is the comparison's (wrong), not a type problem
+    assert output_type_problem((ok,), (ref, ref)) is None
+    assert output_type_problem(ok, (ref,)) is None
+    assert NO_REFERENCE is not None
+
+
+def test_thread_watch(tmp_path: Path) -> None:
+    import ctypes
+    import threading
+
+    from cudaperf_cli.evaluate.torch_output_checks import ThreadWatch, native_threads
+
+    w = ThreadWatch()
+    assert w.python_leftovers() is None
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="helper", daemon=True)
+    w.before_call()
+    t.start()
+    why = w.after_call()
+    assert why is not None and "'helper'" in why
+    stop.set()
+    t.join()
+    assert w.python_leftovers() is None
+    if native_threads() is None:
+        pytest.skip("no /proc/self/task")
+    libc = ctypes.CDLL(None)
+
+    def native() -> None:
+        tid = ctypes.c_ulong()
+        libc.pthread_create(ctypes.byref(tid), None, ctypes.cast(libc.sleep, ctypes.c_void_p),
+                            ctypes.c_void_p(2))
+        libc.pthread_detach(tid)
+
+    w = ThreadWatch()
+    w.before_call()
+    native()
+    assert w.after_call() is None and w.first_call_new  # the first call: library threads start
+    w.before_call()
+    native()
+    why = w.after_call()
+    assert why is not None and why.startswith("OS thread(s)"), why
+    w.before_call()
+    assert w.after_call() is None  # nothing new in this call
+    calls = []
+    watched = w.wrap(lambda: calls.append(threading.Thread(target=stop.wait, daemon=True)) or calls[-1].start())
+    stop.clear()
+    watched()
+    assert w.timed_leftover is not None
+    stop.set()
+
+
+def test_host_dunder_patch_cannot_fool_the_comparison(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the patching guard off, a zero output whose comparison would read 0 mismatches
+    through a replaced torch.Tensor.__int__/__float__ is still wrong."""
+    extra = ("torch.Tensor.__int__ = lambda self: 0\ntorch.Tensor.__index__ = lambda self: 0\n"
+             "torch.Tensor.__float__ = lambda self: 0.0\n\n")
+    r = _run_host(_host_job(tmp_path, small_problem, build_root, ZERO_FWD, extra=extra,
+                            disabled_guards=[PATCHING]), monkeypatch)
+    assert r.status == "wrong", r.message
+    assert r.worst_mismatch is not None and r.worst_mismatch["got"] == 0.0
+
+
 # ---------------------------------------------------------------------------------------
 # Parent process handling
 # ---------------------------------------------------------------------------------------
@@ -686,6 +867,52 @@ def _run_host(job: TorchEvalJob, monkeypatch: pytest.MonkeyPatch) -> TorchEvalRe
 
 
 CORRECT_FWD = "    def forward(self, x):\n        return torch.relu(x) * self.scale\n"
+ZERO_FWD = "    def forward(self, x):\n        return torch.zeros_like(x)\n"
+#: A tensor subclass whose values are computed when something reads them.
+LAZY_CLASS = """from torch.utils._pytree import tree_map
+
+
+class Lazy(torch.Tensor):
+    @staticmethod
+    def __new__(cls, x, scale):
+        r = torch.Tensor._make_wrapper_subclass(cls, x.shape, strides=x.stride(), dtype=x.dtype,
+                                                device=x.device)
+        r._x, r._scale = x, scale
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(a):
+            return torch.relu(a._x) * a._scale if isinstance(a, Lazy) else a
+
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+
+"""
+LAZY_FWD = "    def forward(self, x):\n        return Lazy(x, self.scale)\n"
+#: forward returns zeros; a thread writes the result 0.2 s later.
+THREAD_FWD = (
+    "    def forward(self, x):\n        y = torch.zeros_like(x)\n\n"
+    "        def later():\n            time.sleep(0.2)\n            y.copy_(torch.relu(x) * self.scale)\n\n"
+    "        {start}\n        return y\n"
+)
+#: forward computes the result and starts an OS thread (pthread_create, no Python in it)
+#: that sleeps 2 s: seen through /proc/self/task from the second call on.
+NATIVE_THREAD_EXTRA = """import ctypes
+
+LIBC = ctypes.CDLL(None)
+
+
+def native_sleeper():
+    tid = ctypes.c_ulong()
+    LIBC.pthread_create(ctypes.byref(tid), None, ctypes.cast(LIBC.sleep, ctypes.c_void_p),
+                        ctypes.c_void_p(2))
+    LIBC.pthread_detach(tid)
+
+
+"""
+NATIVE_THREAD_FWD = ("    def forward(self, x):\n        native_sleeper()\n"
+                     "        return torch.relu(x) * self.scale\n")
 
 
 def test_host_correct_candidate_is_verified_and_timed(
@@ -747,9 +974,32 @@ def test_host_wrong_candidate_reports_the_worst_index(
         (LOWER_PRECISION, CORRECT_FWD, "torch.backends.cuda.matmul.allow_tf32 = True\n\n", {}),
         (INHERITS_MODEL, "    pass\n",
          "class Model(nn.Module):\n" + INIT + CORRECT_FWD + "\n\n", {}),
+        (OUTPUT_TYPE, LAZY_FWD, LAZY_CLASS, {}),
+        (OUTPUT_TYPE,
+         "    def forward(self, x):\n        return (torch.relu(x) * self.scale).t().contiguous().t()\n", "", {}),
+        (OUTPUT_TYPE,
+         "    def forward(self, x):\n        return nn.Parameter(torch.relu(x) * self.scale, requires_grad=False)\n",
+         "", {}),
+        (PATCHING, ZERO_FWD, "torch.Tensor.__int__ = lambda self: 0\ntorch.Tensor.__float__ = lambda self: 0.0\n\n",
+         {}),
+        (PATCHING, CORRECT_FWD, "from torch.overrides import TorchFunctionMode\nTorchFunctionMode().__enter__()\n\n",
+         {}),
+        (PATCHING, CORRECT_FWD,
+         "torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o)\n\n", {}),
+        (BACKGROUND_THREAD, THREAD_FWD.format(start="threading.Thread(target=later).start()"),
+         "import threading\nimport time\n\n", {}),
+        (BACKGROUND_THREAD, THREAD_FWD.format(start="_thread.start_new_thread(later, ())"),
+         "import _thread\nimport time\n\n", {}),
+        (BACKGROUND_THREAD, NATIVE_THREAD_FWD, NATIVE_THREAD_EXTRA, {}),
+        (BACKGROUND_THREAD, CORRECT_FWD,
+         "import threading\nimport time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n\n",
+         {}),
     ],
     ids=["aliasing", "result_cache", "shape_specialised", "lower_precision_fp16",
-         "patching", "lower_precision_tf32_flag", "inherits_model"],
+         "patching", "lower_precision_tf32_flag", "inherits_model", "output_type_lazy_subclass",
+         "output_type_not_contiguous", "output_type_parameter", "patching_dunder",
+         "patching_function_mode", "patching_global_hook", "background_thread",
+         "background_thread_start_new_thread", "background_thread_native", "background_thread_at_import"],
 )
 def test_host_cheats_are_rejected(
     tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch,

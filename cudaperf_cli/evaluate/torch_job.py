@@ -87,6 +87,8 @@ LOWER_PRECISION = "lower_precision"
 PATCHING = "patching"
 INHERITS_MODEL = "inherits_model"
 ALIASING = "aliasing"
+OUTPUT_TYPE = "output_type"
+BACKGROUND_THREAD = "background_thread"
 DYNAMIC_GUARDS = (
     NO_CUSTOM_KERNEL,
     TORCH_FALLBACK,
@@ -97,6 +99,8 @@ DYNAMIC_GUARDS = (
     PATCHING,
     INHERITS_MODEL,
     ALIASING,
+    OUTPUT_TYPE,
+    BACKGROUND_THREAD,
 )
 
 #: Per output dtype ``{"atol", "rtol"}``; ``|cand - ref| <= atol + rtol * |ref|``.
@@ -1068,6 +1072,7 @@ def _evaluate_in_child(run: ChildRun, timeout_s: float, build: dict[str, Any], w
 
 __all__ = [
     "ALIASING",
+    "BACKGROUND_THREAD",
     "BASELINE_COMPILE",
     "BASELINE_EAGER",
     "COMPILE_ERROR",
@@ -1081,6 +1086,7 @@ __all__ = [
     "LOAD_INLINE",
     "LOWER_PRECISION",
     "NO_CUSTOM_KERNEL",
+    "OUTPUT_TYPE",
     "OutputCheck",
     "PATCHING",
     "RESULT_CACHE",

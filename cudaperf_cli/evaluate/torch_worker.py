@@ -61,14 +61,17 @@ from cudaperf_cli.evaluate.timing import (
     summarize,
     time_repetitions,
 )
+from cudaperf_cli.evaluate import torch_output_checks as _outchk
 from cudaperf_cli.evaluate.torch_job import (
     ALIASING,
+    BACKGROUND_THREAD,
     COMPILE_ERROR,
     EXT_DIR_ENV,
     GUARD_REJECTED,
     INHERITS_MODEL,
     LOWER_PRECISION,
     NO_CUSTOM_KERNEL,
+    OUTPUT_TYPE,
     PATCHING,
     RESULT_CACHE,
     SHAPE_SPECIALISED,
@@ -85,6 +88,16 @@ from cudaperf_cli.evaluate.torch_job import (
 )
 from cudaperf_cli.confine import Confinement, confine_candidate
 from cudaperf_cli.evaluate.child import State, flush_c_stdio, inductor_cache_dir, read_job, result_channel
+from cudaperf_cli.evaluate.torch_output_checks import (
+    NO_REFERENCE,
+    ThreadWatch,
+    global_state,
+    global_state_changes,
+    output_type_problem,
+    saved_ops,
+    static_lookup,
+    tensor_class_targets,
+)
 from cudaperf_cli.evaluate.worker import _run_hook
 
 #: record_function names around the profiled forward and the current-stream markers.
@@ -360,28 +373,40 @@ def chunk_elems(n: int) -> int:
     return int(min(CHUNK_MAX, max(CHUNK_MIN, n // CHUNK_DIV)))
 
 
+def _ops() -> tuple[Any, Any]:
+    """(``torch._C._VariableFunctions``, ``torch._C.TensorBase``) as captured before the
+    candidate was imported (:func:`~cudaperf_cli.evaluate.torch_output_checks.arm`): the
+    comparison and the fingerprints call these immutable C types, never ``torch.Tensor``'s
+    dunders or methods, which a candidate can replace in Python even just for the moment
+    of a comparison."""
+    s = saved_ops()
+    return s.VF, s.TB
+
+
 def flat_chunks(*tensors: Any, chunk: int | None = None) -> Any:
     """Yield ``(start, [chunk of each tensor])``: 1-D pieces covering the tensors' elements in
     C order, at the same boundaries for every tensor (all of one shape).  Contiguous tensors
     give views; others are cut along their first dimension and each piece copied, so no
     full-size copy is ever made."""
+    _, TB = _ops()
     t0 = tensors[0]
-    n = int(t0.numel())
+    n = int(TB.numel(t0))
     step = chunk or chunk_elems(n)
     if n == 0:
         return
-    if t0.dim() == 0:
-        yield 0, [t.reshape(1) for t in tensors]
+    if TB.dim(t0) == 0:
+        yield 0, [TB.reshape(t, (1,)) for t in tensors]
         return
-    if all(t.is_contiguous() for t in tensors):
-        flats = [t.view(-1) if t.dim() else t.reshape(1) for t in tensors]
+    if all(TB.is_contiguous(t) for t in tensors):
+        flats = [TB.view(t, (-1,)) for t in tensors]
         for i in range(0, n, step):
-            yield i, [f[i:i + step] for f in flats]
+            yield i, [TB.__getitem__(f, slice(i, i + step)) for f in flats]
         return
-    row = max(n // int(t0.shape[0]), 1)
+    first = int(TB.shape.__get__(t0)[0])
+    row = max(n // first, 1)
     rows = max(step // row, 1)
-    for r in range(0, int(t0.shape[0]), rows):
-        yield r * row, [t[r:r + rows].reshape(-1) for t in tensors]
+    for r in range(0, first, rows):
+        yield r * row, [TB.reshape(TB.__getitem__(t, slice(r, r + rows)), (-1,)) for t in tensors]
 
 
 def fingerprint(t: Any) -> Any:
@@ -392,15 +417,17 @@ def fingerprint(t: Any) -> Any:
     coincidence of about 2**-64.  Used instead of copies to see whether a tensor changed
     (an input written by the candidate, an output still being written on another stream)."""
     torch = _torch()
-    acc = torch.zeros(2, dtype=torch.int64, device=t.device)
-    if t.numel() == 0:
+    VF, TB = _ops()
+    acc = VF.zeros(2, dtype=torch.int64, device=TB.device.__get__(t))
+    n = TB.numel(t)
+    if n == 0:
         return acc
-    x = t.detach()
-    word = torch.int32 if (x.numel() * x.element_size()) % 4 == 0 and x.element_size() in (4, 8) else torch.uint8
+    x = TB.detach(t)
+    size = TB.element_size(x)
+    word = torch.int32 if (n * size) % 4 == 0 and size in (4, 8) else torch.uint8
     for _, (c,) in flat_chunks(x):
-        w = c.contiguous().view(word).to(torch.int64)
-        acc[0] += w.sum()
-        acc[1] += (w * w).sum()
+        w = TB.to(TB.view(TB.contiguous(c), word), torch.int64)
+        acc = VF.add(acc, VF.stack([VF.sum(w), VF.sum(VF.mul(w, w))]))
     return acc
 
 
@@ -412,10 +439,10 @@ def fingerprints(values: Sequence[Any]) -> list[Any]:
 
 def same_fingerprints(a: Sequence[Any], b: Sequence[Any]) -> list[int]:
     """Indices where two :func:`fingerprints` lists differ (synchronises once)."""
-    torch = _torch()
+    VF, _ = _ops()
     out = []
     for i, (x, y) in enumerate(zip(a, b)):
-        if x is not None and y is not None and not bool(torch.equal(x, y)):
+        if x is not None and y is not None and VF.equal(x, y) is not True:
             out.append(i)
     return out
 
@@ -427,64 +454,74 @@ def compare_tensor(path: str, got: Any, expected: Any, atol: float, rtol: float)
     tensors' device, in chunks (:func:`flat_chunks`): temporary memory stays below the
     tensor's size for float32 outputs."""
     torch = _torch()
+    VF, TB = _ops()
+    gshape, eshape = list(TB.shape.__get__(got)), list(TB.shape.__get__(expected))
+    gdtype, edtype = TB.dtype.__get__(got), TB.dtype.__get__(expected)
     chk = OutputCheck(
         path=path,
         ok=False,
-        shape=list(got.shape),
-        dtype=str(got.dtype).replace("torch.", ""),
-        expected_shape=list(expected.shape),
-        expected_dtype=str(expected.dtype).replace("torch.", ""),
+        shape=gshape,
+        dtype=str(gdtype).replace("torch.", ""),
+        expected_shape=eshape,
+        expected_dtype=str(edtype).replace("torch.", ""),
         atol=atol,
         rtol=rtol,
     )
-    if tuple(got.shape) != tuple(expected.shape):
+    if gshape != eshape:
         chk.message = f"{path}: shape {chk.shape} differs from the expected {chk.expected_shape}"
         return chk
-    if got.dtype != expected.dtype:
+    if gdtype != edtype:
         chk.message = f"{path}: dtype {chk.dtype} differs from the expected {chk.expected_dtype}"
         return chk
-    n = expected.numel()
-    chk.n_elements = int(n)
+    n = int(TB.numel(expected))
+    chk.n_elements = n
     if n == 0:
         chk.ok = True
         return chk
-    if got.device != expected.device:
-        got = got.to(expected.device)
-    inexact = expected.is_floating_point() or expected.is_complex()
-    wide = torch.complex128 if expected.is_complex() else torch.float64
+    edev = TB.device.__get__(expected)
+    if TB.device.__get__(got) != edev:
+        got = TB.to(got, edev)
+    inexact = TB.is_floating_point(expected) or TB.is_complex(expected)
+    wide = torch.complex128 if TB.is_complex(expected) else torch.float64
     n_bad = n_nan = 0
     max_abs = max_rel = 0.0
     worst_score, worst_flat = -float("inf"), -1
-    for start, (gc, ec) in flat_chunks(got.detach(), expected.detach()):
+    # Every value is read through the saved C functions (_ops), the verdict's numbers with
+    # TensorBase.item: no torch.Tensor dunder (__int__, __le__, sum...) is called.
+    for start, (gc, ec) in flat_chunks(TB.detach(got), TB.detach(expected)):
         if not inexact:  # integers and bool: exact, compared in their own type
-            bad = gc != ec
-            n_bad += int(bad.sum())
+            bad = VF.ne(gc, ec)
+            n_bad += int(TB.item(VF.sum(bad)))
             if n_bad and worst_flat < 0:
-                worst_flat, worst_score = start + int(bad.to(torch.uint8).argmax()), float("inf")
+                worst_flat, worst_score = start + int(TB.item(VF.argmax(TB.to(bad, torch.uint8)))), float("inf")
             continue
-        c, r = gc.to(wide), ec.to(wide)
-        diff = (c - r).abs()
-        rabs = r.abs()
-        tol = atol + rtol * rabs
-        nan_c = torch.isnan(c)
-        fin = torch.isfinite(c) & torch.isfinite(r)
-        ok_el = fin & (diff <= tol)
-        ok_el |= ~fin & ~nan_c & ~torch.isnan(r) & (c == r)  # the same infinity
-        bad = ~ok_el
-        n_bad += int(bad.sum())
-        n_nan += int(nan_c.sum())
-        zero = torch.zeros((), dtype=torch.float64, device=diff.device)
-        max_abs = max(max_abs, float(torch.where(fin, diff, zero).max()))
-        rel = torch.where(fin & (rabs != 0), diff / torch.where(rabs != 0, rabs, zero + 1), zero)
-        max_rel = max(max_rel, float(rel.max()))
-        if bool(bad.any()):
-            inf = torch.full((), float("inf"), dtype=torch.float64, device=diff.device)
-            score = torch.where(bad, torch.where(fin, diff - tol, inf), -inf)
-            k = int(score.argmax())
-            sc = float(score[k])
+        c, r = TB.to(gc, wide), TB.to(ec, wide)
+        diff = VF.abs(VF.sub(c, r))
+        rabs = VF.abs(r)
+        tol = VF.add(VF.mul(rabs, rtol), atol)
+        nan_c = VF.isnan(c)
+        fin = VF.logical_and(VF.isfinite(c), VF.isfinite(r))
+        ok_el = VF.logical_and(fin, VF.le(diff, tol))
+        same_inf = VF.logical_and(  # the same infinity
+            VF.logical_and(VF.logical_not(fin), VF.logical_not(nan_c)),
+            VF.logical_and(VF.logical_not(VF.isnan(r)), VF.eq(c, r)))
+        bad = VF.logical_not(VF.logical_or(ok_el, same_inf))
+        n_bad += int(TB.item(VF.sum(bad)))
+        n_nan += int(TB.item(VF.sum(nan_c)))
+        ddev = TB.device.__get__(diff)
+        zero = VF.zeros((), dtype=torch.float64, device=ddev)
+        max_abs = max(max_abs, float(TB.item(VF.max(VF.where(fin, diff, zero)))))
+        nz = VF.ne(rabs, 0)
+        rel = VF.where(VF.logical_and(fin, nz), VF.div(diff, VF.where(nz, rabs, VF.add(zero, 1))), zero)
+        max_rel = max(max_rel, float(TB.item(VF.max(rel))))
+        if TB.item(VF.any(bad)) is True:
+            inf = VF.full((), float("inf"), dtype=torch.float64, device=ddev)
+            score = VF.where(bad, VF.where(fin, VF.sub(diff, tol), inf), VF.neg(inf))
+            k = int(TB.item(VF.argmax(score)))
+            sc = float(TB.item(TB.__getitem__(score, k)))
             if sc > worst_score:
                 worst_score, worst_flat = sc, start + k
-        del c, r, diff, rabs, tol, nan_c, fin, ok_el, bad
+        del c, r, diff, rabs, tol, nan_c, fin, ok_el, same_inf, bad, rel
     chk.n_mismatch = n_bad
     chk.n_nan = n_nan
     chk.max_abs_err = max_abs
@@ -493,9 +530,9 @@ def compare_tensor(path: str, got: Any, expected: Any, atol: float, rtol: float)
         chk.ok = True
         return chk
     flat = worst_flat
-    idx = _unravel(flat, expected.shape)
-    g = got.detach()[tuple(idx)].item() if got.dim() else got.item()
-    e = expected.detach()[tuple(idx)].item() if expected.dim() else expected.item()
+    idx = _unravel(flat, eshape)
+    g = TB.item(TB.__getitem__(TB.detach(got), tuple(idx))) if TB.dim(got) else TB.item(got)
+    e = TB.item(TB.__getitem__(TB.detach(expected), tuple(idx))) if TB.dim(expected) else TB.item(expected)
     finite = inexact and math.isfinite(abs(g)) and math.isfinite(abs(e))
     a = abs(g - e) if finite else float("nan")
     rl = a / abs(e) if finite and e != 0 else None
@@ -551,20 +588,24 @@ def outputs_match(got: Any, expected: Any, tolerances: Mapping[str, Mapping[str,
 
 
 def bits_equal(a: Any, b: Any) -> bool:
-    """Same shape, dtype and bytes (NaN payloads included)."""
+    """Same shape, dtype and bytes (NaN payloads included); read through the saved C
+    functions (:func:`_ops`)."""
     torch = _torch()
-    if a.shape != b.shape or a.dtype != b.dtype:
+    VF, TB = _ops()
+    if (list(TB.shape.__get__(a)) != list(TB.shape.__get__(b))
+            or TB.dtype.__get__(a) != TB.dtype.__get__(b)):
         return False
-    if a.numel() == 0:
+    if TB.numel(a) == 0:
         return True
-    x = a.detach().contiguous().reshape(-1)
-    y = b.detach().contiguous().reshape(-1)
-    if y.device != x.device:
-        y = y.to(x.device)
+    x = TB.reshape(TB.contiguous(TB.detach(a)), (-1,))
+    y = TB.reshape(TB.contiguous(TB.detach(b)), (-1,))
+    xdev = TB.device.__get__(x)
+    if TB.device.__get__(y) != xdev:
+        y = TB.to(y, xdev)
     try:
-        return bool(torch.equal(x.view(torch.uint8), y.view(torch.uint8)))
+        return VF.equal(TB.view(x, torch.uint8), TB.view(y, torch.uint8)) is True
     except RuntimeError:  # dtypes that cannot be viewed as bytes
-        return bool(torch.equal(x, y))
+        return VF.equal(x, y) is True
 
 
 def snapshot_outputs(obj: Any) -> Any:
@@ -631,9 +672,10 @@ def outputs_bits_equal(a: Any, b: Any) -> bool:
 
 
 def _span(t: Any) -> tuple[int, int] | None:
-    s = t.untyped_storage()
-    n = s.nbytes()
-    return (s.data_ptr(), s.data_ptr() + n) if n else None
+    saved = saved_ops()  # StorageBase: an immutable C type (torch.UntypedStorage is Python's)
+    SB, s = saved.SB, saved.TB.untyped_storage(t)
+    n = SB.nbytes(s)
+    return (SB.data_ptr(s), SB.data_ptr(s) + n) if n else None
 
 
 def _overlap(a: Any, b: Any) -> bool:
@@ -792,6 +834,16 @@ def patch_targets(torch: Any) -> list[tuple[str, Any, str]]:
               "contiguous", "detach", "zero_", "data_ptr", "untyped_storage", "numel",
               "__sub__", "__eq__", "__ne__", "__le__", "__and__", "__or__", "__invert__"):
         targets.append((f"torch.Tensor.{m}", T, m))
+    # Every other attribute torch.Tensor resolves (a name set in its dict shadows the C
+    # method: __int__, __float__, __bool__, __index__, tolist, __lt__, numel...), the
+    # builtins and torch attributes the checks call, math.isfinite, and the holder of the
+    # C functions the comparison reads values through.
+    seen = {label for label, _, _ in targets}
+    targets += [t for t in tensor_class_targets(torch) if t[0] not in seen]
+    targets.append(("math.isfinite", math, "isfinite"))
+    saved = saved_ops()
+    for name in ("VF", "TB", "SB", "Tensor", "Parameter", "strided", "overlap"):
+        targets.append((f"{_outchk.__name__}._SAVED.{name}", saved, name))
     return targets
 
 
@@ -811,24 +863,29 @@ def snapshot_patchables(torch: Any, module: types.ModuleType | None = None, *,
             pass
     snap: dict[str, tuple[Any, str, Any]] = {}
     for label, owner, attr in patch_targets(torch):
-        if hasattr(owner, attr):
-            snap[label] = (owner, attr, getattr(owner, attr))
-    if module is not None:
-        for name, obj in vars(module).items():
-            if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj):
-                snap[f"{module.__name__}.{name}"] = (module, name, obj)
+        obj = static_lookup(owner, attr)
+        if obj is not _outchk._MISSING:
+            snap[label] = (owner, attr, obj)
+    for mod in (module, _outchk if module is not None else None):
+        if mod is None:
+            continue
+        for name, obj in vars(mod).items():
+            if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj) or name == "_SAVED":
+                snap[f"{mod.__name__}.{name}"] = (mod, name, obj)
     return snap
 
 
 def find_patches(snapshot: Mapping[str, tuple[Any, str, Any]]) -> list[str]:
-    """Labels whose object was replaced since :func:`snapshot_patchables`.
+    """Labels whose object was replaced since :func:`snapshot_patchables` (looked up as
+    stored, :func:`~cudaperf_cli.evaluate.torch_output_checks.static_lookup`: a classmethod
+    is the same object at every look-up).
 
     A replacement made by PyTorch itself is not a patch: a wrapper defined in a ``torch``
     module whose ``__wrapped__`` chain leads to the original (TorchDynamo wraps
     ``torch.manual_seed`` in ``torch._disable_dynamo`` on first use).
     """
     return [label for label, (owner, attr, orig) in snapshot.items()
-            if not _same_or_torch_wrapper(getattr(owner, attr, None), orig)]
+            if not _same_or_torch_wrapper(static_lookup(owner, attr), orig)]
 
 
 def _same_or_torch_wrapper(obj: Any, orig: Any) -> bool:
@@ -1214,6 +1271,10 @@ class TorchWorker:
         self.dev: Any = None
         self.snapshot: dict[str, tuple[Any, str, Any]] = {}
         self.flags: dict[str, Any] = {}
+        #: global_state() before the candidate was imported (patching)
+        self.global_state: dict[str, Any] = {}
+        #: the threads alive before the candidate was imported (background_thread)
+        self.threads: ThreadWatch | None = None
         #: ``CUDAPERF_WORKER_BACKEND=host``: tests only.  Models run on the CPU, the host
         #: clock replaces CUDA events, the profiler guards are skipped.
         self.host = os.environ.get(BACKEND_ENV) == "host"
@@ -1250,6 +1311,10 @@ class TorchWorker:
             details["compile_peak_gpu_bytes"] = self.compile_peak
         if self.confinement is not None:
             details["confinement"] = self.confinement.to_json()
+        if self.threads is not None and self.threads.first_call_new:
+            # OS threads that appeared during the candidate's first call (not judged:
+            # library threads start then; docs/pytorch-evaluation.md §4, background_thread)
+            details["threads_first_call"] = self.threads.first_call_new
         return TorchEvalResult(
             status=status,
             message=message,
@@ -1287,8 +1352,14 @@ class TorchWorker:
                        error=_exc_error(exc, "problem")) from None
 
         compiles = job.compile_baseline and (job.mode == "baseline" or not job.baseline_ms)
+        _outchk.arm(torch)
         self.snapshot = snapshot_patchables(torch, sys.modules[__name__], import_dynamo=compiles)
         self.flags = precision_flags(torch)
+        self.global_state = global_state(torch)
+        # PyTorch's CPU thread pool starts on the first parallel CPU op: start it now, so
+        # that its threads are no candidate's (background_thread).
+        torch.ones(1 << 20).sum()
+        self.threads = ThreadWatch()
         if self.host:
             self._orig_event: Any = _HostEvent
             self._orig_record: Any = _HostEvent.record
@@ -1492,13 +1563,27 @@ class TorchWorker:
     # -- guards used everywhere ------------------------------------------------------------
 
     def _check_patching(self, when: str, config: str | None = None, trial: int | None = None) -> None:
+        """The ``patching`` guard (named targets, torch.Tensor's attributes, global state),
+        ``background_thread`` (Python threads the candidate left running) and the
+        precision flags (``lower_precision``), after anything that ran candidate code."""
         if self._guard_on(PATCHING):
             patched = find_patches(self.snapshot)
+            patched += global_state_changes(self.global_state, global_state(self.torch))
             if patched:
                 raise guard_stop(
                     PATCHING,
-                    f"{', '.join(patched[:5])} replaced {when}: the evaluator's timers, "
+                    f"{', '.join(patched[:5])} replaced or changed {when}: the evaluator's timers, "
                     "synchronization and checks must stay PyTorch's own",
+                    config,
+                    trial,
+                )
+        if self._guard_on(BACKGROUND_THREAD) and self.threads is not None:
+            why = self.threads.timed_leftover or self.threads.python_leftovers()
+            if why:
+                raise guard_stop(
+                    BACKGROUND_THREAD,
+                    f"{why} {when}: forward must finish its work before it returns (work left to "
+                    "a thread is not timed and may land after the output was checked)",
                     config,
                     trial,
                 )
@@ -1598,12 +1683,33 @@ class TorchWorker:
                         phase: str = "candidate") -> tuple[Any, Any]:
         """Run ``cand(*args)``; returns (output, :func:`outputs_fingerprints` of it taken on the
         current stream before any device-wide synchronize).  Exceptions and asynchronous CUDA
-        errors become ``runtime_error``."""
+        errors become ``runtime_error``.  Right after forward returns, before anything reads
+        the output: no thread it started may still run (``background_thread``) and the output
+        must be plain dense tensors (``output_type``, :meth:`_check_output_type`)."""
         torch = self.torch
         self.state.set(phase, config, trial)
+        watch = self.threads if self._guard_on(BACKGROUND_THREAD) else None
+        if watch is not None:
+            watch.before_call()
         try:
             with torch.no_grad():
                 out = cand(*args)
+        except Exception as exc:  # noqa: BLE001
+            raise Stop(RUNTIME_ERROR, f"ModelNew.forward raised {_one_line(exc)}" + _at(config, trial),
+                       error=_exc_error(exc, "forward", config, trial), config=config, trial=trial) from None
+        if watch is not None:
+            why = watch.after_call()
+            if why:
+                raise guard_stop(
+                    BACKGROUND_THREAD,
+                    f"{why} when forward returned: forward must finish its work before it returns "
+                    "(work left to a thread is not timed and may land after the output was checked)",
+                    config,
+                    trial,
+                )
+        self._check_output_type(out, NO_REFERENCE, config, trial)
+        try:
+            with torch.no_grad():
                 snap = outputs_fingerprints(out)
         except Exception as exc:  # noqa: BLE001
             raise Stop(RUNTIME_ERROR, f"ModelNew.forward raised {_one_line(exc)}" + _at(config, trial),
@@ -1616,6 +1722,25 @@ class TorchWorker:
                        + _at(config, trial),
                        error=_exc_error(exc, "synchronize", config, trial), config=config, trial=trial) from None
         return out, snap
+
+    def _check_output_type(self, out: Any, ref_out: Any, config: str | None, trial: int | None) -> None:
+        """The ``output_type`` guard (:func:`~cudaperf_cli.evaluate.torch_output_checks.
+        output_type_problem`): ``ref_out`` the reference's output, or ``NO_REFERENCE`` right
+        after forward."""
+        if not self._guard_on(OUTPUT_TYPE):
+            return
+        try:
+            why = output_type_problem(out, ref_out)
+        except Exception as exc:  # noqa: BLE001 - an output the check cannot even read
+            why = f"the output cannot be inspected ({_one_line(exc, 200)})"
+        if why:
+            raise guard_stop(OUTPUT_TYPE, why, config, trial)
+
+    def _match(self, got: Any, expected: Any, config: str | None = None) -> bool:
+        """:func:`outputs_match` after the ``output_type`` check of ``got`` against the
+        reference's ``expected`` (the repeated and timed calls' outputs)."""
+        self._check_output_type(got, expected, config, None)
+        return outputs_match(got, expected, self.job.tolerances)
 
     def _call_reference(self, ref: Any, args: Sequence[Any], config: str, trial: int | None) -> Any:
         torch = self.torch
@@ -1741,6 +1866,7 @@ class TorchWorker:
                                         for _, o in flatten_outputs(rout) if isinstance(o, torch.Tensor))
             self._footprint_pending = False
         self.state.set("compare", name, t)
+        self._check_output_type(out, rout, name, t)
         if self._guard_on(ALIASING):
             why = find_aliasing(out, cin, rout, rin)
             if why:
@@ -1774,6 +1900,8 @@ class TorchWorker:
         in_problem = None
         if inplace:
             in_problem = compare_inplace_inputs(cin, rin, job.tolerances)
+        # the verdict stands only if nothing was replaced while it was reached
+        self._check_patching("while the output was compared", name, t)
         out_fp = [fingerprint(o) for _, o in flatten_outputs(out) if isinstance(o, torch.Tensor)]
         if bad or in_problem:
             stale = next(
@@ -1993,7 +2121,6 @@ class TorchWorker:
         of inputs is alive at a time (plus the new values while they are written in)."""
         torch, job = self.torch, self.job
         base = job.trials + 1
-        tol = job.tolerances
         self._restore_buffers(ctx)
         a = self._inputs(ctx.mod, trial_seed(job.seed, 0, base), "default", None)
         x = self._args_for_candidate(ctx, a)
@@ -2001,7 +2128,7 @@ class TorchWorker:
         if x is not a:
             a = self._inputs(ctx.mod, trial_seed(job.seed, 0, base), "default", None)
         r1 = self._call_reference(ctx.ref, a, "default", None)
-        if not outputs_match(o1, r1, tol):
+        if not self._match(o1, r1, "default"):
             raise guard_stop(RESULT_CACHE, "wrong on new inputs after earlier calls", "default")
         o1_fp = outputs_fingerprints(o1)
         del o1, r1, a
@@ -2023,7 +2150,7 @@ class TorchWorker:
             if args is not b and (job.modifies_inputs or ctx.inplace):
                 b = self._inputs(ctx.mod, trial_seed(job.seed, 0, base + 1), "default", None)
             r2 = self._call_reference(ctx.ref, b, "default", None)
-            if not outputs_match(o2, r2, tol):
+            if not self._match(o2, r2, "default"):
                 again = outputs_fingerprints_equal(o1_fp, o2)
                 raise guard_stop(
                     RESULT_CACHE,
@@ -2044,7 +2171,7 @@ class TorchWorker:
         o3, _ = self._call_candidate(ctx.cand, y, "default", None, "guards.result_cache")
         del y
         r3 = self._call_reference(ctx.ref, c, "default", None)
-        if not outputs_match(o3, r3, tol):
+        if not self._match(o3, r3, "default"):
             raise guard_stop(RESULT_CACHE, "wrong for newly allocated inputs after earlier calls", "default")
         del o3, r3, c
         self._check_patching("during repeated calls", "default")
@@ -2102,8 +2229,9 @@ class TorchWorker:
 
         cargs = self._args_for_candidate(ctx, inputs)
         try:
+            timed = self.threads.wrap(ctx.cand) if self.threads is not None else ctx.cand
             reps, cand_out = self._time_fn(
-                ctx.cand, cargs, flush, "timing.candidate", slow_ms=job.slow_ms, warm=True,
+                timed, cargs, flush, "timing.candidate", slow_ms=job.slow_ms, warm=True,
                 sync_each=bool((self.profile or {}).get("library_stream_launches")))
             sync_stats = None
             if not reps.slow:
@@ -2148,7 +2276,7 @@ class TorchWorker:
         if self._guard_on(RESULT_CACHE) and not (job.modifies_inputs or ctx.inplace):
             if eager_out is None:  # the reference on the same inputs, once
                 eager_out = self._call_reference(ctx.ref, inputs, "default", None)
-            if not outputs_match(cand_out, eager_out, job.tolerances):
+            if not self._match(cand_out, eager_out, "default"):
                 raise guard_stop(
                     RESULT_CACHE,
                     "after the timed calls the output no longer matches the reference on the "
