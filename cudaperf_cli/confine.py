@@ -261,7 +261,9 @@ def proc_entries(pid: int | None = None) -> list[str]:
 
 
 def _toolkit_dirs() -> list[str]:
-    out = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH")]
+    # CUDAPERF_SANITIZER_DIR: compute-sanitizer's folder, whose injection libraries a worker
+    # run under the tool loads (cudaperf_cli/evaluate/sanitize.py)
+    out = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH", "CUDAPERF_SANITIZER_DIR")]
     for exe in (os.environ.get("CUDAPERF_NVCC", ""), shutil.which("nvcc") or ""):
         if exe:
             out.append(str(Path(exe).resolve().parent.parent))

@@ -31,6 +31,9 @@ RUNTIME_ERROR = "runtime_error"  #: the candidate raised / returned a CUDA error
 CRASH = "crash"  #: the evaluation process died (signal, exit status, no result)
 TIMEOUT = "timeout"  #: the evaluation ran past its time limit and was killed
 WRONG = "wrong"  #: some output differs from the reference (or an input was written)
+#: verified, but compute-sanitizer (memcheck, initcheck) found a memory error when the
+#: candidate was about to become the run's best (docs/evaluation.md, "compute-sanitizer stage")
+SANITIZER_ERROR = "sanitizer_error"
 REFERENCE_ERROR = "reference_error"  #: the reference itself failed (the problem's fault)
 SLOW = "slow"  #: verified correct; timing stopped early: far slower than the best or the baseline
 CORRECT = "correct"  #: verified on every configuration and timed
@@ -75,6 +78,7 @@ ORDER: tuple[Status, ...] = (
     Status(CRASH, "crash", "red", "runtime", True),
     Status(TIMEOUT, "timeout", "red", "runtime", True),
     Status(WRONG, "wrong", "red", "wrong", True),
+    Status(SANITIZER_ERROR, "memory error", "red", "runtime", True),
     Status(REFERENCE_ERROR, "reference error", "magenta", "excluded", True, problem_level=True),
     Status(SLOW, "slow", "green", "correct", True, verified=True),
     Status(CORRECT, "correct", "bold green", "correct", True, verified=True),
@@ -126,6 +130,7 @@ __all__ = [
     "REFERENCE_ONLY",
     "REFUSED",
     "RUNTIME_ERROR",
+    "SANITIZER_ERROR",
     "SLOW",
     "Status",
     "TIMEOUT",

@@ -43,6 +43,11 @@ def feedback_for(r: TurnRecord) -> str:
         return f"{head} did not finish within the time limit ({r.message}); look for a hang."
     if r.status == S.WRONG:
         return f"{head} compiled and ran but gave wrong results: {r.message}"
+    if r.status == S.SANITIZER_ERROR:
+        return (f"{head} matched the reference, but compute-sanitizer found a memory error when "
+                f"it was run again on a small configuration: {r.message}. Every access must stay "
+                "inside the arrays it is given or memory it allocated, and every read must be of "
+                "memory written before.")
     if r.status == S.REFERENCE_ERROR:
         return f"{head}: the reference itself failed: {r.message}"
     if r.status == S.DOES_NOT_FIT:

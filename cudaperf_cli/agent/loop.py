@@ -66,6 +66,11 @@ class TurnRecord:
     footprint_bytes: int | None = None
     #: The comparison tolerances used: dtype -> {"atol", "rtol"}.
     tolerances: dict[str, Any] = field(default_factory=dict)
+    #: The compute-sanitizer stage (C candidates about to become the run's best): its
+    #: seconds, and its outcome (``{"result": "clean"|"rejected"|"skipped", "message",
+    #: "seconds", "config", "tools": [...]}``, evaluate/sanitize.py); unset when it did not run.
+    sanitize_s: float | None = None
+    sanitize: dict[str, Any] = field(default_factory=dict)
     registers: int | None = None
     spill_bytes: int | None = None
     max_abs_err: float | None = None

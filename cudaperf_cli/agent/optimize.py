@@ -372,7 +372,9 @@ def make_summary(
       run's baseline job (PyTorch: its inputs, forward intermediates, library workspace,
       the flush buffer; bytes), None when no baseline job used the device;
     - ``tolerances``: dtype -> ``{"atol", "rtol"}`` of every job; ``warnings``: lines;
-    - ``device``: the evaluation device as probed (free and total bytes, L2 bytes).
+    - ``device``: the evaluation device as probed (free and total bytes, L2 bytes);
+    - ``sanitize``: C problems' compute-sanitizer stage (``{"enabled", "tool", "note"}``;
+      each turn it ran on has ``sanitize`` and ``sanitize_s``), None for other kinds.
     """
     best = result.best
     if message is None and code == EXIT_NO_DEVICE:  # a script reading --json sees why
@@ -405,6 +407,7 @@ def make_summary(
         "reference_peak_gpu_bytes": getattr(getattr(evaluation, "baseline", None), "peak_gpu_bytes", None),
         "tolerances": settings.tolerances,
         "slow_factor": settings.slow_factor,
+        "sanitize": None if evaluation is None else evaluation.sanitize_info(),
         "warnings": list(warnings),
         "device": device.to_json(),
     }

@@ -77,6 +77,9 @@ class OptimizeOptions:
     # many of the best-ranked samples to evaluate (None: all of them, best-ranked first)
     ranker: Path | None = None
     ranker_top: int | None = None
+    # C problems: a verified candidate about to become the run's best is run once more under
+    # compute-sanitizer memcheck and initcheck (evaluate/sanitize.py); --no-sanitize: not
+    sanitize: bool = True
 
 
 POLICIES = ("builtin", "openai", "vllm", "transformers", "replay")
@@ -85,7 +88,7 @@ POLICIES = ("builtin", "openai", "vllm", "transformers", "replay")
 RESUME_OVERRIDES = frozenset({
     "turns", "target_speedup", "patience", "output", "force", "json_output", "interactive",
     "eval_timeout_s", "compile_timeout_s", "request_timeout_s", "max_retries", "base_url",
-    "compile_baseline", "ranker", "ranker_top",
+    "compile_baseline", "ranker", "ranker_top", "sanitize",
 })
 
 #: OptimizeOptions field -> its command-line flag, where the names differ.

@@ -246,6 +246,19 @@ class QuietObserver:
         pass
 
 
+def sanitize_line(r: TurnRecord) -> str:
+    """The compute-sanitizer stage of a record in a few words: ``"compute-sanitizer
+    memcheck + initcheck: no errors (4.2 s)"``, or why it did not check it."""
+    san = r.sanitize or {}
+    tools = " + ".join(t.get("tool", "?") for t in san.get("tools") or []) or "memcheck + initcheck"
+    secs = f" ({r.sanitize_s:.1f} s)" if r.sanitize_s is not None else ""
+    if san.get("result") == "clean":
+        return f"compute-sanitizer {tools}: no errors{secs}"
+    if san.get("result") == "rejected":
+        return f"compute-sanitizer: {san.get('message')}{secs}"
+    return f"not checked by compute-sanitizer: {san.get('message') or 'skipped'}{secs}"
+
+
 def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     """The final panel: the best candidate and what was written, or why there is none."""
     best = result.best
@@ -279,6 +292,7 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
         f"{fmt_x(best.speedup_e2e)} end-to-end, vs {best.baseline}",
         f"resources   {best.registers} registers/thread, {best.spill_bytes} spill bytes",
         f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
+        *([f"memory      {escape(sanitize_line(best))}"] if best.sanitize else []),
         *lines,
     ]
     if any(v is not None and v > 10 for v in (best.speedup_kernel, best.speedup_e2e)):

@@ -92,6 +92,7 @@ PASS_THROUGH: dict[str, str] = {
     "atol": "--atol",
     "rtol": "--rtol",
     "slow_factor": "--slow-factor",
+    "sanitize": "--sanitize",
 }
 
 
@@ -103,7 +104,7 @@ class PolicySettings:
     run's, both seconds; ``request_timeout`` one model request's, seconds.  ``atol`` and
     ``rtol`` override the tolerance table for every dtype; ``slow_factor`` is K of the
     ``slow`` status (a verified candidate K x slower than the best or the baseline stops
-    timing early).
+    timing early); ``sanitize`` False passes ``--no-sanitize`` (no compute-sanitizer stage).
     """
 
     policy: str = "builtin"
@@ -132,6 +133,7 @@ class PolicySettings:
     atol: float | None = None
     rtol: float | None = None
     slow_factor: float | None = None
+    sanitize: bool | None = None  #: False: optimize --no-sanitize
 
     def optimize_args(self, known: AbstractSet[str] | None) -> list[str]:
         """The flags for optimize.
@@ -285,6 +287,7 @@ def candidate_row(
         "lock_wait_s": rec.get("lock_wait_s"),
         "prepare_s": rec.get("prepare_s"),
         "phase_s": rec.get("phase_s") or {},
+        "sanitize_s": rec.get("sanitize_s"),
         "peak_gpu_bytes": rec.get("peak_gpu_bytes"),
         "footprint_bytes": (rec.get("footprint_bytes") if rec.get("footprint_bytes") is not None
                             else problem.get("footprint_bytes")),

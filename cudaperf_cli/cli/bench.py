@@ -137,6 +137,9 @@ def run(
         None, "--slow-factor", min=0.0,
         help="optimize --slow-factor: a verified candidate this many times slower than the best "
         "or the baseline stops timing early (status slow)."),
+    sanitize: Optional[bool] = typer.Option(
+        None, "--sanitize/--no-sanitize",
+        help="optimize --sanitize / --no-sanitize: the compute-sanitizer stage of C problems."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
 ) -> None:
     """Run every problem of SUITE through optimize and write a report.
@@ -160,7 +163,7 @@ def run(
             config=None if config is None else str(config.resolve()),
             ranker=None if ranker is None else str(Path(ranker).resolve()),
             ranker_top=ranker_top, compile_baseline=compile_baseline,
-            atol=atol, rtol=rtol, slow_factor=slow_factor,
+            atol=atol, rtol=rtol, slow_factor=slow_factor, sanitize=sanitize,
         )
         opts = BenchOptions(settings=settings, out_dir=out_dir, jobs=jobs,
                             problem_timeout_s=problem_timeout, resume=resume,

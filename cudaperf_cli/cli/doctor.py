@@ -33,7 +33,8 @@ def _tool(cmd: str, version_args: list[str], path: str | None = None) -> dict[st
 
 def collect() -> dict[str, Any]:
     """Facts about this machine as a JSON-ready dict: ``nvcc``, ``cc``, ``gpu``, ``driver``,
-    ``cuda_core``, ``confinement`` (each with a boolean ``ok``) and ``packages``."""
+    ``cuda_core``, ``confinement``, ``compute_sanitizer`` (each with a boolean ``ok``) and
+    ``packages``."""
     from cudaperf_cli.build import find_nvcc
     from cudaperf_cli.core import ToolchainError
     from cudaperf_cli.evaluate import device_info
@@ -58,8 +59,26 @@ def collect() -> dict[str, Any]:
         if gpu["ok"] else {"ok": False, "version": None, "cuda_version": None, "reason": "not loaded (see gpu)"})
     report["cuda_core"] = _cuda_core()
     report["confinement"] = _confinement()
+    report["compute_sanitizer"] = _compute_sanitizer()
     report["packages"] = packages()
     return report
+
+
+def _compute_sanitizer() -> dict[str, Any]:
+    """Whether compute-sanitizer is installed here, for optimize's memory check of new best
+    C candidates (evaluate/sanitize.py): ``{"ok", "path", "version", "detail"}``.  Missing
+    is not an error (the check is skipped with a warning)."""
+    from cudaperf_cli.evaluate.sanitize import SANITIZER_ENV, find_compute_sanitizer, sanitizer_version
+
+    path = find_compute_sanitizer()
+    if path is None:
+        return {"ok": False, "path": None, "version": None,
+                "detail": "not found (PATH, beside nvcc, $CUDA_HOME, /usr/local/cuda, "
+                          f"${SANITIZER_ENV}): optimize skips its memory check of new best C "
+                          "candidates, with a warning"}
+    version = sanitizer_version(path)
+    return {"ok": version is not None, "path": path, "version": version,
+            "detail": f"{path}  {version}" if version else f"{path}: does not run (--version failed)"}
 
 
 #: The optional Python packages: what needs each, and the extra that installs it (None:
@@ -174,6 +193,8 @@ def run_doctor(json_out: bool) -> int:
     row("cuda.core", core["ok"], core["detail"])
     conf = report["confinement"]
     row("confinement", conf["ok"], conf["detail"], warn=True)
+    san = report["compute_sanitizer"]
+    row("compute-sanitizer", san["ok"], san["detail"], warn=True)
     for name, pkg in report["packages"].items():
         version = pkg["version"]
         if version is not None and name == "torch":

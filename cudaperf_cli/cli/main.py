@@ -155,6 +155,13 @@ def optimize(
         help="PyTorch problems: also time torch.compile(Model), once per run with the eager "
         "baseline (off: eager only, a faster start).",
     ),
+    sanitize: bool = typer.Option(
+        True, "--sanitize/--no-sanitize",
+        help="C problems: run a verified candidate that would become the best once more under "
+        "compute-sanitizer memcheck and initcheck (its smallest configuration, untimed); a "
+        "memory error rejects it (status sanitizer_error). Skipped with a warning where "
+        "compute-sanitizer is not installed.",
+    ),
     arch: Optional[str] = typer.Option(
         None, "--arch", help="nvcc architecture, e.g. sm_90 (default: the detected GPU's, else sm_90)."
     ),
@@ -271,6 +278,7 @@ def optimize(
             compile_baseline=p["compile_baseline"],
             ranker=p["ranker"],
             ranker_top=p["ranker_top"],
+            sanitize=p["sanitize"],
         )
         code = run_optimize_command(opts, given=_given_options(ctx))
     except CudaperfError as err:
@@ -312,7 +320,7 @@ def doctor(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Check the toolchain and the GPU: nvcc, the C compiler, device, driver, cuda.core,
-    confinement, optional packages.
+    confinement, compute-sanitizer, optional packages.
 
     Exit code 0 when everything is usable, 4 when only a CUDA device is missing (compiling
     works), 3 when nvcc or the C compiler is missing.

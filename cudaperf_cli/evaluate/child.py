@@ -558,6 +558,7 @@ def run_child(
     tail_chars: int = STDERR_TAIL_CHARS,
     hold: Hold | None = None,
     started: Callable[[int], None] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> ChildRun:
     """Run ``<this python> -m module *args`` under the protocol (module docstring).
 
@@ -578,6 +579,9 @@ def run_child(
         hold: (gated only) at ``ready``, wait for this :class:`Hold` before taking the
             lock; its cancel kills the child at any time (:func:`start_child`).
         started: called with the child's pid (also its process group id) once it runs.
+        wrapper: a command the interpreter runs under (``compute-sanitizer --tool memcheck
+            ... --``, evaluate/sanitize.py): it is the process group's leader, gets the
+            same environment, limits and stdin, and the python child inherits them.
 
     Returns:
         A :class:`ChildRun`.  Every outcome of the child is a field, never an exception.
@@ -595,7 +599,7 @@ def run_child(
     try:
         data = b"" if job_doc is None else (json.dumps(job_doc) + "\n").encode()
         run = _run_process(
-            [sys.executable, "-m", module, *args], data, keep_stdin_open=job_doc is not None,
+            [*wrapper, sys.executable, "-m", module, *args], data, keep_stdin_open=job_doc is not None,
             gpu=gpu, timeout_s=timeout_s, prepare_timeout_s=prepare_timeout_s,
             env={**scratch_env(scratch), **(env or {})},
             state_path=state_path, err_path=err_path,

@@ -14,7 +14,7 @@ host-memory bound a ``crash`` saying so.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from cudaperf_cli.evaluate.child import (
     DEFAULT_PREPARE_TIMEOUT_S,
@@ -129,6 +129,7 @@ def run_evaluation(
     env: Mapping[str, str] | None = None,
     prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S,
     host_memory_limit_bytes: int | str | None = "auto",
+    wrapper: Sequence[str] = (),
 ) -> EvalResult:
     """Verify and time a candidate (or run the reference alone) in a child process.
 
@@ -144,6 +145,8 @@ def run_evaluation(
             for the GPU; the wait for the GPU lock counts in neither limit.
         host_memory_limit_bytes: bound of the worker's resident host memory (its process
             group), bytes; ``"auto"``: :func:`host_memory_limit`; None: unbounded.
+        wrapper: a command the worker runs under (its arguments end with ``--``): the
+            compute-sanitizer stage's (evaluate/sanitize.py); () runs the worker itself.
 
     Returns:
         An :class:`EvalResult`; every outcome of the candidate is a status, never an
@@ -164,6 +167,7 @@ def run_evaluation(
     run = run_child(
         WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s,
         prepare_timeout_s=prepare_timeout_s, gpu=gpu, env=env, host_memory_limit_bytes=limit,
+        wrapper=wrapper,
     )
     result = _result_of(job, run, timeout_s=timeout_s)
     result.elapsed_s = run.elapsed_s

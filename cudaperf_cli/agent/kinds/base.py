@@ -155,6 +155,9 @@ class EvalSettings:
         allow_torch_ops: PyTorch: matmul/conv ops (cuBLAS/cuDNN) may do work in
             ``ModelNew.forward`` (the built-in policy leaves them to the libraries).
         cache_root: build cache (None: ``build.default_cache_root()``).
+        sanitize: C: a verified candidate about to become the best is run once more under
+            compute-sanitizer memcheck and initcheck (evaluate/sanitize.py); optimize's
+            ``--sanitize/--no-sanitize`` (on by default there, off here for other callers).
     """
 
     arch: str
@@ -168,6 +171,7 @@ class EvalSettings:
     compile_baseline: bool = True
     allow_torch_ops: bool = False
     cache_root: Path | None = None
+    sanitize: bool = False
 
     @classmethod
     def from_options(cls, opts: Any, arch: str, device: DeviceInfo) -> "EvalSettings":
@@ -193,6 +197,7 @@ class EvalSettings:
             device_missing=not device.usable, tolerances=tolerances,
             slow_factor=float(opts.slow_factor), compile_baseline=opts.compile_baseline,
             allow_torch_ops=opts.policy == "builtin",
+            sanitize=bool(getattr(opts, "sanitize", True)),
         )
 
 
@@ -294,6 +299,11 @@ class Evaluation(ABC):
     def baseline_json(self) -> Any:
         """What ``baseline.json`` holds (None: nothing to write)."""
         return self.baseline
+
+    def sanitize_info(self) -> dict[str, Any] | None:
+        """``summary.json``'s ``sanitize`` (the compute-sanitizer stage of C problems:
+        ``{"enabled", "tool", "note"}``); None where the kind has no such stage."""
+        return None
 
     @property
     def degenerate(self) -> bool:

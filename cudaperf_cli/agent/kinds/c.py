@@ -110,6 +110,22 @@ class CEvaluation(Evaluation):
         from cudaperf_cli.build import default_cache_root
 
         self.cache_root = settings.cache_root or default_cache_root()
+        #: compute-sanitizer's path for the memory check of new best candidates (None: off,
+        #: or not installed: ``sanitizer_note`` says which, once, in :attr:`warnings`).
+        self.sanitizer: str | None = None
+        self.sanitizer_note: str | None = None
+        if settings.sanitize and not self.device_missing:
+            from cudaperf_cli.evaluate.sanitize import SANITIZER_ENV, find_compute_sanitizer
+
+            self.sanitizer = find_compute_sanitizer()
+            if self.sanitizer is None:
+                self.sanitizer_note = (
+                    "compute-sanitizer was not found (PATH, beside nvcc, $CUDA_HOME, "
+                    f"/usr/local/cuda, ${SANITIZER_ENV}): new best candidates are not checked "
+                    "for memory errors (--no-sanitize turns the check off)")
+                self.warnings.append(self.sanitizer_note)
+        elif not settings.sanitize:
+            self.sanitizer_note = "off (--no-sanitize)"
 
     @property
     def configs(self) -> list[dict[str, Any]]:
@@ -222,6 +238,44 @@ class CEvaluation(Evaluation):
         fill_from_evaluation(record, result, self.settings.tolerances)
         if record.status == "no_device":
             self.device_missing = True
+        if self.settings.sanitize and self.would_be_best(record):
+            self.sanitize(record, stage, Path(built.lib_path))
+
+    def would_be_best(self, record: TurnRecord) -> bool:
+        """``record`` is verified, has a GPU time and beats the run's best so far
+        (``loop.is_better``): it is about to become the result the run writes."""
+        from cudaperf_cli.statuses import VERIFIED
+
+        if record.status not in VERIFIED or record.gpu_ms is None:
+            return False
+        best = self.best_ms
+        return best is None or record.gpu_ms < best
+
+    def sanitize(self, record: TurnRecord, stage: StageFn, lib_path: Path) -> None:
+        """The compute-sanitizer stage (evaluate/sanitize.py): memcheck then initcheck on
+        the smallest verification configuration, untimed; a memory error, or a failure of
+        the candidate under the tool, makes the record ``sanitizer_error`` (message: the
+        first error); a tool that could not check the run leaves the candidate standing.
+        Sets ``record.sanitize`` and ``record.sanitize_s``."""
+        from cudaperf_cli.evaluate.sanitize import run_sanitizer, skipped
+        from cudaperf_cli.statuses import SANITIZER_ERROR
+
+        if self.sanitizer is None:
+            record.sanitize = skipped(self.sanitizer_note or "compute-sanitizer is not installed here").to_json()
+            return
+        stage("checking memory (compute-sanitizer memcheck, initcheck)")
+        outcome = run_sanitizer(self.job(lib_path), exe=self.sanitizer,
+                                timeout_s=self.settings.eval_timeout_s)
+        record.sanitize = outcome.to_json()
+        record.sanitize_s = round(outcome.seconds, 3)
+        if outcome.rejected:
+            record.status = SANITIZER_ERROR
+            record.message = outcome.message
+
+    def sanitize_info(self) -> dict[str, Any]:
+        """``summary.json``'s ``sanitize``: whether the stage was on, the tool's path, and
+        why it did not run (``note``)."""
+        return {"enabled": self.settings.sanitize, "tool": self.sanitizer, "note": self.sanitizer_note}
 
 
 class CKind(ProblemKind):
