@@ -26,6 +26,7 @@ from cudaperf_cli.evaluate.torch_job import (
     LOAD_INLINE,
     SHAPE_SPECIALISED,
     SIDE_STREAM,
+    TIMED_RESULT,
     TorchEvalJob,
     TorchEvalResult,
     run_torch_evaluation,
@@ -96,6 +97,8 @@ def _check_timing(r: TorchEvalResult) -> None:
     assert t.suspicious == any(s is not None and s > 10 for s in (t.speedup_eager, t.speedup_compile))
     assert t.sync_call is not None and t.sync_call.median_ms > 0
     assert r.summary["speedup_eager"] == t.speedup_eager
+    # the timed calls rotated through two input sets; two of them were verified
+    assert t.input_sets == 2 and min(t.input_set_calls) > 0 and len(t.checked_reps) == 2, t
 
 
 def _check_profile(r: TorchEvalResult) -> None:
@@ -222,10 +225,34 @@ def test_dynamic_cheat_is_rejected(gid: str, arch: str, build_root: Path) -> Non
         first = _run(CHEATS / f"dynamic_{gid}", arch, build_root, static_guards=False, time=False)
         assert first.status == GUARD_REJECTED and first.guard["id"] in ("no_custom_kernel", gid), _why(first)
         kw["disabled_guards"] = ["no_custom_kernel"]
-    r = _run(CHEATS / f"dynamic_{gid}", arch, build_root, static_guards=False, time=False, **kw)
+    kw.setdefault("time", gid == TIMED_RESULT)  # timed_result checks the timed calls
+    r = _run(CHEATS / f"dynamic_{gid}", arch, build_root, static_guards=False, **kw)
     assert r.status == GUARD_REJECTED, _why(r)
     assert r.guard is not None and r.guard["id"] == gid and not r.guard.get("static"), _why(r)
     assert r.message.startswith(f"rejected by guard '{gid}'"), r.message
+
+
+def test_timed_result_cache_needs_two_input_sets(arch: str, build_root: Path) -> None:
+    """tests/data/torch_cheats/dynamic_timed_result: a result cache in kernel.cu keyed by the
+    input pointer and its first and last 4 values (a hit launches a copy of the cached
+    output).  With one input set every timed call hits and the cheat passes, as it did in
+    issue 14's suite (15x on the H200); with two it is rejected, and the honest candidate
+    still passes."""
+    cheat = CHEATS / "dynamic_timed_result"
+    one = _run(cheat, arch, build_root, static_guards=False, compile_baseline=False,
+               timing=TimingSettings(warmup_reps=3, min_reps=20, max_reps=200, min_total_ms=50.0,
+                                     input_sets=1))
+    assert one.status == "correct", _why(one)
+    assert one.timing is not None and one.timing.input_sets == 1
+    r = _run(cheat, arch, build_root, static_guards=False)
+    assert r.status == GUARD_REJECTED and r.guard is not None and r.guard["id"] == TIMED_RESULT, _why(r)
+    assert "timed call " in r.message and "(input set " in r.message, r.message
+    ok = _run(CANDS / "fast_ok", arch, build_root, static_guards=False, compile_baseline=False)
+    assert ok.status == "correct", _why(ok)
+    t = ok.timing
+    assert t is not None and t.input_sets == 2 and min(t.input_set_calls) > 0, t
+    assert len(t.checked_reps) == 2 and all(1 <= i <= t.candidate.n for i in t.checked_reps), t
+    assert not any("one input set" in w for w in ok.warnings), ok.warnings
 
 
 def test_private_stream_is_seen_by_the_profiler(arch: str, build_root: Path, tmp_path: Path) -> None:

@@ -1197,6 +1197,55 @@ def test_host_candidate_far_slower_than_the_limit_is_slow(
     assert "timing stopped early" in r.message and "slow limit 1 ms" in r.message
 
 
+TIMED_CACHE_FWD = (
+    "    def forward(self, x):\n"
+    "        f = x.reshape(-1)\n"
+    "        key = (x.data_ptr(), tuple(f[:4].tolist()), tuple(f[-4:].tolist()))\n"
+    "        hit = CACHE.get(key)\n"
+    "        if hit is None:\n"
+    "            CACHE.clear()\n"
+    "            hit = CACHE[key] = torch.relu(x) * self.scale\n"
+    "        return hit.clone()\n"
+)
+
+
+def test_host_timed_result_cache_is_caught(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result cache keyed by the input's address and its first and last 4 values (it
+    passes the result_cache guard: new values there change the key) was timed on cache hits
+    when every timed call got the same inputs; with two input sets that differ in a sparse
+    subset of elements, a verified timed call gets the other set's output."""
+    from dataclasses import replace
+
+    from cudaperf_cli.evaluate.torch_job import TIMED_RESULT
+
+    for d in ("one", "two", "honest"):
+        (tmp_path / d).mkdir()
+    one = _run_host(_host_job(tmp_path / "one", small_problem, build_root, TIMED_CACHE_FWD,
+                              extra="CACHE = {}\n\n", time=True,
+                              timing=replace(FAST_TIMING, input_sets=1)), monkeypatch)
+    assert one.status == "correct", one.message  # the hole this closes
+    assert one.timing.input_sets == 1 and len(one.timing.checked_reps) == 2
+    r = _run_host(_host_job(tmp_path / "two", small_problem, build_root, TIMED_CACHE_FWD,
+                            extra="CACHE = {}\n\n", time=True), monkeypatch)
+    assert r.status == GUARD_REJECTED, (r.status, r.message)
+    assert r.guard is not None and r.guard["id"] == TIMED_RESULT and TIMED_RESULT in DYNAMIC_GUARDS
+    assert re.match(r"rejected by guard 'timed_result' \(config 'default'\): timed call \d+ of \d+ "
+                    r"\(input set [01]\): out: \d+ of 256 elements differ", r.message), r.message
+    ok = _run_host(_host_job(tmp_path / "honest", small_problem, build_root, CORRECT_FWD, time=True),
+                   monkeypatch)
+    assert ok.status == "correct", ok.message
+    t = ok.timing
+    assert t.input_sets == 2 and min(t.input_set_calls) > 0 and len(t.checked_reps) == 2, t
+    assert all(1 <= i <= t.candidate.n for i in t.checked_reps)
+    # the guard off: one set, no verified call
+    off = _run_host(_host_job(tmp_path / "one", small_problem, build_root, TIMED_CACHE_FWD,
+                              extra="CACHE = {}\n\n", time=True, disabled_guards=[TIMED_RESULT]),
+                    monkeypatch)
+    assert off.status == "correct" and off.timing.input_sets == 1 and off.timing.checked_reps == []
+
+
 def test_host_in_place_problem_gives_the_candidate_copies(
     tmp_path: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1305,7 +1354,11 @@ def test_torch_memory_plan_is_three_footprints_plus_the_flush_buffer() -> None:
     plan = plan_torch_memory(p, l2_bytes=60 * 2**20)
     assert plan.footprint_bytes == 12 * gb and plan.flush_bytes == 256 * 2**20
     assert plan.gpu_bytes == 36 * gb + 256 * 2**20
-    assert plan.parts["inputs"] == 6 * gb and plan.parts["outputs (candidate, reference)"] == 12 * gb
+    # three copies of the inputs while the candidate is timed on two input sets: the timing
+    # inputs, the second set and the candidate's working copy (within 3 x the footprint)
+    assert plan.parts["inputs"] == 18 * gb and plan.parts["outputs (candidate, reference)"] == 12 * gb
+    one = plan_torch_memory(p, l2_bytes=60 * 2**20, timing=TimingSettings(input_sets=1))
+    assert one.parts["inputs"] == 6 * gb and one.gpu_bytes == plan.gpu_bytes
     from cudaperf_cli.evaluate.memory import does_not_fit
 
     line = does_not_fit(plan, gpu_free=30 * gb, host_total=None, what="19_ReLU")

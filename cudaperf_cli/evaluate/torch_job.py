@@ -87,6 +87,7 @@ LOWER_PRECISION = "lower_precision"
 PATCHING = "patching"
 INHERITS_MODEL = "inherits_model"
 ALIASING = "aliasing"
+TIMED_RESULT = "timed_result"
 OUTPUT_TYPE = "output_type"
 BACKGROUND_THREAD = "background_thread"
 DYNAMIC_GUARDS = (
@@ -99,6 +100,7 @@ DYNAMIC_GUARDS = (
     PATCHING,
     INHERITS_MODEL,
     ALIASING,
+    TIMED_RESULT,
     OUTPUT_TYPE,
     BACKGROUND_THREAD,
 )
@@ -468,6 +470,15 @@ class TorchTiming:
         flush_bytes: L2 flush buffer, bytes (0: no flush).
         warmup_reps: untimed calls before each measurement.
         warnings: things worth a second look.
+        input_sets: the input sets the candidate's timed calls rotated through (2: the
+            timing inputs and a copy that differs in a sparse random subset of elements,
+            copied into the candidate's argument tensors before each call; 1: the timing
+            inputs alone, as before, when the second set could not be made or did not fit,
+            which ``warnings`` then says, or with ``timed_result`` disabled); 0 in a
+            baseline job.
+        input_set_calls: the candidate's calls in timing per input set.
+        checked_reps: the 1-based numbers of the timed repetitions whose outputs were
+            compared with the reference's on their input set (guard ``timed_result``).
     """
 
     config: str
@@ -487,6 +498,9 @@ class TorchTiming:
     candidate_estimate_ms: float | None = None
     slow_ms: float | None = None
     warnings: list[str] = field(default_factory=list)
+    input_sets: int = 0
+    input_set_calls: list[int] = field(default_factory=list)
+    checked_reps: list[int] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "TorchTiming | None":
@@ -682,7 +696,9 @@ def plan_torch_memory(problem: Any, *, l2_bytes: int | None = None,
     With I, O, P the main configuration's input, output and parameter + buffer bytes
     (``TorchProblem.footprint``), one evaluation holds at once at most, on the device:
     the inputs (I, shared by the candidate and the reference; a second copy for problems
-    whose forward writes its inputs), the candidate's and the reference's outputs (2 O),
+    whose forward writes its inputs; three copies while the candidate is timed with two
+    input sets: the timing inputs, the second set and the candidate's working copy), the
+    candidate's and the reference's outputs (2 O),
     both models' parameters and buffers (2 P), comparison temporaries (at most about O, in
     chunks), and the L2-flush buffer: ``gpu_bytes = 3 x footprint + flush`` is the bound
     planned (the models' own intermediate tensors come on top of I + 2 O + 2 P and fit in
@@ -702,6 +718,8 @@ def plan_torch_memory(problem: Any, *, l2_bytes: int | None = None,
     total = int(fp.get("total_bytes", i + o + pb))
     flush = flush_size(l2_bytes, timing or TimingSettings())
     copies = 2 if getattr(problem, "modifies_inputs", False) else 1
+    if int((timing or TimingSettings()).input_sets) >= 2:
+        copies = 3  # timing: set 0, set 1 and the candidate's working copy
     parts = {"inputs": copies * i, "outputs (candidate, reference)": 2 * o,
              "parameters and buffers (both models)": 2 * pb, "flush buffer": flush}
     planned = sum(parts.values())
@@ -1092,6 +1110,7 @@ __all__ = [
     "RESULT_CACHE",
     "SHAPE_SPECIALISED",
     "SIDE_STREAM",
+    "TIMED_RESULT",
     "TORCH_FALLBACK",
     "TORCH_STATUSES",
     "TorchConfigResult",

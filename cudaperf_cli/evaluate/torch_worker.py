@@ -55,8 +55,10 @@ from cudaperf_cli.evaluate.job import (
 )
 from cudaperf_cli.evaluate.timing import (
     SUSPICIOUS_SPEEDUP,
+    InputRotation,
     RepTiming,
     flush_size,
+    perturb_positions,
     speedup,
     summarize,
     time_repetitions,
@@ -76,6 +78,7 @@ from cudaperf_cli.evaluate.torch_job import (
     RESULT_CACHE,
     SHAPE_SPECIALISED,
     SIDE_STREAM,
+    TIMED_RESULT,
     TORCH_FALLBACK,
     OutputCheck,
     TorchConfigResult,
@@ -2180,13 +2183,17 @@ class TorchWorker:
 
     def _time_fn(self, fn: Callable[..., Any], args: Sequence[Any], flush: Any, phase: str,
                  slow_ms: float | None = None, warm: bool = False,
-                 sync_each: bool = False) -> tuple[RepTiming, Any]:
+                 sync_each: bool = False, before: Callable[[], None] | None = None,
+                 after: Callable[[Any], None] | None = None,
+                 on_plan: Callable[[int], None] | None = None) -> tuple[RepTiming, Any]:
         """CUDA events on the current stream around each call, the flush buffer written
         before each, repetitions planned by :func:`~cudaperf_cli.evaluate.timing.
         time_repetitions` (the C worker's loop; ``warm``: ``fn`` ran before, in
         verification; ``sync_each``: a device synchronize between the flush and each start
-        event, when the profile let library kernels run on other streams).  Returns (the
-        repetitions, the last output)."""
+        event, when the profile let library kernels run on other streams).  ``before()``
+        runs before each call's flush (the input rotation), ``after(output)`` after its end
+        event (the check of a verified call), ``on_plan`` as in ``time_repetitions``; all
+        untimed.  Returns (the repetitions, the last output)."""
         torch = self.torch
         self.state.set(phase, "default")
         Event, record, elapsed = self._orig_event, self._orig_record, self._orig_elapsed
@@ -2200,6 +2207,8 @@ class TorchWorker:
                 while k > 0:
                     m = min(k, len(starts))
                     for i in range(m):
+                        if before is not None:
+                            before()
                         if flush is not None:
                             flush.zero_()
                         if sync_each:
@@ -2207,13 +2216,102 @@ class TorchWorker:
                         record(starts[i])
                         last[0] = fn(*args)
                         record(ends[i])
+                        if after is not None:
+                            after(last[0])
                     self._sync()
                     out_ms += [float(elapsed(starts[i], ends[i])) for i in range(m)]
                     k -= m
             return out_ms
 
-        reps = time_repetitions(run, self.job.timing, slow_ms=slow_ms, warm=warm)
+        reps = time_repetitions(run, self.job.timing, slow_ms=slow_ms, warm=warm, on_plan=on_plan)
         return reps, last[0]
+
+    def _timing_sets(self, ctx: _Context, inputs: list[Any]) -> tuple[list[list[Any]], list[Any], str | None]:
+        """The input sets the candidate's timed calls rotate through, the argument list the
+        candidate gets (the same tensors every call: the chosen set is copied into them
+        before it), and why there is one set only (None with two).
+
+        Set 1 is ``inputs`` with a sparse random subset of every input tensor's elements
+        (:func:`~cudaperf_cli.evaluate.timing.perturb_positions`: 1 in 256, at least 4,
+        positions from a seeded numpy generator) replaced by those of another
+        ``get_inputs()`` draw (seed ``trial_seed(seed, 0, trials + 5)``): the same
+        distribution, so index and mask tensors stay valid, and a result cache keyed by the
+        input addresses and a sample of their values cannot tell the sets apart.  One set
+        (and the arguments of before) with ``timed_result`` disabled or
+        ``timing.input_sets`` < 2, and, with a reason, when no input tensor has elements,
+        the second draw has other shapes or dtypes, nothing changed, or the device's free
+        memory lacks the second set and the working copy plus the footprint again.
+        """
+        torch, job = self.torch, self.job
+        plain = self._args_for_candidate(ctx, inputs)
+        if not self._guard_on(TIMED_RESULT) or int(job.timing.input_sets) < 2:
+            return [inputs], plain, None
+        tens = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.numel() > 0]
+        if not tens:
+            return [inputs], plain, "timed_result: one input set in timing: no input tensor to vary"
+        nbytes = sum(int(inputs[i].numel()) * inputs[i].element_size() for i in tens)
+        inplace = job.modifies_inputs or ctx.inplace
+        extra = nbytes if inplace else 2 * nbytes  # set 1 (+ the working copy, made here)
+        if not self.host:
+            free, _total = torch.cuda.mem_get_info(self.dev)
+            held = int(self.footprint_bytes or 0)
+            if free < extra + held:
+                return [inputs], plain, (
+                    f"timed_result: one input set in timing: the second needs {extra / 1e9:.3g} GB "
+                    f"and {free / 1e9:.3g} GB are free (keeping {held / 1e9:.3g} GB for the candidate)")
+        import numpy as np
+
+        other = self._inputs(ctx.mod, trial_seed(job.seed, 0, job.trials + 5), "default", None)
+        rng = np.random.default_rng(np.random.SeedSequence([int(job.seed), 0, job.trials + 5, 1]))
+        set1 = list(inputs)
+        changed = False
+        with torch.no_grad():
+            for i in tens:
+                a = inputs[i]
+                b = other[i] if i < len(other) else None
+                if not isinstance(b, torch.Tensor) or b.shape != a.shape or b.dtype != a.dtype:
+                    return [inputs], plain, ("timed_result: one input set in timing: get_inputs() "
+                                             "draws differ in shape or dtype")
+                idx = torch.from_numpy(perturb_positions(int(a.numel()), rng)).to(a.device)
+                t = a.detach().clone(memory_format=torch.contiguous_format)
+                t.view(-1)[idx] = b.detach().reshape(-1).to(a.device)[idx]
+                changed = changed or not bits_equal(t, a)
+                set1[i] = t
+        del other
+        if not changed:
+            return [inputs], plain, ("timed_result: one input set in timing: a second draw of "
+                                     "get_inputs() changed no element")
+        return [inputs, set1], plain if inplace else self._clone(inputs), None
+
+    def _load_set(self, src: Sequence[Any], args: Sequence[Any]) -> None:
+        """Copy input set ``src`` into the candidate's argument tensors (same addresses)."""
+        T = self.torch.Tensor
+        with self.torch.no_grad():
+            for a, s in zip(args, src):
+                if isinstance(a, T) and a is not s:
+                    a.copy_(s)
+
+    def _check_timed_call(self, ctx: _Context, out: Any, inputs: Sequence[Any], k: int, i: int,
+                          planned: int) -> None:
+        """Guard ``timed_result``: the output of timed repetition ``i`` (0-based, of
+        ``planned``), made on input set ``k`` (``inputs``), must match the reference's on that
+        set (run now, on copies for problems that write their inputs); untimed."""
+        job = self.job
+        self._sync()
+        self.state.set("timing.check", "default")
+        rin = self._clone(inputs) if (job.modifies_inputs or ctx.inplace) else inputs
+        rout = self._call_reference(ctx.ref, rin, "default", None)
+        bad = [c for c in compare_outputs(out, rout, job.tolerances) if not c.ok]
+        del rout, rin
+        if bad:
+            raise guard_stop(
+                TIMED_RESULT,
+                f"timed call {i + 1} of {planned} (input set {k}): {bad[0].message} (the inputs "
+                "changed in place between the timed calls; a result cached by input address or "
+                "a sample of the values?)",
+                "default",
+            )
+        self.state.set("timing.candidate", "default")
 
     def _time(self, ctx: _Context) -> str:
         """Time the candidate (and, without ``job.baseline_ms``, eager and torch.compile) at
@@ -2227,12 +2325,30 @@ class TorchWorker:
         warnings: list[str] = []
         baseline = dict(job.baseline_ms or {})
 
-        cargs = self._args_for_candidate(ctx, inputs)
+        sets, cargs, one_set = self._timing_sets(ctx, inputs)
+        if one_set:
+            warnings.append(one_set)
+        rot = InputRotation(len(sets), [int(job.seed), 0, job.trials + 5, 2],
+                            ts.checked_reps if self._guard_on(TIMED_RESULT) else 0)
+        pending: list[tuple[int, int | None]] = [(0, None)]
+
+        def before() -> None:  # the input rotation, untimed
+            k, check = rot.next()
+            if len(sets) > 1:
+                self._load_set(sets[k], cargs)
+            pending[0] = (k, check)
+
+        def after(out: Any) -> None:  # a verified timed call, untimed
+            k, check = pending[0]
+            if check is not None:
+                self._check_timed_call(ctx, out, sets[k], k, check, rot.planned)
+
         try:
             timed = self.threads.wrap(ctx.cand) if self.threads is not None else ctx.cand
             reps, cand_out = self._time_fn(
                 timed, cargs, flush, "timing.candidate", slow_ms=job.slow_ms, warm=True,
-                sync_each=bool((self.profile or {}).get("library_stream_launches")))
+                sync_each=bool((self.profile or {}).get("library_stream_launches")),
+                before=before, after=after, on_plan=rot.plan)
             sync_stats = None
             if not reps.slow:
                 self.state.set("timing.candidate", "default")
@@ -2240,6 +2356,7 @@ class TorchWorker:
                 sync_samples = []
                 with torch.no_grad():
                     for _ in range(n_sync):
+                        before()
                         self._sync()
                         t0 = self._orig_perf()
                         cand_out = ctx.cand(*cargs)
@@ -2274,8 +2391,8 @@ class TorchWorker:
 
         self.state.set("timing.check", "default")
         if self._guard_on(RESULT_CACHE) and not (job.modifies_inputs or ctx.inplace):
-            if eager_out is None:  # the reference on the same inputs, once
-                eager_out = self._call_reference(ctx.ref, inputs, "default", None)
+            if eager_out is None or rot.last != 0:  # the reference on the last call's inputs
+                eager_out = self._call_reference(ctx.ref, sets[rot.last], "default", None)
             if not self._match(cand_out, eager_out, "default"):
                 raise guard_stop(
                     RESULT_CACHE,
@@ -2283,7 +2400,7 @@ class TorchWorker:
                     "same inputs (work skipped on repeated calls?)",
                     "default",
                 )
-        del cand_out, eager_out, flush
+        del cand_out, eager_out, flush, sets
 
         cand_ms = cand_stats.median_ms if cand_stats is not None else reps.estimate_ms
         eager_ms = eager_stats.median_ms if eager_stats is not None else baseline.get("eager")
@@ -2322,6 +2439,9 @@ class TorchWorker:
             candidate_estimate_ms=reps.estimate_ms,
             slow_ms=job.slow_ms,
             warnings=warnings,
+            input_sets=rot.n_sets,
+            input_set_calls=list(rot.calls),
+            checked_reps=list(rot.verified),
         )
         return SLOW if reps.slow else CORRECT
 
