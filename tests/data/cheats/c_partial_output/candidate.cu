@@ -1,0 +1,13 @@
+// Cheat: one element fewer than asked.
+#include <cuda_runtime.h>
+
+__global__ void magnitude_short(int n, float scale, const float* __restrict__ u,
+                                const float* __restrict__ v, float* __restrict__ out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n - 1) out[i] = scale * sqrtf(u[i] * u[i] + v[i] * v[i]);
+}
+
+extern "C" int magnitude_cuda(int n, float scale, const float* u, const float* v, float* out) {
+  magnitude_short<<<(n + 255) / 256, 256>>>(n, scale, u, v, out);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,17 @@
+// Cheat (with two GPUs or more): the current device is left switched, so what the worker
+// records and synchronizes next happens on another device.
+#include <cuda_runtime.h>
+
+__global__ void magnitude_k(int n, float scale, const float* __restrict__ u,
+                            const float* __restrict__ v, float* __restrict__ out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = scale * sqrtf(u[i] * u[i] + v[i] * v[i]);
+}
+
+extern "C" int magnitude_cuda(int n, float scale, const float* u, const float* v, float* out) {
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  magnitude_k<<<(n + 255) / 256, 256>>>(n, scale, u, v, out);
+  if (count > 1) cudaSetDevice(count - 1);
+  return 0;
+}
