@@ -752,6 +752,79 @@ MIN_PLUS = problem(  # all-pairs shortest paths: row and column k change during 
 )
 
 
+GESUMMV = problem(  # PolyBench's gesummv: two sums in one loop, C89 indices, `t = e + t`
+    "gesummv",
+    [size("n"), coef("alpha"), coef("beta"), arr("A", ("n", "n"), const=True),
+     arr("B", ("n", "n"), const=True), arr("tmp", ("n",)), arr("x", ("n",), const=True),
+     arr("y", ("n",))],
+    """
+    void gesummv(int n, double alpha, double beta, const double A[n][n], const double B[n][n],
+                 double tmp[n], const double x[n], double y[n])
+    {
+        int i, j;
+        for (i = 0; i < n; i++) {
+            tmp[i] = 0.0;
+            y[i] = 0.0;
+            for (j = 0; j < n; j++) {
+                tmp[i] = A[i][j] * x[j] + tmp[i];
+                y[i] = B[i][j] * x[j] + y[i];
+            }
+            y[i] = alpha * tmp[i] + beta * y[i];
+        }
+    }
+    """,
+    {"n": 45},
+)
+
+THREE_SUMS = problem(  # three sums of mixed forms and types, a private scalar, u not zeroed
+    "three_sums",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("B", ("n", "m"), "float", const=True),
+     arr("x", ("m",), const=True), arr("s", ("n",)), arr("t", ("n",), "float"), arr("u", ("n",))],
+    """
+    void three_sums(int n, int m, const double A[n][m], const float B[n][m], const double x[m],
+                    double s[n], float t[n], double u[n])
+    {
+        for (int i = 0; i < n; i++) {
+            s[i] = 0.0;
+            t[i] = 1.0f;
+            for (int j = 0; j < m; j++) {
+                double a = A[i][j] * x[j];
+                s[i] += a;
+                t[i] -= B[i][j];
+                u[i] = u[i] + a * a - x[j];
+            }
+            u[i] = u[i] / (s[i] + 1.0);
+        }
+    }
+    """,
+    {"n": 37, "m": 71},
+)
+
+ROW_STATS = problem(  # two scalar sums per row (mean and mean square), an int count
+    "row_stats",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("mean", ("n",)),
+     arr("var", ("n",)), arr("cnt", ("n",), "int")],
+    """
+    void row_stats(int n, int m, const double A[n][m], double mean[n], double var[n], int cnt[n])
+    {
+        for (int i = 0; i < n; i++) {
+            double s = 0.0, q = 0.0;
+            int c = 0;
+            for (int j = 0; j < m; j++) {
+                s += A[i][j];
+                if (A[i][j] > 1.0)
+                    c += 1;
+                q += A[i][j] * A[i][j];
+            }
+            mean[i] = s / m;
+            var[i] = q / m - mean[i] * mean[i];
+            cnt[i] = c;
+        }
+    }
+    """,
+    {"n": 29, "m": 40},
+)
+
 def _lu_init(data, sizes):
     data["A"] += np.eye(sizes["n"]) * sizes["n"]
 
@@ -805,6 +878,9 @@ PORTABLE = {
     "scratch": (SCRATCH, None),
     "edit_distance": (EDIT_DISTANCE, None),
     "gauss_seidel": (GAUSS_SEIDEL, None),
+    "gesummv": (GESUMMV, None),
+    "three_sums": (THREE_SUMS, None),
+    "row_stats": (ROW_STATS, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -851,6 +927,129 @@ def test_matvec_row_prefers_warp_reduce():
         "grid1d i->x block 512; j sequential",
     ]
 
+
+
+def test_several_sums_in_one_loop_share_a_warp():
+    """gesummv: two independent sums per row become one warp_reduce with two partial sums
+    a lane (not grid1d's one thread a row, whose rows are read with a stride); lane 0 adds
+    each warp sum to its target in source order, then runs the rest of the row."""
+    assert descriptions(GESUMMV) == [
+        "warp_reduce i->warp j->lane block 128 (shuffle sums into tmp[i], y[i])",
+        "grid1d i->x block 256; j sequential",
+        "warp_reduce i->warp j->lane block 256 (shuffle sums into tmp[i], y[i])",
+        "grid1d i->x block 128; j sequential",
+        "grid1d i->x block 512; j sequential",
+    ]
+    m = POLICY.plan(GESUMMV)[0]
+    assert m.nests[0].sums == 2 and m.to_json()["nests"][0]["sums"] == 2
+    assert m.to_json()["nests"][0]["accumulator"] == "tmp[i], y[i]"
+    src = POLICY.source(GESUMMV, m)
+    assert "loop j (line 8): sum reductions into tmp[i], y[i]; not parallel" in src
+    k = kernel_text(src, "gesummv_k0_warp_reduce")
+    body = k[k.index("double cp_part0 = 0;"):]
+    assert body.startswith(
+        "double cp_part0 = 0;  /* this lane's share of the updates to tmp[i] */\n"
+        "        double cp_part1 = 0;  /* this lane's share of the updates to y[i] */\n"
+        "        for (j = cp_lane; j < n; j += 32) {\n"
+        "            cp_part0 = A[(size_t)i * n + j] * x[j] + cp_part0;\n"
+        "            cp_part1 = B[(size_t)i * n + j] * x[j] + cp_part1;\n"
+        "        }\n"
+        "        for (int cp_off = 16; cp_off > 0; cp_off >>= 1) {\n"
+        "            cp_part0 += __shfl_down_sync(0xffffffffu, cp_part0, cp_off);\n"
+        "            cp_part1 += __shfl_down_sync(0xffffffffu, cp_part1, cp_off);\n"
+        "        }\n"
+        "        if (cp_lane == 0) {\n"
+        "            tmp[i] = tmp[i] + cp_part0;\n"
+        "            y[i] = y[i] + cp_part1;\n"
+        "            y[i] = alpha * tmp[i] + beta * y[i];\n"
+        "        }\n"), body
+    # the zeroing stores come first, from lane 0, before the warp's reads
+    assert k.index("tmp[i] = 0.0;") < k.index("__syncwarp();") < k.index("cp_part0 = 0;")
+    # a single sum keeps its one partial sum, named as before
+    assert "cp_part0" not in POLICY.propose(MATVEC_ROW, 0).source
+    # three sums of three forms (+=, -=, u = u + e - f) and two types, a private scalar
+    assert descriptions(THREE_SUMS)[0] == (
+        "warp_reduce i->warp j->lane block 128 (shuffle sums into s[i], t[i], u[i])")
+    k = kernel_text(POLICY.propose(THREE_SUMS, 0).source, "three_sums_k0_warp_reduce")
+    for line in ("float cp_part1 = 0;", "double a = A[(size_t)i * m + j] * x[j];",
+                 "cp_part0 += a;", "cp_part1 += B[(size_t)i * m + j];",
+                 "cp_part2 = cp_part2 + a * a - x[j];",
+                 "s[i] += cp_part0;\n            t[i] -= cp_part1;\n            u[i] = u[i] + cp_part2;\n"
+                 "            u[i] = u[i] / (s[i] + 1.0);"):
+        assert line in k, line
+    # scalar accumulators and an integer count under an if
+    assert descriptions(ROW_STATS)[0] == (
+        "warp_reduce i->warp j->lane block 128 (shuffle sums into s, c, q)")
+
+
+def test_several_sums_keep_the_single_sums_rules():
+    """Each accumulator passes every check of a single sum, and no term reads another sum:
+    otherwise no warp_reduce (each thread then runs the row's sums in order)."""
+    head = ("void f(int n, const double A[n][n], const double x[n], double tmp[n], double y[n])\n"
+            "{\n    for (int i = 0; i < n; i++) {\n        tmp[i] = 0.0; y[i] = 0.0;\n"
+            "        for (int j = 0; j < n; j++) {\n")
+    params = [size("n"), arr("A", ("n", "n"), const=True), arr("x", ("n",), const=True),
+              arr("tmp", ("n",)), arr("y", ("n",))]
+
+    def verdict(inner: str) -> tuple[list, str, list[tuple[str, int]]]:
+        p = problem("f", params, head + inner + "\n        }\n    }\n}\n", {"n": 9})
+        _, dep, L = loops_of(p)
+        reds, why = dep.reductions(L["j"])
+        try:
+            kinds = [(n.kind, n.sums) for m in POLICY.plan(p) for n in m.nests]
+        except PolicyRefusal:
+            kinds = []
+        return reds, why, kinds
+
+    reds, why, kinds = verdict("tmp[i] += A[i][j] * x[j]; y[i] += A[i][j] * x[j];")
+    assert [r.acc_text for r in reds] == ["tmp[i]", "y[i]"] and why == ""
+    assert [r.form for r in reds] == ["+=", "+="] and ("warp_reduce", 2) in kinds
+    # (inner body, reason, loop i stays parallel: then no warp_reduce at all)
+    cases = [
+        # a sum that reads another target (its value changes during the loop)
+        ("tmp[i] += A[i][j] * x[j]; y[i] += tmp[i] * x[j];", "tmp[i] is read in the loop", True),
+        ("y[i] += tmp[i] * x[j]; tmp[i] += A[i][j] * x[j];", "tmp[i] is read in the loop", True),
+        # another element of a target's array: may be the target's own element
+        ("tmp[i] += A[i][j] * x[j]; y[i] += tmp[j];", "tmp[i] is read in the loop", False),
+        # a target indexed by j is no accumulator
+        ("tmp[i] += A[i][j] * x[j]; y[j] += A[i][j];",
+         "the subscripts of y[j] change in the loop", False),
+        # a product is no sum: one sum and another write
+        ("tmp[i] += A[i][j] * x[j]; y[i] *= A[i][j];", "one accumulator (a single reduction)", True),
+        ("tmp[i] += A[i][j]; y[i] += x[j]; y[i] *= 2.0;",
+         "y[i] is assigned other than by accumulation", True),
+        ("tmp[i] += A[i][j]; y[i] = y[i] * x[j] + 1.0;", "one accumulator (a single reduction)", True),
+        # two elements of one array may be one element
+        ("tmp[i] += A[i][j]; tmp[0] += x[j];", "accumulate into the same array tmp", False),
+        ("tmp[i] += A[i][j]; y[i] += x[j]; x[j] = 0.0;", "x[j] is written in the loop", False),
+    ]
+    for inner, expect, i_parallel in cases:
+        reds, why, kinds = verdict(inner)
+        assert reds == [] and expect in why, (inner, why)
+        assert kinds and not any(n > 1 for _, n in kinds), (inner, kinds)
+        if i_parallel:
+            assert all(k != "warp_reduce" for k, _ in kinds), (inner, kinds)
+    # an integer sum of floating-point terms stays refused, as for one sum
+    p = problem("g", [size("n"), arr("A", ("n", "n"), const=True), arr("c", ("n",), "int"),
+                      arr("y", ("n",))],
+                """
+                void g(int n, const double A[n][n], int c[n], double y[n])
+                {
+                    for (int i = 0; i < n; i++)
+                        for (int j = 0; j < n; j++) {
+                            y[i] += A[i][j];
+                            c[i] += A[i][j] * 2.0;
+                        }
+                }
+                """, {"n": 9})
+    _, dep, L = loops_of(p)
+    reds, why = dep.reductions(L["j"])
+    assert reds == [] and "c[i] is an integer summing floating-point terms" in why
+    assert not any(n.kind == "warp_reduce" for m in POLICY.plan(p) for n in m.nests)
+    # the source-order analysis keeps floating-point sums in one thread, several as one
+    assert not any(o.kind == "warp_reduce" for s in analyze(GESUMMV, source_order=True).sites
+                   for o in s.options)
+    assert any(o.kind == "warp_reduce" for s in analyze(ROW_STATS).sites for o in s.options)
 
 def test_matvec_col_interchanges_the_nest():
     plan = POLICY.plan(MATVEC_COL)

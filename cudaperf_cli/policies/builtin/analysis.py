@@ -224,8 +224,12 @@ class Analysis:
                 continue
             why = "; ".join(r.split(": ", 1)[-1] for r in v.reasons)
             red, _ = self.dep.reduction(L) if L.canonical else (None, "")
+            reds = self.dep.reductions(L)[0] if L.canonical and red is None else []
             if red is not None:
                 out.append(f"{head}: sum reduction into {red.acc_text}; not parallel: {why}")
+            elif reds:
+                out.append(f"{head}: sum reductions into "
+                           f"{', '.join(r.acc_text for r in reds)}; not parallel: {why}")
             else:
                 out.append(f"{head}: not parallel: {why}")
         return out
@@ -623,12 +627,14 @@ class _Scheduler:
                         site.id, "block_per_row", BLOCKS["block_per_row"][0],
                         ((p, "block"), (q, "thread")), seq, hl, site.interchanged)
                 else:
-                    red, _ = self.dep.reduction(Q)
-                    if red is not None and not self.reassociates(red):
+                    # one sum, or several independent ones (gesummv's tmp[i] and y[i]): each
+                    # lane keeps a partial sum of each, the warp adds each with shuffles
+                    reds = self.dep.sums(Q)
+                    if reds and not any(self.reassociates(r) for r in reds):
                         opts["warp_reduce"] = NestMapping(
                             site.id, "warp_reduce", BLOCKS["warp_reduce"][0],
                             ((p, "warp"), (q, "lane")), seq, hl, site.interchanged,
-                            red.acc_text)
+                            ", ".join(r.acc_text for r in reds), sums=len(reds))
         seq = tuple(s.var or "?" for s in _loops_below(P))
         opts["grid1d"] = NestMapping(site.id, "grid1d", BLOCKS["grid1d"][0], ((p, "x"),), seq,
                                      hl, site.interchanged)

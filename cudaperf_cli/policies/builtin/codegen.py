@@ -738,7 +738,11 @@ class _Gen:
             lines.append(f" *   the body of loop {root.var} was rewritten into one loop: "
                          f"{', '.join(rest)}")
             lines.append(" *   (each element keeps its updates in the original order)")
-        if nm.kind == "warp_reduce":
+        if nm.kind == "warp_reduce" and nm.sums > 1:
+            lines.append(f" *   each lane keeps {nm.sums} partial sums, the warp adds each with shuffles;")
+            lines.append(f" *   lane 0 adds them to {nm.accumulator} (in this order) and runs the rest")
+            lines.append(f" *   of the body of loop {root.var} in program order")
+        elif nm.kind == "warp_reduce":
             lines.append(f" *   lane 0 adds the warp's sum to {nm.accumulator} and runs the rest of the")
             lines.append(f" *   body of loop {root.var} in program order")
         if nm.kind == "grid_reduce":
@@ -1060,14 +1064,16 @@ class _Gen:
         Pl = site.root
         body = Pl.body
         R = next(s for s in body if isinstance(s, For))
-        red, _ = self.an.dep.reduction(R)
-        assert red is not None
+        reds = self.an.dep.sums(R)
+        assert reds
         k = body.index(R)
         pre, post = body[:k], body[k + 1 :]
         P = self.P
-        part = f"{P}part"
+        # one partial sum per accumulator (cp_part; cp_part0, cp_part1... for several)
+        parts = [f"{P}part"] if len(reds) == 1 else [f"{P}part{n}" for n in range(len(reds))]
         dp = self.dp()
-        subst = {id(u): red.rewrite(u, part) for u in red.updates}
+        subst = {id(u): red.rewrite(u, part) for red, part in zip(reds, parts)
+                 for u in red.updates}
         w = StmtWriter(dp, subst)
         plain = StmtWriter(dp)
         i2, i3 = IND * 2, IND * 3
@@ -1082,15 +1088,24 @@ class _Gen:
         out += self.private_decls(body, {Pl.var or ""}, i2)
         pre_lines, _ = self._split_pre(pre, plain, i2, f"{P}lane == 0", "__syncwarp()")
         out += pre_lines
-        out.append(f"{i2}{red.ctype} {part} = 0;  /* this lane's share of the updates to {red.acc_text} */")
+        for red, part in zip(reds, parts):
+            out.append(f"{i2}{red.ctype} {part} = 0;  /* this lane's share of the updates to "
+                       f"{red.acc_text} */")
         init, cond, upd = self.offset_header(R, dp, f"{P}lane", "32")
         out.append(f"{i2}for ({init}; {cond}; {upd}) {{")
         out += w.stmts(R.body, i3)
         out.append(i2 + "}")
-        out.append(f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1)")
-        out.append(f"{i3}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);")
+        if len(parts) == 1:
+            out.append(f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1)")
+            out.append(f"{i3}{parts[0]} += __shfl_down_sync(0xffffffffu, {parts[0]}, {P}off);")
+        else:
+            out.append(f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1) {{")
+            out += [f"{i3}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);"
+                    for part in parts]
+            out.append(i2 + "}")
         out.append(f"{i2}if ({P}lane == 0) {{")
-        out += plain.stmts([red.combine(part)], i3)
+        # the warp's sums reach their accumulators in source order, then the rest runs
+        out += plain.stmts([red.combine(part) for red, part in zip(reds, parts)], i3)
         out += plain.stmts(post, i3)
         out.append(i2 + "}")
         out.append(IND + "}")

@@ -14,6 +14,8 @@ Three questions, each answered with human-readable reasons:
   is asked again of isl (:mod:`polyhedral`), which can prove disjoint accesses exactly.
 * :meth:`Dependence.reduction` -- is a loop a sum reduction ``acc += expr`` into one scalar
   or one array element whose subscripts do not change in the loop?
+  :meth:`Dependence.reductions` -- is it several such sums at once, none reading another
+  (gesummv's ``tmp[i]`` and ``y[i]``)?
 * :meth:`Dependence.interchange` -- may a perfect 2-deep nest ``for i: for j:`` be swapped
   so that ``j`` becomes the parallel outer loop?
 """
@@ -302,6 +304,7 @@ class Dependence:
         self.live = Liveness(fn)
         self._verdicts: dict[int, Verdict] = {}
         self._reductions: dict[int, tuple[Reduction | None, str]] = {}
+        self._multi: dict[int, tuple[list[Reduction], str]] = {}
         self._kept: list[Stmt] = []
         self._parents: dict[int, tuple[For, ...]] | None = None
         self.proofs: dict[int, str] = {}
@@ -529,23 +532,49 @@ class Dependence:
             self._reductions[key] = self._reduction(loop)
         return self._reductions[key]
 
-    def _reduction(self, loop: For) -> tuple[Reduction | None, str]:
+    def reductions(self, loop: For) -> tuple[list[Reduction], str]:
+        """(one :class:`Reduction` per accumulator, in source order, '') when ``loop`` is
+        two or more independent sum reductions, else ([], why not).
+
+        Each accumulator meets every condition of :meth:`reduction` on its own (an element
+        fixed in the loop, updated only by accumulations, read nowhere else in the loop
+        except by reads proved never to reach its element), and no update's term reads
+        another accumulator: gesummv's ``tmp[i] = A[i][j] * x[j] + tmp[i]; y[i] = B[i][j] *
+        x[j] + y[i];``.  The accumulators are distinct scalars or elements of distinct
+        arrays (two elements of one array could be the same element).  Each sum can then
+        be split across threads independently of the others."""
+        key = id(loop)
+        if key not in self._multi:
+            self._multi[key] = self._several(loop)
+        return self._multi[key]
+
+    def sums(self, loop: For) -> list[Reduction]:
+        """The sum reductions of ``loop``: ``[red]`` for :meth:`reduction`, the list of
+        :meth:`reductions` for several accumulators, ``[]`` when neither applies."""
+        red, _ = self.reduction(loop)
+        if red is not None:
+            return [red]
+        return self.reductions(loop)[0]
+
+    def _candidates(self, loop: For) -> tuple[list[Assign], list[Name | Index], str]:
+        """The accumulation statements of ``loop``'s body and their targets (scalars not
+        declared in the body, array elements) in source order, or a reason the loop is no
+        reduction at all (not canonical, jumps, its index read after it)."""
         var = loop.var or "?"
         pre = f"loop {var}: "
         if not loop.canonical:
-            return None, pre + "not canonical"
+            return [], [], pre + "not canonical"
         body = loop.body
         ctrl = self._control_reasons(pre, body, allow_continue=False)
         if ctrl:
-            return None, ctrl[0]
+            return [], [], ctrl[0]
         # a split reduction never leaves its index at the final value C gives it (a loop
         # that transform.py synthesised has only an approximate liveness: the transformation
         # itself refused nests whose indices are used after them)
         synthesised = any(k is loop for k in self._kept)
         if not synthesised and var in self.live.after(loop):
-            return None, pre + f"the final value of {var} is used after the loop"
+            return [], [], pre + f"the final value of {var} is used after the loop"
         updates: list[Assign] = []
-        acc: Name | Index | None = None
         for s in walk(body):
             if not isinstance(s, Assign):
                 continue
@@ -558,87 +587,129 @@ class Dependence:
                 continue
             updates.append(s)
         declared = declared_in(body)
-        written = scalars_written(body) - {var}
-        cands = []
+        cands: list[Name | Index] = []
         for u in updates:
             t = u.target
             if isinstance(t, Name) and t.name in declared:
                 continue
             if t not in cands:
-                cands.append(t)
+                cands.append(t)  # type: ignore[arg-type]
+        return updates, cands, ""
+
+    def _reduction(self, loop: For) -> tuple[Reduction | None, str]:
+        updates, cands, why = self._candidates(loop)
+        if why:
+            return None, why
         if len(cands) != 1:
             why = "no accumulation 'acc += expr'" if not cands else "several accumulators"
-            return None, pre + why
-        acc = cands[0]
-        updates = [u for u in updates if u.target == acc]
-        if isinstance(acc, Index) and acc.array in header_arrays(loop):
-            return None, pre + f"its bound reads {acc.array}, the accumulator's array"
-        acc_type = (self.fn.ctype_of(acc.name) if isinstance(acc, Name)
-                    else self.fn.arrays[acc.array].ctype)
-        if normalize_ctype(acc_type or "") not in _FLOATING and any(
-                self.floating(u.value) for u in updates):
-            return None, pre + (f"{_t(acc)} is an integer summing floating-point terms (C "
-                                "truncates after every addition: the order matters)")
-        # reads of the accumulator's array that never reach its element (x[j], j < i, in
-        # trisolv's `x[i] -= L[i][j] * x[j]`) are ordinary reads
-        apart = self._apart_from(loop, acc) if isinstance(acc, Index) else frozenset()
-        # updates must be +/- accumulations that do not read acc otherwise
-        forms = set()
-        for u in updates:
-            if u.op in ("+=", "-="):
-                if _mentions_acc(u.value, acc, apart):
-                    return None, pre + f"{c_text(u.value)} reads the accumulator"
-                forms.add(u.op)
-            elif u.op == "=":
-                rest = replace_acc_leaf(u.value, acc, Name("\0"))
-                if rest is None or _mentions_acc(rest, acc, apart):
-                    return None, pre + f"'{c_text(u.value)}' is not an accumulation into {_t(acc)}"
-                forms.add("=")
-            else:
-                return None, pre + f"{_t(acc)} is updated with {u.op}"
-        upd_ids = {id(u) for u in updates}
-        # acc must not be read or written anywhere else
-        for s in walk(body):
-            if id(s) in upd_ids:
-                if isinstance(acc, Index) and any(_mentions_acc(x, acc) for x in acc.subs):
-                    return None, pre + f"subscripts of {_t(acc)} read the accumulator"
-                continue
-            if isinstance(s, Assign) and s.target == acc:
-                return None, pre + f"{_t(acc)} is assigned other than by accumulation"
-            for e in own_exprs(s):
-                if _mentions_acc(e, acc, apart):
-                    return None, pre + f"{_t(acc)} is read in the loop"
-        # other writes: private scalars only; no array writes except the accumulator
+            return None, f"loop {loop.var or '?'}: " + why
+        reds, why = self._check_sums(loop, updates, cands)
+        return (reds[0] if reds else None), why
+
+    def _several(self, loop: For) -> tuple[list[Reduction], str]:
+        updates, cands, why = self._candidates(loop)
+        if why:
+            return [], why
+        pre = f"loop {loop.var or '?'}: "
+        if len(cands) < 2:
+            return [], pre + ("no accumulation 'acc += expr'" if not cands
+                              else "one accumulator (a single reduction)")
+        seen: dict[str, Name | Index] = {}
+        for acc in cands:
+            name = acc.name if isinstance(acc, Name) else acc.array
+            if name in seen:
+                return [], pre + (f"{_t(seen[name])} and {_t(acc)} accumulate into the same "
+                                  f"array {name} (they may be one element)")
+            seen[name] = acc
+        return self._check_sums(loop, updates, cands)
+
+    def _check_sums(self, loop: For, updates: list[Assign],
+                    cands: list[Name | Index]) -> tuple[list[Reduction], str]:
+        """The reductions into ``cands`` (each checked as :meth:`reduction` checks its one
+        accumulator), or ([], the first reason one of them fails)."""
+        var = loop.var or "?"
+        pre = f"loop {var}: "
+        body = loop.body
+        declared = declared_in(body)
+        written = scalars_written(body) - {var}
+        per_acc: list[tuple[Name | Index, list[Assign], frozenset[int], set[str]]] = []
+        for acc in cands:
+            mine = [u for u in updates if u.target == acc]
+            if isinstance(acc, Index) and acc.array in header_arrays(loop):
+                return [], pre + f"its bound reads {acc.array}, the accumulator's array"
+            acc_type = (self.fn.ctype_of(acc.name) if isinstance(acc, Name)
+                        else self.fn.arrays[acc.array].ctype)
+            if normalize_ctype(acc_type or "") not in _FLOATING and any(
+                    self.floating(u.value) for u in mine):
+                return [], pre + (f"{_t(acc)} is an integer summing floating-point terms (C "
+                                  "truncates after every addition: the order matters)")
+            # reads of the accumulator's array that never reach its element (x[j], j < i,
+            # in trisolv's `x[i] -= L[i][j] * x[j]`) are ordinary reads
+            apart = self._apart_from(loop, acc) if isinstance(acc, Index) else frozenset()
+            # updates must be +/- accumulations that do not read acc otherwise
+            forms: set[str] = set()
+            for u in mine:
+                if u.op in ("+=", "-="):
+                    if _mentions_acc(u.value, acc, apart):
+                        return [], pre + f"{c_text(u.value)} reads the accumulator"
+                    forms.add(u.op)
+                elif u.op == "=":
+                    rest = replace_acc_leaf(u.value, acc, Name("\0"))
+                    if rest is None or _mentions_acc(rest, acc, apart):
+                        return [], pre + f"'{c_text(u.value)}' is not an accumulation into {_t(acc)}"
+                    forms.add("=")
+                else:
+                    return [], pre + f"{_t(acc)} is updated with {u.op}"
+            upd_ids = {id(u) for u in mine}
+            # acc must not be read or written anywhere else (another accumulator's updates
+            # included: no term reads another sum)
+            for s in walk(body):
+                if id(s) in upd_ids:
+                    if isinstance(acc, Index) and any(_mentions_acc(x, acc) for x in acc.subs):
+                        return [], pre + f"subscripts of {_t(acc)} read the accumulator"
+                    continue
+                if isinstance(s, Assign) and s.target == acc:
+                    return [], pre + f"{_t(acc)} is assigned other than by accumulation"
+                for e in own_exprs(s):
+                    if _mentions_acc(e, acc, apart):
+                        return [], pre + f"{_t(acc)} is read in the loop"
+            per_acc.append((acc, mine, apart, forms))
+        # other writes: private scalars only; no array writes except the accumulators
+        elements = [acc for acc in cands if isinstance(acc, Index)]
         for a in accesses(body):
-            if a.write and not (isinstance(acc, Index) and a.index == acc):
-                return None, pre + f"{_t(a.index)} is written in the loop"
-        if isinstance(acc, Index):
+            if a.write and not any(a.index == acc for acc in elements):
+                return [], pre + f"{_t(a.index)} is written in the loop"
+        for acc in elements:
             subs_names: set[str] = set()
             for x in acc.subs:
                 subs_names |= names_in(x)
             if subs_names & (written | {var}):
-                return None, pre + f"the subscripts of {_t(acc)} change in the loop"
+                return [], pre + f"the subscripts of {_t(acc)} change in the loop"
             if any(isinstance(y, Index) for x in acc.subs for y in iter_expr(x)):
-                return None, pre + f"the subscripts of {_t(acc)} read array data"
+                return [], pre + f"the subscripts of {_t(acc)} read array data"
         exposed, _ = exposed_reads(body)
         after = self.live.after(loop)
+        acc_names = {acc.name for acc in cands if isinstance(acc, Name)}
         for s in sorted(written - declared):
-            if isinstance(acc, Name) and s == acc.name:
+            if s in acc_names:
                 continue
             if s in exposed or s in after:
-                return None, pre + f"scalar {s} carries a value between iterations"
-        if isinstance(acc, Name):
-            if acc.name == var or acc.name in declared:
-                return None, pre + "the accumulator is private to the body"
-            if acc.name in loop.header_names():
-                return None, pre + f"the loop's bounds read the accumulator {acc.name}"
-            ctype = self.fn.ctype_of(acc.name)
-        else:
-            ctype = normalize_ctype(self.fn.arrays[acc.array].ctype)
-        if ctype is None:
-            return None, pre + f"unknown type of {_t(acc)}"
-        form = forms.pop() if len(forms) == 1 else "mixed"
-        return Reduction(loop, acc, ctype, updates, form), ""
+                return [], pre + f"scalar {s} carries a value between iterations"
+        out: list[Reduction] = []
+        for acc, mine, _apart, forms in per_acc:
+            if isinstance(acc, Name):
+                if acc.name == var or acc.name in declared:
+                    return [], pre + "the accumulator is private to the body"
+                if acc.name in loop.header_names():
+                    return [], pre + f"the loop's bounds read the accumulator {acc.name}"
+                ctype = self.fn.ctype_of(acc.name)
+            else:
+                ctype = normalize_ctype(self.fn.arrays[acc.array].ctype)
+            if ctype is None:
+                return [], pre + f"unknown type of {_t(acc)}"
+            form = forms.pop() if len(forms) == 1 else "mixed"
+            out.append(Reduction(loop, acc, ctype, mine, form))
+        return out, ""
 
     def floating(self, e: Expr | None) -> bool:
         """``e`` may have a floating-point value somewhere inside: a floating constant, a

@@ -38,7 +38,9 @@ class NestMapping:
         sequential: loops that stay sequential inside each thread.
         host_loops: enclosing loops that stay on the host (one launch per iteration).
         interchanged: ``(outer, inner)`` when the nest was interchanged, else None.
-        accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None.
+        accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None;
+            for several sums, their accumulators in source order (``tmp[i], y[i]``).
+        sums: how many sums a ``warp_reduce`` adds at once (one accumulator each).
         transforms: rewrites of the nest before mapping (``k, j interchanged``,
             ``2 j loops fused``: ``transform.py``).
         tile: grid2d only: outputs per thread along y and x (``(4, 4)``: a register tile,
@@ -57,6 +59,7 @@ class NestMapping:
     transforms: tuple[str, ...] = ()
     tile: tuple[int, ...] = ()
     staged: bool = False
+    sums: int = 1
 
     def with_block(self, block: tuple[int, ...]) -> NestMapping:
         """The same mapping with another block shape."""
@@ -69,7 +72,7 @@ class NestMapping:
         if self.tile:
             text += f" tile {block_text(self.tile)}" + (" smem" if self.staged else "")
         if self.kind == "warp_reduce":
-            text += f" (shuffle sum into {self.accumulator})"
+            text += f" (shuffle {'sums' if self.sums > 1 else 'sum'} into {self.accumulator})"
         elif self.kind == "grid_reduce":
             text += f" (atomicAdd sum into {self.accumulator})"
         if self.interchanged:
@@ -94,6 +97,7 @@ class NestMapping:
             "transforms": list(self.transforms),
             "tile": list(self.tile),
             "staged": self.staged,
+            "sums": self.sums,
         }
 
 
