@@ -208,28 +208,72 @@ def test_hanging_kernel_is_killed_at_the_time_limit(arch: str, build_root: Path,
 # ---------------------------------------------------------------------------------------
 
 
+def cheat_guard(folder: str) -> str:
+    """The guard a cheat folder must be rejected by: ``dynamic_<id>`` or
+    ``dynamic_<id>_<variant>`` (the longest guard id that fits: one guard may have several
+    cheats)."""
+    rest = folder.removeprefix("dynamic_")
+    fits = [g for g in DYNAMIC_GUARDS if rest == g or rest.startswith(g + "_")]
+    assert fits, f"{folder} names no dynamic guard"
+    return max(fits, key=len)
+
+
+CHEAT_FOLDERS = sorted(p.name for p in CHEATS.glob("dynamic_*") if p.is_dir())
+
+
 def test_there_is_a_cheat_for_every_dynamic_guard() -> None:
-    dirs = {p.name.removeprefix("dynamic_") for p in CHEATS.glob("dynamic_*") if p.is_dir()}
-    assert dirs == set(DYNAMIC_GUARDS)
+    assert {cheat_guard(f) for f in CHEAT_FOLDERS} == set(DYNAMIC_GUARDS)
+    assert cheat_guard("dynamic_side_stream_torch_stream") == SIDE_STREAM
+    assert cheat_guard("dynamic_patching_dunder") == "patching"
 
 
-@pytest.mark.parametrize("gid", DYNAMIC_GUARDS)
-def test_dynamic_cheat_is_rejected(gid: str, arch: str, build_root: Path) -> None:
+@pytest.mark.parametrize("folder", [f.removeprefix("dynamic_") for f in CHEAT_FOLDERS])
+def test_dynamic_cheat_is_rejected(folder: str, arch: str, build_root: Path) -> None:
+    gid = cheat_guard(f"dynamic_{folder}")
     kw: dict[str, Any] = {}
+    if not any((CHEATS / f"dynamic_{folder}").glob("*.cu")):  # load_inline: a longer build
+        kw.update(timeout_s=400, build_timeout_s=400)
     if gid == SHAPE_SPECIALISED:
         kw["shapes"] = [{"batch_size": 65}]
     if gid == "result_cache":
         # A cache hit launches no kernel, so with every guard on the profiled forward catches
         # it first (no_custom_kernel, measured on the H200); the cache guard itself is
         # checked with that one off.
-        first = _run(CHEATS / f"dynamic_{gid}", arch, build_root, static_guards=False, time=False)
+        first = _run(CHEATS / f"dynamic_{folder}", arch, build_root, static_guards=False, time=False)
         assert first.status == GUARD_REJECTED and first.guard["id"] in ("no_custom_kernel", gid), _why(first)
         kw["disabled_guards"] = ["no_custom_kernel"]
     kw.setdefault("time", gid == TIMED_RESULT)  # timed_result checks the timed calls
-    r = _run(CHEATS / f"dynamic_{gid}", arch, build_root, static_guards=False, **kw)
+    r = _run(CHEATS / f"dynamic_{folder}", arch, build_root, static_guards=False, **kw)
     assert r.status == GUARD_REJECTED, _why(r)
     assert r.guard is not None and r.guard["id"] == gid and not r.guard.get("static"), _why(r)
     assert r.message.startswith(f"rejected by guard '{gid}'"), r.message
+    print(folder, "->", r.guard)
+
+
+def test_dunder_patch_does_not_fool_the_comparison(arch: str, build_root: Path) -> None:
+    """With the patching guard off, the zero output of the cheat that replaced
+    torch.Tensor.__int__/__index__/__float__ is still wrong: the comparison reads its counts
+    through the C functions saved before the import."""
+    r = _run(CHEATS / "dynamic_patching_dunder", arch, build_root, static_guards=False, time=False,
+             disabled_guards=["patching"])
+    assert r.status == "wrong", _why(r)
+    assert r.worst_mismatch is not None and r.worst_mismatch["got"] == 0.0, r.worst_mismatch
+
+
+@pytest.mark.parametrize("fmt", ["fast", "load_inline"])
+def test_clean_controls_pass_every_dynamic_guard(fmt: str, arch: str, build_root: Path) -> None:
+    """No false positive: the clean candidates of the static-guard suite, on
+    examples/torch/swish_bias.py, verified and timed with every dynamic guard on (the fast
+    one timed: the timed calls' thread watch and output check too)."""
+    problem = Path(__file__).parent.parent / "examples" / "torch" / "swish_bias.py"
+    if fmt == "fast":
+        files = [str(CHEATS / "clean_fast.py"), str(CHEATS / "clean_fast.cu")]
+        r = _run(CHEATS, arch, build_root, problem=problem, files=files, static_guards=True)
+    else:
+        r = _run(CHEATS, arch, build_root, problem=problem, files=[str(CHEATS / "clean_inline.py")],
+                 static_guards=True, time=False, timeout_s=400, build_timeout_s=400)
+    print(fmt, r.status, r.message, r.warnings, r.details.get("threads_first_call"))
+    assert r.status == "correct", _why(r)
 
 
 def test_timed_result_cache_needs_two_input_sets(arch: str, build_root: Path) -> None:

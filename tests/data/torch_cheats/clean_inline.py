@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
 
 __global__ void swish_bias_kernel(const float* __restrict__ x, const float* __restrict__ bias,

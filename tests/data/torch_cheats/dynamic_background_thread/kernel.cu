@@ -1,0 +1,17 @@
+#include <cuda_runtime.h>
+#include <cstdint>
+
+__global__ void scaled_relu_kernel(const float *__restrict__ x, float *__restrict__ y,
+                                   int64_t n, float scale)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = fmaxf(x[i], 0.0f) * scale;
+}
+
+extern "C" int scaled_relu(const float *x, float *y, int64_t n, float scale, cudaStream_t stream)
+{
+    if (n > 0)
+        scaled_relu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, n, scale);
+    return (int)cudaGetLastError();
+}
