@@ -678,6 +678,27 @@ def test_thread_watch(tmp_path: Path) -> None:
     stop.set()
 
 
+def test_host_lazy_output_only_in_timed_calls_is_output_type(
+    tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain tensors while verified, a lazy subclass once timing starts: the timed calls whose
+    outputs are checked (verified timed calls, the last one) are type-checked too."""
+    fwd = ("    def forward(self, x):\n        CALLS.append(1)\n"
+           "        if len(CALLS) <= 6:\n            return torch.relu(x) * self.scale\n"
+           "        return Lazy(x, self.scale)\n")
+    job = _host_job(tmp_path, small_problem, build_root, fwd, extra=LAZY_CLASS + "CALLS = []\n\n", time=True)
+    r = _run_host(job, monkeypatch)
+    assert r.status == GUARD_REJECTED and r.guard is not None and r.guard["id"] == OUTPUT_TYPE, r.message
+    assert "not a torch.Tensor" in r.guard["reason"]
+    assert r.configs[0].status == "correct"  # verification saw plain tensors
+    # without the guard its values pass every comparison: only the type tells it apart
+    (tmp_path / "off").mkdir()
+    off = _run_host(_host_job(tmp_path / "off", small_problem, build_root, fwd,
+                              extra=LAZY_CLASS + "CALLS = []\n\n", time=True,
+                              disabled_guards=[OUTPUT_TYPE]), monkeypatch)
+    assert off.status == "correct", off.message
+
+
 def test_host_dunder_patch_cannot_fool_the_comparison(
     tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

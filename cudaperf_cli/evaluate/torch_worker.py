@@ -2301,6 +2301,7 @@ class TorchWorker:
         self.state.set("timing.check", "default")
         rin = self._clone(inputs) if (job.modifies_inputs or ctx.inplace) else inputs
         rout = self._call_reference(ctx.ref, rin, "default", None)
+        self._check_output_type(out, rout, "default", None)
         bad = [c for c in compare_outputs(out, rout, job.tolerances) if not c.ok]
         del rout, rin
         if bad:
