@@ -56,7 +56,7 @@ from cudaperf_cli.evaluate import (
     verify,
 )
 from cudaperf_cli.evaluate.job import GUARD_BYTES
-from cudaperf_cli.evaluate.timing import speedup
+from cudaperf_cli.evaluate.timing import speedup, untimed_work
 from tests.eval_refs import REF_C, SAXPY_PARAMS
 
 HOST = {"CUDAPERF_WORKER_BACKEND": "host"}
@@ -1813,3 +1813,15 @@ def test_roles_are_not_classified_on_the_edge_configuration(compile_c: Callable[
     # classified at n = 1 (what happened before the flag): y read-only, compared exactly
     r = _host_run(_job(ref, cand, fn="ramp", configs=[replace(edge, classify=True), small]))
     assert r.array_roles["y"] == READ_ONLY and r.status == WRONG, r.message
+
+
+def test_events_much_shorter_than_call_and_synchronize_are_untimed_work():
+    """The side-stream cheat (tests/data/cheats/c_side_stream): events 0.0016 ms around a call
+    whose synchronize waits for its private stream; honest calls read 10-40 us of host
+    overhead on top of their events and pass."""
+    assert untimed_work(0.0016, 0.4) is not None
+    assert "outside the timed stream" in untimed_work(1.0, 3.0)
+    assert untimed_work(0.01, 0.04) is None      # a 10 us kernel, launch and wake-up
+    assert untimed_work(0.5, 0.55) is None
+    assert untimed_work(2.0, 4.09) is None       # at the factor 2 and 0.05 ms
+    assert untimed_work(2.0, 4.11) is not None

@@ -299,6 +299,30 @@ def flush_size(l2_bytes: int | None, settings: TimingSettings) -> int:
     return max(2 * int(l2_bytes or 0), MIN_FLUSH_BYTES)
 
 
+def untimed_work(gpu_ms: float, sync_ms: float) -> str | None:
+    """Why the event time cannot be the candidate's time, or None.
+
+    Args:
+        gpu_ms: median event time of a call (events on the stream the judge times), ms.
+        sync_ms: median host wall time of the call and a device-wide synchronize (which
+            waits for every stream), ms.
+
+    Returns:
+        A one-line reason when ``gpu_ms < 0.5 * sync_ms - 0.05`` ms: the device was busy
+        well past the end event, with work the events did not see (a private stream the
+        launcher never joined, issue 14's side-stream cheat: 0.0016 ms of events for a
+        kernel that ran on its own stream).  The 0.05 ms and the factor 2 leave room for
+        the launch and synchronize overhead of an honest call (the host clock around a
+        10 us kernel reads 20-40 us); on the H200 no candidate of PolyBench/C LARGE (58,
+        2026-12-03) came near it.
+    """
+    if gpu_ms < 0.5 * sync_ms - 0.05:
+        return (f"event time {gpu_ms:.4g} ms is much shorter than call + synchronize "
+                f"{sync_ms:.4g} ms: work runs outside the timed stream (a stream the "
+                "launcher does not join, or the host), so it is not timed")
+    return None
+
+
 def speedup(baseline_ms: float | None, ms: float | None) -> float | None:
     """``baseline_ms / ms`` or None when either is missing or ``ms`` is not positive."""
     if baseline_ms is None or ms is None or ms <= 0:
