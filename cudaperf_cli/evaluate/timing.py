@@ -313,8 +313,8 @@ def untimed_work(gpu_ms: float, sync_ms: float) -> str | None:
         launcher never joined, issue 14's side-stream cheat: 0.0016 ms of events for a
         kernel that ran on its own stream).  The 0.05 ms and the factor 2 leave room for
         the launch and synchronize overhead of an honest call (the host clock around a
-        10 us kernel reads 20-40 us); on the H200 no candidate of PolyBench/C LARGE (58,
-        2026-12-03) came near it.
+        10 us kernel reads 20-40 us); on the H200 it fired for none of the 58 candidates of
+        PolyBench/C LARGE (``--turns 2``, 2026-12-03, as a warning then).
     """
     if gpu_ms < 0.5 * sync_ms - 0.05:
         return (f"event time {gpu_ms:.4g} ms is much shorter than call + synchronize "

@@ -975,10 +975,10 @@ class _Gen:
                     + each(ind + IND, guard, update_line) + [f"{ind}}}"])
 
         def k_loop(ind: str, guard: bool) -> list[str]:
-            # Inside the iteration space a whole step runs a constant count of k, unrolled
-            # (the loads from shared memory pipeline across values of k: 4.2 -> 8.7 TFLOP/s
-            # for PolyBench gemm LARGE with the 4x4 tile on the H200, .dev measurement of
-            # 2026-12-03); the last, partial step and the edge tiles keep the counted loop.
+            # Inside the iteration space a whole step runs a constant count of k, unrolled;
+            # the last, partial step and the edge tiles keep the counted loop.  (PolyBench
+            # gemm LARGE on the H200, 16x16 tile 2x2 smem: 0.543 -> 0.523 ms; see the
+            # table in docs/builtin-policy.md for what hand-written tiles reach.)
             i2 = ind + IND
             kn = f"{P}kn"
             inner = (steps(i2, guard, kn, False) if guard else
