@@ -275,8 +275,8 @@ def caught_by(status: str, message: str) -> str:
             return "guard zones"
         if "an input the reference never changes was modified" in m:
             return "input check"
-        if "work runs outside the timed stream" in m:
-            return "events vs call + synchronize"
+        if "a stream the launcher does not join" in m:
+            return "device busy after the end event"
         if "input set" in m or "timed call" in m:
             return "verified timed call (input sets)"
         if "after the timed repetitions" in m or "after the end-to-end" in m:

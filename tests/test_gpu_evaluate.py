@@ -479,7 +479,7 @@ def test_side_stream_work_is_flagged(ref_lib: Path, cu: Callable[..., Path]) -> 
     assert r.status == WRONG, _info(r)
     assert r.configs[0].trials_run == 1 and r.configs[0].failed_trial is None
     assert ("timed call" in r.message or "after the" in r.message
-            or "work runs outside the timed stream" in r.message), r.message
+            or "work on a stream the launcher does not join is not timed" in r.message), r.message
 
 
 # ---------------------------------------------------------------------------------------

@@ -222,6 +222,10 @@ class Timer:
     def ms(self) -> float:
         raise NotImplementedError
 
+    def wait_stop(self) -> None:
+        """Block until the stream has reached the stop event (not the whole device)."""
+        raise NotImplementedError
+
 
 def _import_core() -> Any:
     """The cuda.core namespace (>= 1.0), else ``cuda.core.experimental`` (older releases)."""
@@ -276,6 +280,9 @@ class _CudaTimer(Timer):
 
     def ms(self) -> float:
         return float(self._b._core_call("cuEventElapsedTime", lambda: self._stop - self._start))
+
+    def wait_stop(self) -> None:
+        self._b._core_call("cuEventSynchronize", self._stop.sync)
 
 
 class CudaBackend(Backend):
@@ -512,6 +519,9 @@ class _HostTimer(Timer):
 
     def ms(self) -> float:
         return (self.t1 - self.t0) * 1e3
+
+    def wait_stop(self) -> None:
+        pass  # everything is synchronous
 
 
 class HostBackend(Backend):

@@ -300,26 +300,57 @@ def flush_size(l2_bytes: int | None, settings: TimingSettings) -> int:
 
 
 def untimed_work(gpu_ms: float, sync_ms: float) -> str | None:
-    """Why the event time cannot be the candidate's time, or None.
+    """A warning when the event time is much shorter than call + synchronize, or None.
 
     Args:
         gpu_ms: median event time of a call (events on the stream the judge times), ms.
-        sync_ms: median host wall time of the call and a device-wide synchronize (which
-            waits for every stream), ms.
+        sync_ms: median host wall time of the call and a device-wide synchronize, ms.
 
     Returns:
-        A one-line reason when ``gpu_ms < 0.5 * sync_ms - 0.05`` ms: the device was busy
-        well past the end event, with work the events did not see (a private stream the
-        launcher never joined, issue 14's side-stream cheat: 0.0016 ms of events for a
-        kernel that ran on its own stream).  The 0.05 ms and the factor 2 leave room for
-        the launch and synchronize overhead of an honest call (the host clock around a
-        10 us kernel reads 20-40 us); on the H200 it fired for none of the 58 candidates of
-        PolyBench/C LARGE (``--turns 2``, 2026-12-03, as a warning then).
+        One line when ``gpu_ms < 0.5 * sync_ms - 0.05`` ms: work on the host, or on a
+        stream the events do not see.  Only a warning: an honest launcher's host set-up
+        (``cudaMalloc``) overlaps the untimed copies and L2 flush before an event-timed
+        call but not the host clock of call + synchronize (found by an attack pass), so
+        the verdict on other streams is :func:`side_work`'s.
     """
     if gpu_ms < 0.5 * sync_ms - 0.05:
         return (f"event time {gpu_ms:.4g} ms is much shorter than call + synchronize "
-                f"{sync_ms:.4g} ms: work runs outside the timed stream (a stream the "
-                "launcher does not join, or the host), so it is not timed")
+                f"{sync_ms:.4g} ms: is work running on the host, or outside the timed stream?")
+    return None
+
+
+#: Work still running this long after the timed stream's end event (median over the
+#: timed calls, ms) is work the events did not time, when it is also a quarter of the
+#: event time or more (:func:`side_work`).
+SIDE_WORK_MS = 0.05
+
+
+def side_work(tail_ms: Sequence[float], gpu_ms: float) -> str | None:
+    """Why the event times miss part of the candidate's work, or None.
+
+    After each timed call the worker waits for the timed stream's end event, then for the
+    whole device; ``tail_ms`` are the second waits.  An honest call leaves nothing behind
+    (a few microseconds of synchronize); a kernel on a private non-blocking stream the
+    launcher never joins keeps the device busy after the end event (the side-stream cheat:
+    events 0.0016 ms).  Measured inside the very calls that are timed, so a candidate
+    cannot behave differently here, and without the host's own set-up in it.
+
+    Args:
+        tail_ms: per timed call, host ms from the end event's completion to the device's
+            idle.
+        gpu_ms: median event time, ms.
+
+    Returns:
+        One line when the median tail is above :data:`SIDE_WORK_MS` and above a quarter of
+        ``gpu_ms``; None otherwise (or with no samples).
+    """
+    if not tail_ms:
+        return None
+    tail = float(np.median(np.asarray(tail_ms, dtype=float)))
+    if tail > SIDE_WORK_MS and tail > 0.25 * gpu_ms:
+        return (f"the device stayed busy {tail:.4g} ms (median over {len(tail_ms)} timed "
+                f"calls) after the timed stream's end event ({gpu_ms:.4g} ms of events): "
+                "work on a stream the launcher does not join is not timed")
     return None
 
 
