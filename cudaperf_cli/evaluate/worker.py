@@ -983,7 +983,7 @@ class Worker:
 
     def _input_set_spec(self, ci: int) -> dict[str, Any]:
         """How input set 1 of configuration ``ci`` is made (stored with its outputs)."""
-        return {"version": 1, "seed": [int(self.job.seed), ci, 0, 1], "fraction": PERTURB_FRACTION,
+        return {"version": 2, "seed": [int(self.job.seed), ci, 0, 1], "fraction": PERTURB_FRACTION,
                 "min": PERTURB_MIN, "rule": "draw" if self.init is None else "scale"}
 
     def _input_set(self, ci: int, host: HostData) -> HostData | None:
@@ -993,8 +993,10 @@ class Worker:
         that a result cache keyed by addresses and a sample of values serves a stale
         output.  Random data (no init function) get values of a second draw of the same
         distribution there; data an init function made keep their structure as far as
-        possible: non-zero floating elements are scaled by 1 + 2^-7, integers (sizes,
-        indices) are left alone.  Write-only arrays are shared with ``host``.  None when no
+        possible: non-zero floating elements are scaled by 1 + 2^-2, integers (sizes,
+        indices) are left alone.  (1 + 2^-7 at 1 element in 256 moved a float32 sum of 8192
+        terms by about 6e-5, inside float32's 1e-4 tolerance: a cache cheat passed, an
+        attack pass.)  Write-only arrays are shared with ``host``.  None when no
         element changed (an init function's integer or zero data)."""
         spec = self._input_set_spec(ci)
         rng = np.random.default_rng(np.random.SeedSequence(spec["seed"]))
@@ -1016,7 +1018,7 @@ class Worker:
                 else:
                     flat[pos] = rng.integers(0, 100, size=pos.size, dtype=dt)
             elif is_floating(dt):
-                flat[pos] = flat[pos] * dt.type(1.0 + 2.0 ** -7)
+                flat[pos] = flat[pos] * dt.type(1.0 + 2.0 ** -2)
             changed = changed or not bitwise_equal(b, a)
             arrays[p.name] = b
         if not changed:
@@ -1559,10 +1561,21 @@ class Worker:
                 self.state.set("timing.check", cfg.name, 0)
                 for n in writes:
                     b.d2h(cand[n], dev[n].ptr)
-                for c in self._compare(sets[k], cand, refs[k], writes):
-                    if not c.ok:
-                        raise TimedCallWrong(
-                            f"timed call {i + 1} of {rot.planned} (input set {k}): {c.describe()}", c)
+                bad = [c for c in self._compare(sets[k], cand, refs[k], writes) if not c.ok]
+                if bad:
+                    what = f"timed call {i + 1} of {rot.planned} (input set {k}): {bad[0].describe()}"
+                    # A stale or cached output is at least as close to another set's
+                    # reference as to its own; an honest output that set k's data put just
+                    # past the tolerance is far closer to its own (PolyBench durbin at n =
+                    # 2000 on one seed: 6 of 2000 elements at 3.6e-6, an attack pass).
+                    own = sum(c.n_mismatch for c in bad)
+                    others = [sum(c.n_mismatch for c in self._compare(sets[o], cand, refs[o], writes)
+                                  if not c.ok) for o in range(len(sets)) if o != k]
+                    if not others or min(others) <= own:
+                        raise TimedCallWrong(what, bad[0])
+                    notes.append(what + f"; {own} element(s) off against {min(others)} against "
+                                 "the other input set's reference: taken as that set's data "
+                                 "being harder, not a stale result (not rejected)")
                 self.state.set("timing.gpu", cfg.name, 0)
 
             timers: list[Any] = []
