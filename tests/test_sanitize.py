@@ -187,7 +187,8 @@ def test_the_verdicts():
     verdict, msg = judge("initcheck", result("wrong", "config 'small-odd': 'y' differs"), clean)
     assert verdict == "failed" and "ended 'wrong': config 'small-odd'" in msg
     timeout = result("timeout", "timed out after 300 s", details={"state": {"candidate_started": True}})
-    assert judge("memcheck", timeout, parse_report("", "memcheck"))[0] == "failed"
+    # ... but not a time-out: the tool slows kernels many times over, or hangs on its own
+    assert judge("memcheck", timeout, parse_report("", "memcheck"))[0] == "tool_failure"
     # the tool could not check the run: not the candidate's fault
     v, m = judge("memcheck", result("correct"), parse_report(NOT_ATTACHED, "memcheck"))
     assert v == "tool_failure" and "No attachable process found" in m
@@ -478,3 +479,14 @@ def test_a_status_with_its_feedback_and_label():
     off = TurnRecord(0, "x", "y", "correct", sanitize={"result": "skipped", "message": "not installed"})
     assert sanitize_line(off) == "not checked by compute-sanitizer: not installed"
     assert TurnRecord.from_json(json.loads(json.dumps(dataclasses.asdict(ok)))).sanitize_s == 4.25
+
+
+def test_a_tool_run_past_its_time_limit_is_not_the_candidates_fault():
+    """The candidate was verified without the tool; a time-out under it (the tool hung, or
+    slowed the kernel past the limit) leaves it unchecked, not rejected (an attack pass:
+    a hang after the worker logged 0 errors was blamed on the candidate)."""
+    from cudaperf_cli.evaluate.job import EvalResult
+    from cudaperf_cli.evaluate.sanitize import judge, parse_report
+    r = EvalResult(status="timeout", message="the evaluation ran past 300 s")
+    verdict, msg = judge("memcheck", r, parse_report("", "memcheck"))
+    assert verdict == "tool_failure" and "time limit" in msg
