@@ -423,7 +423,8 @@ def table(verdicts: list[Verdict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command (module docstring); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python benchmarks/adversarial.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/adversarial.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--kind", choices=("c", "torch", "all"), default="all")
     ap.add_argument("--only", nargs="*", default=None, metavar="NAME", help="these cheats only (folder names)")
     ap.add_argument("--jobs", "-j", type=int, default=4, help="C cheats run at once (optimize children)")
@@ -432,11 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="keep the run folders here")
     ap.add_argument("--json", type=Path, default=None, help="write the verdicts as JSON")
     args = ap.parse_args(argv)
-
-    count, arch = gpu_count()
-    if count == 0 or arch is None:
-        print("adversarial suite: no CUDA device here: nothing run", file=sys.stderr)
-        return EXIT_NO_DEVICE
+    if args.jobs < 1 or args.timeout <= 0:
+        print("adversarial suite: --jobs and --timeout must be positive", file=sys.stderr)
+        return 2
     cheats = load_cheats(args.kind)
     if args.only:
         unknown = sorted(set(args.only) - {c.name for c in cheats})
@@ -444,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"adversarial suite: unknown cheats {unknown}", file=sys.stderr)
             return 2
         cheats = [c for c in cheats if c.name in args.only]
+
+    count, arch = gpu_count()
+    if count == 0 or arch is None:
+        print("adversarial suite: no CUDA device here (the cheats must launch real kernels): "
+              "nothing run", file=sys.stderr)
+        return EXIT_NO_DEVICE
     work = args.work or Path(tempfile.mkdtemp(prefix="cudaperf-adversarial-"))
     work.mkdir(parents=True, exist_ok=True)
     verdicts: dict[str, Verdict] = {}

@@ -190,5 +190,5 @@ def test_without_a_device_the_runner_says_so_in_one_line(monkeypatch):
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == adv.EXIT_NO_DEVICE, proc
     assert proc.stdout == "" and proc.stderr.strip().splitlines() == [
-        "adversarial suite: no CUDA device here: nothing run"]
+        "adversarial suite: no CUDA device here (the cheats must launch real kernels): nothing run"]
     assert re.search(r"exit (status|code) 4", adv.__doc__)
