@@ -299,12 +299,14 @@ def flush_size(l2_bytes: int | None, settings: TimingSettings) -> int:
     return max(2 * int(l2_bytes or 0), MIN_FLUSH_BYTES)
 
 
-def untimed_work(gpu_ms: float, sync_ms: float) -> str | None:
-    """A warning when the event time is much shorter than call + synchronize, or None.
+def untimed_work(gpu_ms: float, sync_ms: float, call: str = "call") -> str | None:
+    """A warning when the event time is much shorter than call + synchronize, or None
+    (both workers).
 
     Args:
         gpu_ms: median event time of a call (events on the stream the judge times), ms.
         sync_ms: median host wall time of the call and a device-wide synchronize, ms.
+        call: what was called, for the message (``"call"``; ``"forward"`` for PyTorch).
 
     Returns:
         One line when ``gpu_ms < 0.5 * sync_ms - 0.05`` ms: work on the host, or on a
@@ -314,7 +316,7 @@ def untimed_work(gpu_ms: float, sync_ms: float) -> str | None:
         the verdict on other streams is :func:`side_work`'s.
     """
     if gpu_ms < 0.5 * sync_ms - 0.05:
-        return (f"event time {gpu_ms:.4g} ms is much shorter than call + synchronize "
+        return (f"event time {gpu_ms:.4g} ms is much shorter than {call} + synchronize "
                 f"{sync_ms:.4g} ms: is work running on the host, or outside the timed stream?")
     return None
 

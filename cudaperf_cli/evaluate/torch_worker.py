@@ -62,6 +62,7 @@ from cudaperf_cli.evaluate.timing import (
     speedup,
     summarize,
     time_repetitions,
+    untimed_work,
 )
 from cudaperf_cli.evaluate import torch_output_checks as _outchk
 from cudaperf_cli.evaluate.torch_job import (
@@ -2414,13 +2415,10 @@ class TorchWorker:
                 f"speedup above {SUSPICIOUS_SPEEDUP:g}x (eager {se and round(se, 2)}x, "
                 f"compile {sc and round(sc, 2)}x): worth a second look"
             )
-        if cand_stats is not None and sync_stats is not None and (
-                cand_stats.median_ms < 0.5 * sync_stats.median_ms - 0.05):
-            warnings.append(
-                f"event time {cand_stats.median_ms:.4g} ms is much shorter than forward + "
-                f"synchronize {sync_stats.median_ms:.4g} ms: work outside the current stream, "
-                "or on the host?"
-            )
+        untimed = (untimed_work(cand_stats.median_ms, sync_stats.median_ms, "forward")
+                   if cand_stats is not None and sync_stats is not None else None)
+        if untimed is not None:
+            warnings.append(untimed)
         if baseline:
             warnings_note = "eager and torch.compile times from the run's baseline measurement"
             if warnings_note not in self.warnings:

@@ -96,9 +96,9 @@ from cudaperf_cli.evaluate.timing import (
     fit_reps,
     flush_size,
     perturb_positions,
+    side_work,
     speedup,
     summarize,
-    side_work,
     time_repetitions,
     untimed_work,
 )
@@ -863,11 +863,16 @@ class Worker:
             _, _, out, ms = self.classified
             self.classified = None
             return out, ms
+        return self._run_reference(cfg, trial, host)
+
+    def _run_reference(self, cfg: ConfigSpec, trial: int,
+                       host: HostData) -> tuple[dict[str, np.ndarray], float]:
+        """One reference run on a copy of ``host`` (never the classification's outputs:
+        a timing input set is not trial 0's data): (the outputs to keep, ms)."""
         self.state.set("reference", cfg.name, trial)
         out = host.copy_arrays()
         ms = self._call_reference(out, host.scalars)
-        keep = self._stored_names(out, host)
-        return {n: out[n] for n in keep}, ms
+        return {n: out[n] for n in self._stored_names(out, host)}, ms
 
     def _open_store(self) -> None:
         folder = self.job.reference_outputs
@@ -1048,11 +1053,7 @@ class Worker:
                 return None
             self._warn(f"reference outputs in {self.job.reference_outputs} not used for config "
                        f"'{cfg.name}' input set 1 ({why}): the reference ran on it in this evaluation")
-        self.state.set("reference", cfg.name, 0)
-        work = host1.copy_arrays()
-        ms = self._call_reference(work, host1.scalars)
-        out = {n: work[n] for n in self._stored_names(work, host1)}
-        del work
+        out, ms = self._run_reference(cfg, 0, host1)
         if baseline:
             if self.store is not None:
                 self.state.set("reference_outputs", cfg.name, 0)
@@ -1085,9 +1086,11 @@ class Worker:
             message += f"; outputs stored in {job.reference_outputs}"
         return self._result(REFERENCE_ONLY, message, results)
 
-    def _outputs_of(self, ci: int, cfg: ConfigSpec, trial: int, tp: TrialPrep) -> dict[str, np.ndarray]:
-        """The reference's outputs of a trial (loaded from the folder only now, when
-        comparing); a folder entry that cannot be read makes the reference run here."""
+    def _outputs_of(self, ci: int, cfg: ConfigSpec, trial: int, tp: TrialPrep,
+                    input_set: int = 0) -> dict[str, np.ndarray]:
+        """The reference's outputs of a trial, or of a timed configuration's input set
+        ``input_set`` >= 1 (``tp`` = ``ConfigPrep.alt``), loaded from the folder only now,
+        when comparing; a folder entry that cannot be read makes the reference run here."""
         if tp.ref is not None:
             return tp.ref
         assert tp.stored is not None and self.store is not None
@@ -1095,9 +1098,11 @@ class Worker:
         try:
             return self.store.load(tp.stored)
         except (OSError, ValueError) as exc:
-            self._warn(f"reference outputs of config '{cfg.name}' trial {trial} unreadable "
+            what = f"trial {trial}" if input_set == 0 else f"input set {input_set}"
+            self._warn(f"reference outputs of config '{cfg.name}' {what} unreadable "
                        f"({exc}): the reference ran in this evaluation")
-            out, ms = self._reference_here(ci, cfg, trial, tp.host)
+            out, ms = (self._reference_here(ci, cfg, trial, tp.host) if input_set == 0
+                       else self._run_reference(cfg, trial, tp.host))
             tp.ref, tp.ref_ms, tp.stored = out, ms, None
             return out
 
@@ -1401,26 +1406,6 @@ class Worker:
 
     # -- timing ------------------------------------------------------------------------
 
-    def _input_set_outputs(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep) -> dict[str, np.ndarray]:
-        """The reference's outputs on input set 1 (``cp.alt``), loaded from the run's folder
-        only now; a stored file that cannot be read makes the reference run here."""
-        alt = cp.alt
-        assert alt is not None
-        if alt.ref is not None:
-            return alt.ref
-        assert alt.stored is not None and self.store is not None
-        self.state.set("reference_outputs", cfg.name, 0)
-        try:
-            return self.store.load(alt.stored)
-        except (OSError, ValueError) as exc:
-            self._warn(f"reference outputs of config '{cfg.name}' input set 1 unreadable ({exc}): "
-                       "the reference ran on it in this evaluation")
-        self.state.set("reference", cfg.name, 0)
-        work = alt.host.copy_arrays()
-        alt.ref_ms = self._call_reference(work, alt.host.scalars)
-        alt.ref, alt.stored = {n: work[n] for n in self._stored_names(work, alt.host)}, None
-        return alt.ref
-
     def _add_input_set(self, ci: int, cfg: ConfigSpec, cp: ConfigPrep, dev: dict[str, DeviceArray],
                        copies: list[dict[str, Allocation]], refs: list[dict[str, np.ndarray]],
                        sets: list[HostData]) -> str | None:
@@ -1443,7 +1428,7 @@ class Worker:
             return (f"one input set in timing: the second needs {extra / 1e9:.3g} GB of device "
                     f"memory and {free / 1e9:.3g} GB are free (keeping {held / 1e9:.3g} GB for the "
                     "candidate's own allocations)")
-        ref1 = self._input_set_outputs(ci, cfg, cp)
+        ref1 = self._outputs_of(ci, cfg, 0, cp.alt, input_set=1)
         for n, r1 in ref1.items():
             r0 = refs[0].get(n)
             if r0 is None or not is_floating(r1.dtype):
@@ -1556,8 +1541,7 @@ class Worker:
                     b.memset32(flush.ptr, 0, fbytes // 4)
 
             def verify_call(i: int, k: int) -> None:
-                # untimed: after the call's end event; the copies back synchronise
-                self._sync(where)
+                # untimed: after the call and the device synchronize that follows it
                 self.state.set("timing.check", cfg.name, 0)
                 for n in writes:
                     b.d2h(cand[n], dev[n].ptr)
