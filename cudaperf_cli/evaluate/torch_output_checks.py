@@ -282,6 +282,9 @@ class ThreadWatch:
         self.calls = 0
         self._before: dict[int, str] | None = None
         self._count_before = 0
+        #: identities of the Python threads (``_thread`` ones included) before a call: a
+        #: count alone misses a new thread when another one ends during the call
+        self._idents_before: set[int] = set()
         #: OS threads that appeared in the first call (library threads, not judged)
         self.first_call_new: list[str] = []
         #: a thread seen alive after a timed call (:meth:`wrap`), reported at the next check
@@ -302,6 +305,7 @@ class ThreadWatch:
         """Record the OS threads and the Python thread count just before a candidate call."""
         self._before = native_threads()
         self._count_before = _thread._count()
+        self._idents_before = set(sys._current_frames())
 
     def after_call(self) -> str | None:
         """Just after a candidate call returned: why a thread it started is still alive
@@ -310,7 +314,8 @@ class ThreadWatch:
         first = self.calls == 0
         self.calls += 1
         py = self.python_leftovers()
-        if py or _thread._count() > self._count_before:
+        started = set(sys._current_frames()) - self._idents_before
+        if py or started or _thread._count() > self._count_before:
             return py or "a thread started through _thread still running"
         if before is None:
             return None
