@@ -279,6 +279,8 @@ class ThreadWatch:
     def __init__(self) -> None:
         self.baseline = python_threads()
         self.count0 = _thread._count()
+        #: identities of every Python thread at the baseline (``_thread`` ones included)
+        self.idents0 = set(sys._current_frames())
         self.calls = 0
         self._before: dict[int, str] | None = None
         self._count_before = 0
@@ -296,7 +298,11 @@ class ThreadWatch:
         new = [f"'{name}'" for ident, name in now.items() if ident not in self.baseline]
         if new:
             return f"Python thread(s) {', '.join(sorted(new))} still running"
-        extra = _thread._count() - self.count0
+        # by identity, then by count: a count alone misses a new thread when a thread of
+        # the baseline ended meanwhile; an identity alone misses one that reused an ended
+        # thread's identity
+        started = len(set(sys._current_frames()) - self.idents0)
+        extra = max(started, _thread._count() - self.count0)
         if extra > 0:
             return f"{extra} thread(s) started through _thread still running"
         return None
