@@ -56,7 +56,7 @@ from cudaperf_cli.evaluate import (
     verify,
 )
 from cudaperf_cli.evaluate.job import GUARD_BYTES
-from cudaperf_cli.evaluate.timing import side_work, speedup, untimed_work
+from cudaperf_cli.evaluate.timing import judge_clock, side_work, speedup, untimed_work
 from tests.eval_refs import REF_C, SAXPY_PARAMS
 
 HOST = {"CUDAPERF_WORKER_BACKEND": "host"}
@@ -539,6 +539,67 @@ def test_host_candidate_segfault_is_a_crash(ref_lib: Path, compile_c: Callable[.
     assert r.signal == "SIGSEGV" and r.exit_code == -11
     assert r.phase == "candidate"
     assert "SIGSEGV in the candidate call (config 'small', trial 0)" in r.message
+
+
+# -- the judge and the candidate's process (docs/evaluation.md §3) ------------------------
+
+# The candidate writes the right result only when it is not in the judge's process: the
+# judge is `python -m cudaperf_cli.evaluate.worker`, the candidate's process is
+# `python -m cudaperf_cli.evaluate.device_side`.
+_WHERE_AM_I = r"""
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+static int in_judge(void) {
+  char buf[4096] = {0};
+  int fd = open("/proc/self/cmdline", O_RDONLY);
+  if (fd < 0) return 1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  for (ssize_t i = 0; i < n; i++) if (!buf[i]) buf[i] = ' ';
+  return strstr(buf, "evaluate.worker") != 0 || strstr(buf, "device_side") == 0;
+}
+"""
+
+
+def test_host_candidate_runs_outside_the_judge(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("if (in_judge()) return 0; " + SAXPY_OK, prelude=_WHERE_AM_I))
+    job = _job(ref_lib, cand, configs=[ConfigSpec("small", {"n": 1000}, trials=2),
+                                        ConfigSpec("main", {"n": 5000}, trials=1, time=True)])
+    r = _host_run(job)
+    assert r.status == CORRECT, r.message + r.stderr_tail
+    procs = r.details["processes"]
+    assert procs["judge"] != procs["candidate"]["pid"] and procs["ping_ms"] > 0
+    t = r.configs[1].timing
+    assert t is not None and t.judge_sync is not None and t.judge_ping_ms == procs["ping_ms"]
+    assert t.judge_sync.n == t.sync_call.n  # type: ignore[union-attr]
+
+
+def test_host_candidate_exit_is_a_crash(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    cand = compile_c(_saxpy("exit(0);", prelude="#include <stdlib.h>\n"))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == CRASH and "without a valid result" in r.message, r.message
+    assert "the candidate's process ended" in r.stderr_tail
+
+
+def test_host_forged_reply_is_a_crash(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
+    """Code in the candidate's process writes a reply of its own on every descriptor (the
+    reply pipe among them): the reply answers no request of the judge's."""
+    forge = ('const char *m = "{\\"ok\\": true, \\"id\\": 1, \\"rc\\": 0, \\"sync\\": 0}\\n"; '
+             "for (int fd = 3; fd < 64; fd++) write(fd, m, strlen(m)); " + SAXPY_OK)
+    cand = compile_c(_saxpy(forge, prelude="#include <string.h>\n#include <unistd.h>\n"))
+    r = _host_run(_job(ref_lib, cand))
+    assert r.status == CRASH, r.message
+    assert "reply to no request" in r.stderr_tail
+
+
+def test_judge_clock_rule() -> None:
+    # honest: the judge's round trip minus an empty one is about the call + synchronize
+    assert judge_clock(gpu_ms=1.0, sync_ms=1.05, judge_ms=1.2, ping_ms=0.1) is None
+    assert judge_clock(gpu_ms=0.005, sync_ms=0.02, judge_ms=1.5, ping_ms=0.05) is None  # slack
+    # figures that claim a twentieth of what the judge saw
+    msg = judge_clock(gpu_ms=0.5, sync_ms=0.5, judge_ms=10.1, ping_ms=0.1)
+    assert msg is not None and "10 ms" in msg and "not the calls' time" in msg
 
 
 def test_host_infinite_loop_times_out(ref_lib: Path, compile_c: Callable[..., Path]) -> None:
@@ -1480,13 +1541,16 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     assert plan.optional_bytes == 280000  # the second set, dropped when the device is short
     # inputs of every trial (small: 2 x 26 doubles) + their outputs + 2 working copies +
     # the comparison's temporaries for the largest array (20000 elements x 48 bytes) +
-    # main's input set 1 and its reference outputs
+    # main's input set 1 and its reference outputs + the staging buffer shared with the
+    # candidate's process (main's reads and outputs, 2 x 280000), resident in both processes
     inputs = 2 * 26 * 8 + 280000
-    assert plan.host_bytes == inputs + inputs + 2 * 280000 + 20000 * 48 + 2 * 280000 == 2640832
+    staging = 2 * 280000
+    assert plan.host_bytes == (inputs + inputs + 2 * 280000 + 20000 * 48 + 2 * 280000
+                               + 2 * staging) == 3760832
     # one input set: the pristine copies of the read-write arrays only, as before
     one = plan_c_memory(replace(job, timing=replace(ts, input_sets=1)), l2_bytes=60 << 20)
     assert one.gpu_bytes == 280000 + 6 * GUARD_BYTES + 280000 + (1 << 20) == plan.gpu_bytes - 280000
-    assert one.optional_bytes == 0 and one.host_bytes == 2080832 and one.parts["input_set_1"] == 0
+    assert one.optional_bytes == 0 and one.host_bytes == 2080832 + 2 * staging and one.parts["input_set_1"] == 0
     # the driver refuses only what cannot fit with one set
     assert does_not_fit(plan, gpu_free=one.gpu_bytes, host_total=None, what="mm") is None
     assert "does not fit" in does_not_fit(plan, gpu_free=one.gpu_bytes - 1, host_total=None, what="mm")
@@ -1496,7 +1560,7 @@ def test_plan_c_memory_by_hand(tmp_path: Path) -> None:
     # A and B for set 0 and set 1; C is poisoned, never copied
     assert known.gpu_bytes == 280000 + 6 * GUARD_BYTES + 2 * 120000 + (1 << 20)
     assert known.host_bytes == (inputs + (2 * 12 * 8 + 160000) + 2 * 280000 + 20000 * 48
-                                + 120000 + 160000)
+                                + 120000 + 160000 + 2 * (120000 + 160000))
     job.cand_lib = None
     ref_only = plan_c_memory(job, l2_bytes=60 << 20)
     assert ref_only.gpu_bytes == 0 and ref_only.host_bytes == 3 * 280000

@@ -71,6 +71,9 @@ SLOW_STOP_TEXT = "was stopped: not verified at this size"
 #: Environment of the worker protocol (see docs/evaluation.md).
 #: ``STATE_ENV`` (from evaluate/child.py): path of the phase file the worker keeps overwriting
 BACKEND_ENV = "CUDAPERF_WORKER_BACKEND"  #: "host": test-only device emulation
+#: The command the C worker runs its candidate's process under (a JSON list ending with
+#: ``--``; the compute-sanitizer stage's): set by :func:`~cudaperf_cli.evaluate.runner.run_evaluation`.
+DEVICE_WRAPPER_ENV = "CUDAPERF_DEVICE_WRAPPER"
 HOOKS_ENV = "CUDAPERF_TEST_HOOKS"  #: "1": honour EvalJob.debug_hook (tests only)
 
 
@@ -518,6 +521,11 @@ class ConfigTiming:
         checked_reps: the 1-based numbers of the timed repetitions whose outputs were
             compared with the reference's on their input set (besides the last timed call
             and the last end-to-end run, which are always compared).
+        judge_sync: the judge's own clock around each call + synchronize request to the
+            candidate's process (the request's round trip included), ms; None in an
+            in-process worker (tests) or when not measured (``docs/evaluation.md`` §6).
+        judge_ping_ms: the judge-clock ms of an empty request (median of 5), subtracted
+            from ``judge_sync`` when the two clocks are compared.
     """
 
     gpu: TimingStats | None = None
@@ -540,13 +548,15 @@ class ConfigTiming:
     input_sets: int = 0
     input_set_calls: list[int] = field(default_factory=list)
     checked_reps: list[int] = field(default_factory=list)
+    judge_sync: TimingStats | None = None
+    judge_ping_ms: float | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "ConfigTiming | None":
         if not d:
             return None
         kw = _pick(cls, d)
-        for k in ("gpu", "e2e", "sync_call", "cpu"):
+        for k in ("gpu", "e2e", "sync_call", "cpu", "judge_sync"):
             kw[k] = TimingStats.from_json(d.get(k))
         kw["warnings"] = list(d.get("warnings", []))
         kw["input_set_calls"] = [int(x) for x in d.get("input_set_calls") or []]
@@ -749,8 +759,10 @@ def plan_c_memory(
           CPU baseline) + the candidate's results read back (one configuration) + the
           chunked comparison's temporaries + with two input sets, for each timed
           configuration, the second set's arrays and its reference outputs
-          (``reads(c) + out(c)``).  A reference-only job holds one trial at a time: 3 x
-          max ``bytes(c)``.
+          (``reads(c) + out(c)``) + twice the staging buffer shared with the candidate's
+          process (the largest array, or a timed configuration's ``reads(c) + out(c)``;
+          resident in both processes).  A reference-only job holds one trial at a time:
+          3 x max ``bytes(c)``.
 
     Raises:
         ValueError: a configuration lacks a size or gives a negative extent.
@@ -834,6 +846,13 @@ def plan_c_memory(
                 + 2 * biggest + scratch)
         if two:  # the second input set of each timed configuration and its reference outputs
             host += sum(reads(c) + out_bytes(c) for c in timed)
+        # the staging buffer shared with the candidate's process (its largest use: one
+        # array, or an end-to-end run's inputs and outputs), counted in both processes'
+        # resident memory
+        most_bytes = max((counts[c.name][p.name] * item[p.name] for c in cfgs for p in arrays),
+                         default=0)
+        staging = max([most_bytes, *(reads(c) + out_bytes(c) for c in timed)])
+        host += 2 * staging
     else:
         gpu = 0
         host = 3 * biggest

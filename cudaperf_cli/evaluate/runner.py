@@ -32,6 +32,7 @@ from cudaperf_cli.evaluate.job import (
     REFERENCE_ERROR,
     TIMEOUT,
     BACKEND_ENV,
+    DEVICE_WRAPPER_ENV,
     ConfigResult,
     EvalJob,
     EvalResult,
@@ -145,8 +146,10 @@ def run_evaluation(
             for the GPU; the wait for the GPU lock counts in neither limit.
         host_memory_limit_bytes: bound of the worker's resident host memory (its process
             group), bytes; ``"auto"``: :func:`host_memory_limit`; None: unbounded.
-        wrapper: a command the worker runs under (its arguments end with ``--``): the
-            compute-sanitizer stage's (evaluate/sanitize.py); () runs the worker itself.
+        wrapper: a command the candidate's process runs under (its arguments end with
+            ``--``): the compute-sanitizer stage's (evaluate/sanitize.py); the worker (the
+            judge) starts that process, so the tool sees the candidate's device work and
+            nothing of the judge's.  (): the candidate's process runs as itself.
 
     Returns:
         An :class:`EvalResult`; every outcome of the candidate is a status, never an
@@ -164,10 +167,11 @@ def run_evaluation(
     else:
         limit = int(host_memory_limit_bytes)
     gpu = job.device if job.cand_lib is not None else None
+    if wrapper:
+        env = {**(env or {}), DEVICE_WRAPPER_ENV: json.dumps(list(wrapper))}
     run = run_child(
         WORKER_MODULE, [], job.to_json(), timeout_s=timeout_s,
         prepare_timeout_s=prepare_timeout_s, gpu=gpu, env=env, host_memory_limit_bytes=limit,
-        wrapper=wrapper,
     )
     result = _result_of(job, run, timeout_s=timeout_s)
     result.elapsed_s = run.elapsed_s

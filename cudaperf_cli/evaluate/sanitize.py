@@ -16,13 +16,14 @@ How (``docs/evaluation.md``, "compute-sanitizer stage")::
         --target-processes application-only --launch-timeout 60 --require-cuda-init yes
         --check-exit-code no --show-backtrace device --log-file <tmp>/memcheck.log
         --report-api-errors no --leak-check no --
-        <python> -m cudaperf_cli.evaluate.worker
+        <python> -m cudaperf_cli.evaluate.device_side ...
 
-through :func:`cudaperf_cli.evaluate.runner.run_evaluation` (``wrapper=``): the same child
-protocol as every evaluation (the GPU gate and lock, the scrubbed environment, the open-files
-limit, the worker's Landlock confinement, the host-memory watchdog over the process group,
-now the sanitizer and the worker, with :data:`SANITIZER_HOST_BYTES` more), one time limit per
-tool.  The worker still stops at host-side errors and reports its own verdict.
+through :func:`cudaperf_cli.evaluate.runner.run_evaluation` (``wrapper=``): the worker (the
+judge) starts its candidate's process under the tool, so the tool sees the candidate's device
+work only; the same child protocol as every evaluation (the GPU gate and lock, the scrubbed
+environment, the open-files limit, the candidate's process's Landlock confinement, the
+host-memory watchdog over the process group, now the judge, the sanitizer and the candidate's
+process, with :data:`SANITIZER_HOST_BYTES` more), one time limit per tool.  The worker still stops at host-side errors and reports its own verdict.
 
 Verdict (:func:`run_sanitizer`): errors in the log (``ERROR SUMMARY: N errors`` with N > 0,
 or an error headline) reject the candidate (status ``sanitizer_error``, the first error as
@@ -188,7 +189,7 @@ def sanitizer_command(exe: str, tool: str, log_file: str | os.PathLike[str]) -> 
         exe, "--tool", tool,
         "--error-exitcode", str(ERROR_EXITCODE),
         "--print-limit", str(PRINT_LIMIT),
-        # the worker starts no process; tracking children would follow ldconfig & co.
+        # the candidate's process starts none; tracking children would follow ldconfig & co.
         "--target-processes", "application-only",
         "--launch-timeout", str(LAUNCH_TIMEOUT_S),
         "--require-cuda-init", "yes",
@@ -364,7 +365,9 @@ class ToolRun:
         message: the verdict in one line (the first error for ``errors``).
         errors: the ``ERROR SUMMARY`` count (None: no such line).
         worker_status: the worker's status under the tool.
-        exit_code: the process group leader's (compute-sanitizer's) exit status.
+        exit_code: compute-sanitizer's exit status (it wraps the candidate's process, which
+            the worker starts: ``details.processes.candidate.exit_code``; the worker's own
+            when that is missing).
     """
 
     tool: str
@@ -500,8 +503,11 @@ def run_sanitizer(job: EvalJob, *, exe: str | None, timeout_s: float,
                 text = ""
             report = parse_report(text, tool)
             verdict, message = judge(tool, result, report)
+            cand = (result.details.get("processes") or {}).get("candidate") or {}
+            tool_rc = cand.get("exit_code") if isinstance(cand, dict) else None
             out.tools.append(ToolRun(tool, round(seconds, 3), verdict, message, report.errors,
-                                     result.status, result.exit_code))
+                                     result.status,
+                                     tool_rc if isinstance(tool_rc, int) else result.exit_code))
             if verdict == "clean":
                 continue
             out.result = "skipped" if verdict == "tool_failure" else "rejected"

@@ -356,6 +356,39 @@ def side_work(tail_ms: Sequence[float], gpu_ms: float) -> str | None:
     return None
 
 
+#: Slack of :func:`judge_clock`, ms: scheduling of two processes on a busy host.
+JUDGE_SLACK_MS = 2.0
+
+
+def judge_clock(gpu_ms: float, sync_ms: float, judge_ms: float, ping_ms: float) -> str | None:
+    """Why the candidate's process's figures disagree with the judge's own clock, or None.
+
+    The candidate's process measures its calls (events; call + synchronize on its host
+    clock) in the process where the candidate's host code runs; the judge times each call +
+    synchronize request from its own process.  A request's round trip minus an empty
+    request's (``ping_ms``) bounds what the call took; figures that claim far less were not
+    measured honestly.
+
+    Args:
+        gpu_ms: median event ms of the timed calls (the candidate's process's).
+        sync_ms: median call + synchronize ms on the candidate's process's clock.
+        judge_ms: median judge-clock ms of the call + synchronize requests.
+        ping_ms: judge-clock ms of an empty request.
+
+    Returns:
+        One line when ``judge_ms - ping_ms > 2 * max(gpu_ms, sync_ms) +``
+        :data:`JUDGE_SLACK_MS`: the judge saw each call take more than twice what was
+        reported, and by more than the slack; None otherwise.
+    """
+    seen = judge_ms - ping_ms
+    claimed = max(gpu_ms, sync_ms)
+    if seen > 2.0 * claimed + JUDGE_SLACK_MS:
+        return (f"the judge's clock saw each call + synchronize take {seen:.4g} ms, against "
+                f"{sync_ms:.4g} ms (call + synchronize) and {gpu_ms:.4g} ms (events) measured "
+                "in the candidate's process: its figures are not the calls' time")
+    return None
+
+
 def speedup(baseline_ms: float | None, ms: float | None) -> float | None:
     """``baseline_ms / ms`` or None when either is missing or ``ms`` is not positive."""
     if baseline_ms is None or ms is None or ms <= 0:

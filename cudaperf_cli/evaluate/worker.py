@@ -18,8 +18,15 @@ verified on the device, and the timed configurations are timed on their trial-0 
 that runs past the slow stop ends the worker with a ``timeout`` result (``docs/evaluation.md``
 §6).
 
+The worker is the judge (``docs/evaluation.md`` §3, "The judge and the candidate's
+process"): it never loads the candidate.  The candidate's library, the CUDA context and
+every device operation live in the candidate's process it starts
+(:mod:`cudaperf_cli.evaluate.device_side`); inputs go there and outputs come back as raw
+bytes, and the reference's outputs and the comparison stay here.
+
 The worker catches its own errors and reports them as JSON; only a signal (segfault in
-the reference or the candidate's host code) or the parent's kill ends it without a result.
+the reference), the parent's kill, or the candidate's process dying (the worker then ends
+the same way) ends it without a result.
 """
 
 from __future__ import annotations
@@ -41,16 +48,23 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cudaperf_cli.confine import Confinement, confine_candidate
 from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam
 from cudaperf_cli.evaluate.backend import (
     Allocation,
-    Backend,
     CudaCallError,
     NoDevice,
     driver_error,
     make_backend,
     runtime_error,
+)
+from cudaperf_cli.evaluate.device_side import (
+    PTR,
+    CallRecord,
+    DeviceGone,
+    LoadFailure,
+    LocalDevice,
+    Op,
+    RemoteDevice,
 )
 from cudaperf_cli.evaluate.child import (
     Channel,
@@ -63,6 +77,7 @@ from cudaperf_cli.evaluate.child import (
 )
 from cudaperf_cli.evaluate.job import (
     BACKEND_ENV,
+    DEVICE_WRAPPER_ENV,
     CORRECT,
     CRASH,
     NO_DEVICE,
@@ -95,6 +110,7 @@ from cudaperf_cli.evaluate.timing import (
     InputRotation,
     fit_reps,
     flush_size,
+    judge_clock,
     perturb_positions,
     side_work,
     speedup,
@@ -471,29 +487,34 @@ class Worker:
             slow stop (:meth:`_stop_ms`) and ends the process; it is called from a timer
             thread while the candidate's call still runs, and must not return.  None (an
             in-process worker): calls are never stopped.
-        confine: called with the paths the process must still read, just before the
-            candidate's library is loaded (the worker process passes
-            :func:`~cudaperf_cli.confine.confine_candidate`); None: not confined (an
-            in-process worker in tests).
+        process: run the device work and the candidate in the candidate's process
+            (:class:`~cudaperf_cli.evaluate.device_side.RemoteDevice`, which confines
+            itself before it loads the candidate); the worker process always does.  False
+            (tests of an in-process worker): here, unconfined
+            (:class:`~cudaperf_cli.evaluate.device_side.LocalDevice`).
+        device_wrapper: a command the candidate's process runs under (``$CUDAPERF_DEVICE_WRAPPER``:
+            the compute-sanitizer stage's).
     """
 
     def __init__(self, job: EvalJob, state: State, backend_kind: str = "cuda",
                  gate: Callable[[], float] | None = None,
                  stop: Callable[[EvalResult], None] | None = None,
-                 confine: Callable[[list[str]], Confinement] | None = None):
+                 process: bool = False, device_wrapper: list[str] | None = None):
         self.job = job
         self.state = state
         self.backend_kind = backend_kind
         self.gate = gate or (lambda: 0.0)
         self.stop = stop
-        self.confine = confine
+        self.process = process
+        self.device_wrapper = list(device_wrapper or [])
         self.results: list[ConfigResult] = []  #: configurations verified so far
         self.cand_calls = 0  #: calls of the candidate so far
         self.params = job.parsed_params()
         self.arrays = [p for p in self.params if isinstance(p, ArrayParam)]
         self.init = job.init_spec()
-        self.backend: Backend | None = None
-        self.cand_fn: Any = None
+        #: the device side: the candidate's process (or, in tests, this one)
+        self.backend: RemoteDevice | LocalDevice | None = None
+        self.cand_loaded = False
         self.roles: dict[str, str] = {}
         self.error: dict[str, Any] | None = None
         self.warnings: list[str] = []
@@ -508,16 +529,32 @@ class Worker:
         #: classification run, reused as that trial's data and output.
         self.classified: tuple[int, HostData, dict[str, np.ndarray], float] | None = None
         self.preps: list[ConfigPrep] = []
-        self.confinement: Confinement | None = None  #: set when candidate code is loaded
+        #: the candidate's process's confinement (``Confinement.to_json()``), once loaded
+        self.confinement: dict[str, Any] | None = None
+        #: judge-clock ms of an empty request to the candidate's process (median of 5)
+        self.ping_ms: float | None = None
 
     # -- entry -------------------------------------------------------------------------
 
     def run(self) -> EvalResult:
+        try:
+            result = self._run()
+        finally:
+            if self.backend is not None:
+                self.backend.close()
+        procs = result.details.get("processes")
+        if isinstance(self.backend, RemoteDevice) and procs:
+            procs["candidate"]["exit_code"] = self.backend.proc.returncode
+        return result
+
+    def _run(self) -> EvalResult:
         job = self.job
         if job.cand_lib is not None:
             self.state.set("device")
             try:
-                self.backend = make_backend(self.backend_kind, job.device)
+                self.backend = (RemoteDevice(self.backend_kind, job.device,
+                                             wrapper=self.device_wrapper) if self.process
+                                else LocalDevice(make_backend(self.backend_kind, job.device)))
             except NoDevice as exc:
                 return self._result(NO_DEVICE, f"no CUDA device: {exc}", [])
             self.device = self.backend.info()
@@ -532,10 +569,8 @@ class Worker:
             return self._reference_only_result()
         self.prepare_s = time.monotonic() - self.t0
         self.gate()
-        # From here on this process runs candidate code: no file of the user's, no TCP.
-        if self.confine is not None:
-            self.confinement = self.confine(self._candidate_reads())
-        # The candidate's library only now: its static constructors are candidate code.
+        # The candidate's library only now (its static constructors are candidate code), in
+        # the candidate's process, which first confines itself: no file of the user's, no TCP.
         self.state.set("load_candidate")
         try:
             self._load_candidate()
@@ -618,7 +653,8 @@ class Worker:
             tolerances=tolerances_used([p.dtype for p in self.arrays], self.job.tolerances),
             warnings=self.warnings,
             details={"phase_s": self.state.phase_seconds(),
-                     **({"confinement": self.confinement.to_json()} if self.confinement else {}),
+                     **({"confinement": self.confinement} if self.confinement else {}),
+                     **self._process_details(),
                      **({"inputs_from_store": self.inputs_from_store} if self.inputs_from_store else {})},
             summary=summarize_result(configs, self.job.baseline_label),
         )
@@ -663,41 +699,38 @@ class Worker:
             ifn.argtypes = None  # built per call (scalar outputs go by pointer)
             self.init_fn = ifn
 
+    def _arg_kinds(self) -> list[str]:
+        """The candidate's argument kinds for the candidate's process: ``"ptr"`` or a
+        dtype name."""
+        return [PTR if isinstance(p, ArrayParam) else np.dtype(p.dtype).name for p in self.params]
+
     def _candidate_reads(self) -> list[str]:
-        """What this process reads once candidate code runs: the candidate's folder and the
-        stored reference outputs (loaded lazily, when compared)."""
+        """What the candidate's process reads once candidate code runs: the candidate's
+        folder (the judge keeps the stored reference outputs to itself)."""
         job = self.job
         assert job.cand_lib is not None
-        return [str(Path(job.cand_lib).resolve().parent),
-                *([str(Path(job.reference_outputs).resolve())] if job.reference_outputs else [])]
+        return [str(Path(job.cand_lib).resolve().parent)]
 
     def _load_candidate(self) -> None:
         job = self.job
         self.state.mark_candidate()
-        assert job.cand_lib is not None
+        assert job.cand_lib is not None and self.backend is not None
         try:
-            lib = ctypes.CDLL(os.path.abspath(job.cand_lib))
-        except OSError as exc:
-            raise CandidateFailure(
-                f"cannot load the candidate library: {exc}",
-                {"source": "load", "name": "LOAD_ERROR", "string": str(exc), "code": None},
-            ) from None
-        try:
-            fn = getattr(lib, job.cand_symbol)
-        except AttributeError:
-            raise CandidateFailure(
-                f"the candidate does not define extern \"C\" int {job.cand_symbol}(...)",
-                {
-                    "source": "load",
-                    "name": "SYMBOL_NOT_FOUND",
-                    "string": f"{job.cand_symbol} not exported (missing extern \"C\"?)",
-                    "code": None,
-                },
-            ) from None
-        fn.restype = ctypes.c_int
-        fn.argtypes = self._argtypes()
-        self.cand_lib = lib
-        self.cand_fn = fn
+            self.confinement = self.backend.load_candidate(
+                job.cand_lib, job.cand_symbol, self._arg_kinds(), self._candidate_reads())
+        except LoadFailure as exc:
+            raise CandidateFailure(str(exc), exc.error) from None
+        self.cand_loaded = True
+        if isinstance(self.backend, RemoteDevice):
+            pings = sorted(self.backend.ping() for _ in range(5))
+            self.ping_ms = pings[2]
+
+    def _process_details(self) -> dict[str, Any]:
+        """``details.processes``: the judge's pid and the candidate's process's."""
+        if not isinstance(self.backend, RemoteDevice):
+            return {}
+        return {"processes": {"judge": os.getpid(), "candidate": dict(self.backend.process),
+                              "ping_ms": self.ping_ms}}
 
     # -- data --------------------------------------------------------------------------
 
@@ -1167,16 +1200,18 @@ class Worker:
                 bad.append({"array": d.name, "side": "after", "offset": int(hit[0])})
         return bad
 
-    def _poison_dev(self, d: DeviceArray, dtype: np.dtype) -> None:
-        b = self.backend
-        assert b is not None
+    @staticmethod
+    def _poison_op(d: DeviceArray, dtype: np.dtype) -> Op:
+        """The memset that poisons ``d`` (NaN words for floats, ``0xA5`` bytes else)."""
         if is_floating(dtype):
             if d.nbytes % 4 == 0:
-                b.memset32(d.ptr, POISON_FLOAT_WORD, d.nbytes // 4)
-            else:
-                b.memset8(d.ptr, 0xFF, d.nbytes)
-        else:
-            b.memset8(d.ptr, POISON_INT_BYTE, d.nbytes)
+                return ["memset32", d.ptr, POISON_FLOAT_WORD, d.nbytes // 4]
+            return ["memset8", d.ptr, 0xFF, d.nbytes]
+        return ["memset8", d.ptr, POISON_INT_BYTE, d.nbytes]
+
+    def _poison_dev(self, d: DeviceArray, dtype: np.dtype) -> None:
+        assert self.backend is not None
+        self.backend.run_ops([self._poison_op(d, dtype)])
 
     def _upload(self, dev: dict[str, DeviceArray], host: HostData, roles: dict[str, str]) -> float:
         """Poison write-only arrays, copy the others in, (re)write the guards.  Returns the
@@ -1197,17 +1232,31 @@ class Worker:
         return copy_s * 1e3
 
     def _cand_args(self, dev: dict[str, DeviceArray], scalars: dict[str, Any]) -> list[Any]:
+        """The candidate's arguments as plain numbers (device addresses, scalars)."""
         return [
-            dev[p.name].ptr if isinstance(p, ArrayParam) else scalars[p.name] for p in self.params
+            dev[p.name].ptr if isinstance(p, ArrayParam)
+            else (scalars[p.name].item() if hasattr(scalars[p.name], "item") else scalars[p.name])
+            for p in self.params
         ]
 
-    def _call_candidate(self, args: list[Any], where: dict[str, Any]) -> None:
-        """Call ``<fn>_cuda``; a non-zero return raises :class:`CandidateFailure`."""
-        if self.cand_fn is None:
+    def _call_candidate(self, args: list[Any], where: dict[str, Any],
+                        events: bool = False) -> CallRecord:
+        """Call ``<fn>_cuda`` once (with ``events``: between two events, then synchronize;
+        the event ms is ``ms[0]``); a non-zero return or a failed synchronize raises
+        :class:`CandidateFailure`."""
+        if not self.cand_loaded:
             self._load_candidate()
+        assert self.backend is not None
         self.state.mark_candidate()
         self.cand_calls += 1
-        rc = int(self.cand_fn(*args))
+        rec = self.backend.call(args, events)
+        self._check_record(rec, where)
+        return rec
+
+    def _check_record(self, rec: CallRecord, where: dict[str, Any]) -> None:
+        """Raise :class:`CandidateFailure` for a call of ``rec`` that returned non-zero
+        or whose synchronize failed."""
+        rc = rec.rc
         if rc != 0:
             name, string = runtime_error(rc)
             err = {"source": "candidate_return", "code": rc, "name": name, "string": string}
@@ -1215,18 +1264,23 @@ class Worker:
             raise CandidateFailure(
                 f"{self.job.cand_symbol} returned {rc} ({name}: {string})", err
             )
+        if rec.sync != 0:
+            self._sync_failed(rec.sync, where)
 
     def _sync(self, where: dict[str, Any]) -> None:
         b = self.backend
         assert b is not None
         code = b.synchronize()
         if code != 0:
-            name, string = driver_error(code)
-            err = {"source": "synchronize", "code": code, "name": name, "string": string}
-            err.update(where)
-            phase = where.get("phase")
-            what = "after the candidate call" if phase in ("candidate", "timing") else f"({phase})"
-            raise CandidateFailure(f"device synchronize {what} failed: {name}: {string}", err)
+            self._sync_failed(code, where)
+
+    def _sync_failed(self, code: int, where: dict[str, Any]) -> None:
+        name, string = driver_error(code)
+        err = {"source": "synchronize", "code": code, "name": name, "string": string}
+        err.update(where)
+        phase = where.get("phase")
+        what = "after the candidate call" if phase in ("candidate", "timing") else f"({phase})"
+        raise CandidateFailure(f"device synchronize {what} failed: {name}: {string}", err)
 
     # -- verification (device, after the gate) -----------------------------------------
 
@@ -1312,15 +1366,10 @@ class Worker:
                 self.state.set("candidate", cfg.name, trial)
                 # measured for the timing's reuse unless it is the process's first candidate
                 # call (cudart start-up and lazy module loading would fall inside its events)
-                timer = (self.backend.timer()  # type: ignore[union-attr]
-                         if cfg.time and trial == 0 and self.cand_calls else None)
+                events = bool(cfg.time and trial == 0 and self.cand_calls)
                 with self._stop_if_slow(cfg, trial):
                     t0 = time.perf_counter()
-                    if timer is not None:
-                        timer.start()
-                    self._call_candidate(self._cand_args(dev, host.scalars), where)
-                    if timer is not None:
-                        timer.stop()
+                    rec = self._call_candidate(self._cand_args(dev, host.scalars), where, events)
                     self._sync(where)
                     call_ms = (time.perf_counter() - t0) * 1e3
                 self.state.set("download", cfg.name, trial)
@@ -1334,8 +1383,8 @@ class Worker:
                 for n in dev:
                     if roles[n] == READ_ONLY:
                         self.backend.d2h(cand[n], dev[n].ptr)  # type: ignore[union-attr]
-                if timer is not None:
-                    cp.first = FirstCall(timer.ms(), call_ms, up_ms + call_ms + down_ms)
+                if events and rec.ms:
+                    cp.first = FirstCall(rec.ms[0], call_ms, up_ms + call_ms + down_ms)
                 guards = self._check_guards(dev)
                 ref = self._outputs_of(ci, cfg, trial, tp)
                 if cfg.time and trial == 0:
@@ -1502,6 +1551,7 @@ class Worker:
         e2e_stats: TimingStats | None = None
         gpu_stats: TimingStats | None = None
         tails: list[float] = []  # ms the device stayed busy after each timed call's end event
+        judge_samples: list[float] = []  # judge-clock ms of each call + synchronize request
         rt = None
         post_bad: list[str] = []
         guards: list[dict[str, Any]] = []
@@ -1529,16 +1579,20 @@ class Worker:
             dtypes = {n: a.dtype for n, a in host.arrays.items()}
             rot = InputRotation(len(sets), [int(job.seed), ci, 2], ts.checked_reps)
 
-            def prepare(k: int) -> None:
+            def prepare(k: int) -> list[Op]:
+                # untimed, before a call: input set k into the candidate's arrays, the
+                # write-only ones re-poisoned, the L2 flushed
+                ops: list[Op] = []
                 src = copies[k]
                 for name, d in dev.items():
                     a = src.get(name)
                     if a is not None:
-                        b.d2d(d.ptr, a.ptr, d.nbytes)
+                        ops.append(["d2d", d.ptr, a.ptr, d.nbytes])
                     elif roles[name] == WRITE_ONLY:
-                        self._poison_dev(d, dtypes[name])
+                        ops.append(self._poison_op(d, dtypes[name]))
                 if flush is not None:
-                    b.memset32(flush.ptr, 0, fbytes // 4)
+                    ops.append(["memset32", flush.ptr, 0, fbytes // 4])
+                return ops
 
             def verify_call(i: int, k: int) -> None:
                 # untimed: after the call and the device synchronize that follows it
@@ -1562,33 +1616,34 @@ class Worker:
                                  "being harder, not a stale result (not rejected)")
                 self.state.set("timing.gpu", cfg.name, 0)
 
-            timers: list[Any] = []
             calls = 0
             budget = ts.max_total_ms
             # the verification's call, when it alone filled the budget: the first samples
             reuse = cp.first if cp.first is not None and budget > 0 and cp.first.event_ms >= budget else None
 
             def run(k: int) -> list[float]:
+                # k timed calls, in the candidate's process as batches that end at each
+                # verified call (one request each: the pipe's latency stays out of the
+                # events); each call's tail is the device's busy time after its end event,
+                # on a stream the launcher never joined (timing.side_work)
                 nonlocal calls
                 calls += k
-                while len(timers) < k:
-                    timers.append(b.timer())
+                self.cand_calls += k
+                ms: list[float] = []
+                batch: list[int] = []
                 for i in range(k):
                     s, check = rot.next()
-                    prepare(s)
-                    timers[i].start()
-                    self._call_candidate(args, where)
-                    timers[i].stop()
-                    # untimed: work left running after the end event, on a stream the
-                    # launcher never joined (timing.side_work)
-                    timers[i].wait_stop()
-                    t1 = time.perf_counter()
-                    self._sync(where)
-                    tails.append((time.perf_counter() - t1) * 1e3)
+                    batch.append(s)
+                    if check is None and i < k - 1:
+                        continue
+                    rec = b.timed_calls([prepare(x) for x in batch], args)
+                    self._check_record(rec, where)
+                    ms.extend(rec.ms or [])
+                    tails.extend(rec.tails or [])
+                    batch = []
                     if check is not None:
                         verify_call(check, s)
-                self._sync(where)
-                return [timers[i].ms() for i in range(k)]
+                return ms
 
             # kernel time (events), repetitions planned from an estimate
             self.state.set("timing.gpu", cfg.name, 0)
@@ -1617,16 +1672,19 @@ class Worker:
                 self.state.set("timing.sync", cfg.name, 0)
                 sync_samples: list[float] = []
                 want = max(int(ts.sync_reps), 1)
+                judge_samples.clear()
                 if reuse is not None and reuse.sync_ms >= budget:
                     sync_samples.append(reuse.sync_ms)
                     want = 1
                 while len(sync_samples) < want:
-                    prepare(rot.next()[0])
+                    b.run_ops(prepare(rot.next()[0]))
                     self._sync(where)
                     t0 = time.perf_counter()
-                    self._call_candidate(args, where)
-                    self._sync(where)
-                    sync_samples.append((time.perf_counter() - t0) * 1e3)
+                    rec = b.sync_call([], args)
+                    judge_samples.append((time.perf_counter() - t0) * 1e3)
+                    self.cand_calls += 1
+                    self._check_record(rec, where)
+                    sync_samples.append((rec.ms or [0.0])[0])
                     want = min(want, fit_reps(ts.max_total_ms, sync_samples[0], ts.sync_reps))
                 sync_stats = summarize(sync_samples)
 
@@ -1645,18 +1703,13 @@ class Worker:
                 while len(e2e_samples) < want:
                     e2e_ran = True
                     last = rot.next()[0]
-                    for n in writes:
-                        if roles[n] == WRITE_ONLY:
-                            self._poison_dev(dev[n], dtypes[n])
-                    self._sync(where)
-                    t0 = time.perf_counter()
-                    for n in reads:
-                        b.h2d(dev[n].ptr, inputs[last][n])
-                    self._call_candidate(args, where)
-                    self._sync(where)
-                    for n in writes:
-                        b.d2h(cand[n], dev[n].ptr)
-                    dt = (time.perf_counter() - t0) * 1e3
+                    rec = b.e2e_call([self._poison_op(dev[n], dtypes[n]) for n in writes
+                                      if roles[n] == WRITE_ONLY],
+                                     [(dev[n].ptr, inputs[last][n]) for n in reads],
+                                     [(dev[n].ptr, cand[n]) for n in writes], args)
+                    self.cand_calls += 1
+                    self._check_record(rec, where)
+                    dt = (rec.ms or [0.0])[0]
                     if warm is None:  # the first one is a warm-up, unless it fills the budget
                         warm = dt
                         want = fit_reps(ts.max_total_ms, dt, ts.e2e_reps)
@@ -1722,6 +1775,13 @@ class Worker:
         hidden = side_work(tails, gpu_stats.median_ms) if gpu_stats is not None else None
         if hidden is not None:  # not a warning: the figure would be a fake speedup
             post_bad.append("timing: " + hidden)
+        judge_stats = summarize(judge_samples) if judge_samples and self.ping_ms is not None else None
+        if judge_stats is not None and gpu_stats is not None and sync_stats is not None:
+            assert self.ping_ms is not None
+            lie = judge_clock(gpu_stats.median_ms, sync_stats.median_ms, judge_stats.median_ms,
+                              self.ping_ms)
+            if lie is not None:
+                post_bad.append("timing: " + lie)
         cr.timing = ConfigTiming(
             gpu=gpu_stats,
             e2e=e2e_stats,
@@ -1743,6 +1803,8 @@ class Worker:
             input_sets=len(sets),
             input_set_calls=list(rot.calls),
             checked_reps=list(rot.verified),
+            judge_sync=judge_stats,
+            judge_ping_ms=self.ping_ms if judge_stats is not None else None,
         )
         if post_bad:
             cr.status = WRONG
@@ -1861,8 +1923,26 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(0)
 
     try:
-        result = Worker(job, state, backend_kind, gate=gate, stop=stop,
-                        confine=lambda paths: confine_candidate(read=paths)).run()
+        try:
+            wrapper = [str(x) for x in json.loads(os.environ.get(DEVICE_WRAPPER_ENV) or "[]")]
+        except ValueError:
+            wrapper = []
+        result = Worker(job, state, backend_kind, gate=gate, stop=stop, process=True,
+                        device_wrapper=wrapper).run()
+    except DeviceGone as exc:
+        # The candidate's process died (its host code crashed or exited, or it broke the
+        # protocol): end the same way, without a result, so that the parent reports it as
+        # it reports a dead worker (crash, the signal, the phase).
+        print(f"cudaperf worker: {exc.reason} (exit status {exc.returncode})",
+              file=sys.stderr, flush=True)
+        flush_c_stdio()
+        rc = exc.returncode
+        if rc is not None and rc < 0:
+            if -rc not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(-rc, signal.SIG_DFL)
+            os.kill(os.getpid(), -rc)
+            time.sleep(5)
+        os._exit(rc if rc is not None and rc > 0 else (0 if rc == 0 else 1))
     except Exception as exc:  # noqa: BLE001 - report, never die silently
         result = EvalResult(
             status=CRASH,
