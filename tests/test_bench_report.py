@@ -345,6 +345,12 @@ def test_memory_ratios_use_the_problem_footprint_when_a_row_has_none() -> None:
         pr["memory"] = {"flush_bytes": 50}
     mem = M.memory_ratios(probs)
     assert mem["with_bound"] == 7 and mem["over_bound"] == ["p6", "p5", "p4", "p3"]
+    # a C evaluation's plan counts its guard zones: its own plan bounds it when larger
+    probs[6]["memory"] = {"flush_bytes": 50, "gpu_bytes": 700}
+    probs[5]["memory"] = {"flush_bytes": 50, "gpu_bytes": 500}
+    mem = M.memory_ratios(probs)
+    assert mem["over_bound"] == ["p5", "p4", "p3"]
+    assert mem["worst"][0]["bound_bytes"] == 700 and mem["worst"][0]["within_bound"]
 
 
 def test_slow_is_verified_but_never_beats_a_faster_correct_candidate() -> None:
