@@ -427,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--kind", choices=("c", "torch", "all"), default="all")
     ap.add_argument("--only", nargs="*", default=None, metavar="NAME", help="these cheats only (folder names)")
-    ap.add_argument("--jobs", "-j", type=int, default=4, help="C cheats run at once (optimize children)")
+    ap.add_argument("--jobs", "-j", type=int, default=4,
+                    help="cheats run at once (C: optimize children; PyTorch: evaluations, each its own build)")
     ap.add_argument("--timeout", type=float, default=60.0, help="one candidate evaluation's limit, s")
     ap.add_argument("--no-sanitize", action="store_true", help="optimize --no-sanitize")
     ap.add_argument("--work", type=Path, default=None, help="keep the run folders here")
@@ -473,14 +474,17 @@ def main(argv: list[str] | None = None) -> int:
             usable = torch.version.cuda is not None
         except ImportError:
             usable = False
-        for c in torch_cheats:
-            if not usable:
+        if not usable:
+            for c in torch_cheats:
                 verdicts[c.name] = Verdict(c.name, "torch", "skipped", "no CUDA build of torch here", "-",
                                            0.0, False, True, c.expect)
-                continue
-            v = run_torch_cheat(c, arch, work / "torch-builds")
-            verdicts[v.name] = v
-            print(f"{v.name}: {v.status} ({v.caught_by}) {v.seconds:.1f} s", file=sys.stderr, flush=True)
+        else:  # each in its own build folder: -j of them build at once, the GPU lock orders the rest
+            with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+                for v in pool.map(lambda c: run_torch_cheat(c, arch, work / "torch-builds" / c.name),
+                                  torch_cheats):
+                    verdicts[v.name] = v
+                    print(f"{v.name}: {v.status} ({v.caught_by}) {v.seconds:.1f} s", file=sys.stderr,
+                          flush=True)
     ordered = [verdicts[c.name] for c in cheats]
     print(table(ordered))
     bad = [v for v in ordered if not v.ok]
