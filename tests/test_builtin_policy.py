@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -897,14 +898,14 @@ def descriptions(p: CProblem) -> list[str]:
 
 def test_matmul_plan():
     plan = POLICY.plan(MATMUL)
-    # the tiled product first (tiling.py: 2x2 outputs per thread, operands staged in shared
+    # the tiled product first (tiling.py: 4x4 outputs per thread, operands staged in shared
     # memory), then one output per thread
-    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 2x2 smem; k sequential"
+    assert plan[0].describe() == "grid2d i->y j->x block 16x16 tile 4x4 smem; k sequential"
     assert [m.kind for m in plan[1:4]] == ["grid2d", "block_per_row", "grid1d"]
     assert plan[1].describe() == "grid2d i->y j->x block 32x8; k sequential"
     # the other tiles lead the variants, then the block shapes
     assert descriptions(MATMUL)[4:8] == [
-        "grid2d i->y j->x block 16x16 tile 4x4 smem; k sequential",
+        "grid2d i->y j->x block 16x16 tile 2x2 smem; k sequential",
         "grid2d i->y j->x block 16x16 tile 2x2; k sequential",
         "grid2d i->y j->x block 16x16 tile 4x4; k sequential",
         "grid2d i->y j->x block 32x8 tile 4x4; k sequential"]
@@ -2120,11 +2121,13 @@ def test_staged_tile_loads_operands_through_shared_memory():
     m = next(m for m in plan if m.describe().startswith("grid2d i->y j->x block 16x16 tile 2x2 smem"))
     src = POLICY.source(MATMUL, m)
     k = kernel_text(src, "gemm_k0_grid2d")
-    assert "__shared__ double cp_sy0[32][17];  /* A[i][k], 16 values of k a step */" in k
+    # alpha * A[i][k] * B[k][j] is (alpha * A[i][k]) * B[k][j]: the cells hold that product
+    assert "__shared__ double cp_sy0[32][17];  /* alpha * A[i][k], 16 values of k a step */" in k
     assert "__shared__ double cp_sx1[16][32];  /* B[k][j], 16 values of k a step */" in k
     assert "const int cp_a = cp_e / 16, cp_b = cp_e % 16;" in k  # A along k
     assert "const int cp_a = cp_e % 32, cp_b = cp_e / 32;" in k  # B along j
-    assert ("cp_acc[cp_r][cp_c] += alpha * cp_sy0[threadIdx.y + cp_r * 16][cp_kk] * "
+    assert re.search(r"cp_sy0\[cp_a\]\[cp_b\] = alpha \* A\[\(size_t\)i \* \S+ \+ k\];", k), k
+    assert ("cp_acc[cp_r][cp_c] += cp_sy0[threadIdx.y + cp_r * 16][cp_kk] * "
             "cp_sx1[cp_kk][threadIdx.x + cp_c * 16];") in k
     assert k.count("__syncthreads();") == 4  # two per k step, full and edge tiles
     # a whole step runs 16 values of k, unrolled, the last step counts them; the update
@@ -2166,6 +2169,39 @@ def test_staged_tile_loads_operands_through_shared_memory():
         }""", MATMUL.sizes)
     plan = POLICY.plan(many)
     assert plan[0].nests[0].tile and not any(n.staged for m in plan for n in m.nests)
+
+
+@pytest.mark.parametrize("update, folded", [
+    ("alpha * A[i][k] * B[k][j]", "alpha * A[i][k]"),          # (alpha * A) * B
+    ("A[i][k] * 2.0 * B[k][j]", "A[i][k] * 2.0"),              # (A * 2.0) * B
+    ("alpha * (A[i][k] * B[k][j])", None),                    # another rounding: not folded
+    ("alpha * A[i][k] * B[k][j] + A[i][k]", None),             # A read twice
+    ("beta * A[i][k] * B[k][j]", None),                        # beta is written in the body
+])
+def test_a_scalar_product_is_staged_only_when_the_update_computes_it_first(update, folded):
+    """The staged cell holds ``s * X`` only when the C computes exactly that product first,
+    with an unchanging ``s``: the same rounded value, so the same results."""
+    p = problem("f", MATMUL.params, f"""
+        void f(int ni, int nj, int nk, double alpha, double beta,
+               double C[ni][nj], const double A[ni][nk], const double B[nk][nj])
+        {{
+            for (int i = 0; i < ni; i++)
+                for (int j = 0; j < nj; j++) {{
+                    beta = beta * 1.0;
+                    for (int k = 0; k < nk; k++)
+                        C[i][j] += {update};
+                }}
+        }}""", MATMUL.sizes)
+    plan = POLICY.plan(p)
+    staged = [m for m in plan if any(n.staged for n in m.nests)]
+    if not staged:  # beta written in the nest: no tile at all is fine too
+        assert folded is None
+        return
+    k = kernel_text(POLICY.source(p, staged[0]), "f_k0_grid2d")
+    if folded is None:
+        assert "/* A[i][k], 16 values of k a step */" in k
+    else:
+        assert f"/* {folded}, 16 values of k a step */" in k
 
 
 def test_a_reduction_whose_index_is_read_after_it_is_not_split():
