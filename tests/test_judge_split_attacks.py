@@ -14,6 +14,14 @@ only write-only FIFO) among its descriptors, ``dup2``s pipes of its own over the
 two threads that forward every request and every reply, reading the op of each request and
 rewriting numbers in the replies.  The per-request random ``id`` does not help: the real
 server still writes every reply, with the right id; the threads only edit it.
+
+On the host backend a candidate is a library gcc built, with no host-code check; through the
+real pipeline (nvcc, ``build/host_code.py``) every one of these attacks is refused at build:
+it needs ``dup2``, ``pipe``, threads, ``fork``, ``setsid``, ``ftruncate``, ``getppid``, ``open``
+or ``read`` on a descriptor, none on the list of what a launcher may import
+(:func:`test_the_symbols_these_attacks_need_are_refused_at_build`).  The xfails are the split's
+limits without that check: what the candidate's process reports is measured where the
+candidate's host code runs.
 """
 
 from __future__ import annotations
@@ -350,8 +358,6 @@ def test_mitm_scaled_figures_are_caught_by_the_judges_clock(ref_lib, compile_c):
     assert "the judge's clock saw" in r.message and "not the calls' time" in r.message
 
 
-@broken("ping_ms, subtracted from the judge's clock, is an empty request's round trip to "
-        "the candidate's process, which it can slow down at will: judge_ms - ping_ms < 0")
 def test_mitm_slow_pings_hide_scaled_figures(ref_lib, compile_c):
     cand = _cand(compile_c, _op_aware(5.0), mitm=True,
                  defines={"SCALE": 1e-3, "SCALE_OPS": ALL_TIMED_OPS, "DELAY_PINGS_MS": 40})
@@ -494,14 +500,15 @@ def test_candidate_cannot_signal_the_judge(ref_lib, compile_c):
     assert re.search(r"signals: [1-9]\d* [1-9]\d*", r.stderr_tail), _why(r)
 
 
-def test_shrinking_the_staging_file_kills_the_judge_with_sigbus(ref_lib, compile_c):
-    """Held (a crash), but note: the staging memfd is open read-write in the candidate's
-    process and has no seals, so ftruncate there makes the judge's next read of its own
-    mapping fault: the candidate ends the judge despite Landlock's signal scope."""
+def test_shrinking_the_staging_file_is_refused(ref_lib, compile_c):
+    """The staging memfd is open read-write in the candidate's process; an ftruncate there
+    would make the judge's next read of its own mapping fault (SIGBUS: the candidate ending
+    the judge despite Landlock's signal scope).  The judge seals it against shrinking
+    (F_SEAL_SHRINK | F_SEAL_SEAL) once sized: the cut fails, the judge reads on."""
     cand = _cand(compile_c, SAXPY + " return 0;", mitm=True, defines={"TRUNCATE_ON_D2H": 1})
     r = _run(_job(ref_lib, cand))
     assert "mitm: installed" in r.stderr_tail, _why(r)
-    assert r.status == CRASH and r.signal == "SIGBUS", _why(r)
+    assert r.status == CORRECT and r.signal is None, _why(r)
 
 
 def test_writing_the_staging_buffer_before_the_judge_reads_it_only_changes_the_candidates_output(
@@ -521,9 +528,6 @@ def test_writing_the_staging_buffer_before_the_judge_reads_it_only_changes_the_c
 # ---------------------------------------------------------------------------------------
 
 
-@broken("an error reply of kind 'internal' (or 'load' outside the load) from the candidate's "
-        "process becomes a RuntimeError that the judge reports as its own bug: 'internal error "
-        "in the evaluation worker: ...', with the candidate's text and a traceback")
 def test_a_forged_error_reply_is_blamed_on_the_candidates_process(ref_lib, compile_c):
     cand = _cand(compile_c, SAXPY + " return 0;", mitm=True, defines={"FORGE_CALL_ERROR": 1})
     r = _run(_job(ref_lib, cand))
@@ -551,9 +555,6 @@ def test_a_reply_that_is_not_json_is_a_crash(ref_lib, compile_c):
     assert "a reply that is not JSON" in r.stderr_tail, _why(r)
 
 
-@broken("the judge waits for a reply with no deadline and never polls the candidate's process: "
-        "a forked child holding the reply pipe hides its death until the parent's time limit "
-        "(timeout 'in the candidate call' instead of an immediate crash)")
 def test_a_dead_candidate_process_is_noticed_when_a_child_holds_the_reply_pipe(ref_lib, compile_c):
     body = ('pid_t c = fork(); if (c == 0) { sleep(30); _exit(0); }\n'
             'dprintf(2, "grandchild %d\\n", (int)c); _exit(3);')
@@ -572,9 +573,6 @@ def test_a_dead_candidate_process_is_noticed_when_a_child_holds_the_reply_pipe(r
     secure(r.status == CRASH and took < 2.5, f"{r.status} after {took:.1f} s: {r.message}")
 
 
-@broken("the candidate's process is not a group leader, so setsid() takes it out of the "
-        "evaluation's process group: the parent's final killpg misses it and it outlives the "
-        "evaluation (on a GPU, still holding its context after the lock is released)")
 def test_candidate_process_that_leaves_the_process_group_is_killed(ref_lib, compile_c):
     body = 'setsid(); dprintf(2, "escaped %d\\n", (int)getpid()); for (;;) pause();'
     r = _run(_job(ref_lib, _cand(compile_c, body)), timeout_s=3)
@@ -669,8 +667,6 @@ def test_remote_device_closes_its_descriptors_and_reaps_its_process():
     assert _fds() - before == set()
 
 
-@broken("RemoteDevice.__init__ raising DeviceGone (the candidate's process ended while "
-        "starting) leaves the request pipe, the reply pipe and the staging memfd open")
 def test_remote_device_that_fails_to_start_leaks_no_descriptor():
     before = _fds()
     with pytest.raises(DeviceGone, match="ended while starting"):
@@ -682,3 +678,14 @@ def test_remote_device_that_fails_to_start_leaks_no_descriptor():
         except OSError:
             pass
     secure(not leaked, f"leaked descriptors {sorted(leaked)}")
+
+
+def test_the_symbols_these_attacks_need_are_refused_at_build():
+    """The real pipeline's host-code check (docs/evaluation.md §2) refuses every import the
+    attacks above rely on: what is left to a candidate that passes it is its own memory."""
+    from cudaperf_cli.build import host_code
+
+    for name in ("dup", "dup2", "pipe", "pthread_create", "fork", "vfork", "setsid", "setpgid",
+                 "ftruncate", "kill", "getppid", "open", "open64", "openat", "read", "write",
+                 "prctl", "process_vm_readv", "select", "poll", "syscall", "mmap", "fcntl"):
+        assert not host_code.ALLOWED.fullmatch(name), name

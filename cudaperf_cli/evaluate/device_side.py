@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import math
 import mmap
@@ -95,12 +96,16 @@ class DeviceGone(BaseException):
     Attributes:
         returncode: its exit status (negative: the signal that ended it), None if unknown.
         reason: one line.
+        protocol: the judge ended it for breaking the protocol.
     """
 
-    def __init__(self, returncode: int | None, reason: str):
+    def __init__(self, returncode: int | None, reason: str, protocol: bool = False):
         super().__init__(reason)
         self.returncode = returncode
         self.reason = reason
+        #: the judge ended it for breaking the protocol (a forged, malformed, oversized or
+        #: late reply), as opposed to the process ending on its own
+        self.protocol = protocol
 
 
 class LoadFailure(Exception):
@@ -413,7 +418,10 @@ class RemoteDevice(Backend):
                  env: dict[str, str] | None = None, wrapper: Sequence[str] = ()):
         self.backend_kind = backend_kind
         self.dead: DeviceGone | None = None
-        self._shm_fd = os.memfd_create("cudaperf-staging")
+        # sealed against shrinking once sized (_staging): the other process maps it too, and
+        # a file cut under the judge's mapping would end the judge with SIGBUS
+        self._shm_fd = os.memfd_create("cudaperf-staging", os.MFD_ALLOW_SEALING)
+        self._sealed = False
         self._shm_size = 0
         self._shm: mmap.mmap | None = None
         req_r, self._req = os.pipe()
@@ -425,38 +433,43 @@ class RemoteDevice(Backend):
         cmd = [*wrapper, sys.executable, "-m", MODULE, "--judge", str(me),
                "--requests", str(req_r), "--replies", str(rep_w), "--staging", str(self._shm_fd),
                "--backend", backend_kind, "--device", str(int(ordinal))]
-        self.proc = None  # type: ignore[assignment]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
-            t0 = time.perf_counter()
-            hello = self._reply(START_TIMEOUT_S, starting=True)
-            self.start_s = time.perf_counter() - t0
-        finally:
-            os.close(req_r)
-            os.close(rep_w)
-        if not hello.get("ok"):
-            err = hello.get("error") or {}
-            if err.get("kind") == "no_device":
-                self.close()
-                raise NoDevice(str(err.get("message", "no device")))
-            self._raise(err)
+            try:
+                t0 = time.perf_counter()
+                hello = self._reply(START_TIMEOUT_S, starting=True)
+                self.start_s = time.perf_counter() - t0
+            finally:
+                os.close(req_r)
+                os.close(rep_w)
+            if not hello.get("ok"):
+                err = hello.get("error") or {}
+                if err.get("kind") == "no_device":
+                    raise NoDevice(str(err.get("message", "no device")))
+                self._raise(err)
+        except BaseException:
+            self.close()
+            raise
         self._info = hello.get("info") if isinstance(hello.get("info"), dict) else {}
         self.process = {"pid": self.proc.pid, "start_s": round(self.start_s, 3)}
 
     # -- the pipes -----------------------------------------------------------------------
 
-    def _gone(self, reason: str) -> DeviceGone:
-        """The :class:`DeviceGone` of the process's end; the first one is kept, and every
-        later request raises it again (the worker's clean-up must not hide the reason)."""
+    def _gone(self, reason: str, protocol: bool = False) -> DeviceGone:
+        """The :class:`DeviceGone` of the process's end (``protocol``: it broke the
+        protocol and is killed now); the first one is kept, and every later request raises
+        it again (the worker's clean-up must not hide the reason)."""
         if self.dead is not None:
             return self.dead
+        if protocol:
+            self.proc.kill()
         try:
             rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
             reason += " (it did not end; killed)"
-        self.dead = DeviceGone(rc, reason)
+        self.dead = DeviceGone(rc, reason, protocol)
         return self.dead
 
     def _reply(self, timeout_s: float | None = None, starting: bool = False) -> dict[str, Any]:
@@ -465,34 +478,33 @@ class RemoteDevice(Backend):
         exit, polled, not as end of file."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while b"\n" not in self._buf:
-            if deadline is not None:
-                while True:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self.proc.kill()
-                        raise self._gone(f"the candidate's process did not answer in {timeout_s:g} s")
-                    if select.select([self._rep], [], [], min(left, 0.25))[0]:
-                        break
-                    if starting and self.proc.poll() is not None:
-                        raise self._gone("the candidate's process ended while starting")
+            # Wait for data, and notice the process's end even when something else still
+            # holds the pipe's write end (a grandchild; this process itself while starting).
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._gone(f"the candidate's process did not answer in {timeout_s:g} s",
+                                     protocol=True)
+                if select.select([self._rep], [], [], 0.25 if left is None else min(left, 0.25))[0]:
+                    break
+                if self.proc.poll() is not None and not select.select([self._rep], [], [], 0)[0]:
+                    raise self._gone("the candidate's process ended while starting" if starting
+                                     else "the candidate's process ended")
             chunk = os.read(self._rep, 1 << 16)
             if not chunk:
                 raise self._gone("the candidate's process ended")
             self._buf += chunk
             if len(self._buf) > MAX_REPLY_BYTES:
-                self.proc.kill()
                 raise self._gone("the candidate's process sent a reply over "
-                                 f"{MAX_REPLY_BYTES} bytes")
+                                 f"{MAX_REPLY_BYTES} bytes", protocol=True)
         line, _, rest = bytes(self._buf).partition(b"\n")
         self._buf = bytearray(rest)
         try:
             doc = json.loads(line)
         except ValueError:
-            self.proc.kill()
-            raise self._gone("the candidate's process sent a reply that is not JSON") from None
+            raise self._gone("the candidate's process sent a reply that is not JSON", protocol=True) from None
         if not isinstance(doc, dict):
-            self.proc.kill()
-            raise self._gone("the candidate's process sent a reply that is not an object")
+            raise self._gone("the candidate's process sent a reply that is not an object", protocol=True)
         return doc
 
     def _raise(self, err: Any) -> None:
@@ -504,7 +516,9 @@ class RemoteDevice(Backend):
                                 str(err.get("name")), str(err.get("string")))
         if kind == "load":
             raise LoadFailure(str(err.get("message")), dict(err.get("error") or {}))
-        raise RuntimeError(f"the candidate's process failed: {err.get('message', err)}")
+        # its own failure (or a reply forged in it): the process is not trusted further
+        raise self._gone(f"the candidate's process failed: {str(err.get('message', err))[:300]}",
+                         protocol=True)
 
     def _rpc(self, op: str, **kw: Any) -> dict[str, Any]:
         if self.dead is not None:
@@ -518,8 +532,7 @@ class RemoteDevice(Backend):
         doc = self._reply()
         if doc.get("id") != rid:
             # code in that process wrote on the reply pipe itself (a forged reply)
-            self.proc.kill()
-            raise self._gone("the candidate's process sent a reply to no request of the judge's")
+            raise self._gone("the candidate's process sent a reply to no request of the judge's", protocol=True)
         if not doc.get("ok"):
             self._raise(doc.get("error"))
         return doc
@@ -537,8 +550,7 @@ class RemoteDevice(Backend):
             return CallRecord(rc=_integer(doc.get("rc", 0), what),
                               sync=_integer(doc.get("sync", 0), what), ms=ms, tails=tails)
         except ValueError as exc:
-            self.proc.kill()
-            raise self._gone(f"the candidate's process sent a malformed reply ({exc})") from None
+            raise self._gone(f"the candidate's process sent a malformed reply ({exc})", protocol=True) from None
 
     # -- staging ---------------------------------------------------------------------------
 
@@ -550,6 +562,13 @@ class RemoteDevice(Backend):
             if self._shm is not None:
                 self._shm.close()
             os.ftruncate(self._shm_fd, size)
+            if not self._sealed:
+                try:
+                    fcntl.fcntl(self._shm_fd, fcntl.F_ADD_SEALS,
+                                fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+                except OSError:  # a kernel without seals: a cut file then ends the judge
+                    pass
+                self._sealed = True
             self._shm = mmap.mmap(self._shm_fd, size)
             self._shm_size = size
             self._rpc("staging", size=size)
@@ -577,8 +596,7 @@ class RemoteDevice(Backend):
             ptr = _integer(doc.get("ptr"), "alloc")
             n = _integer(doc.get("nbytes"), "alloc")
         except ValueError as exc:
-            self.proc.kill()
-            raise self._gone(f"the candidate's process sent a malformed reply ({exc})") from None
+            raise self._gone(f"the candidate's process sent a malformed reply ({exc})", protocol=True) from None
         return self._counted(Allocation(ptr=ptr, nbytes=n))
 
     def free(self, a: Allocation) -> None:
@@ -663,9 +681,8 @@ class RemoteDevice(Backend):
         rec = self._record(self._rpc("timed", preps=[list(map(list, p)) for p in preps],
                                      args=list(args)), "timed")
         if rec.ok and (len(rec.ms or []) != len(preps) or len(rec.tails or []) != len(preps)):
-            self.proc.kill()
             raise self._gone("the candidate's process sent a malformed reply (timed: "
-                             f"{len(rec.ms or [])} figures for {len(preps)} calls)")
+                             f"{len(rec.ms or [])} figures for {len(preps)} calls)", protocol=True)
         return rec
 
     def sync_call(self, prep: Sequence[Op], args: Sequence[Any]) -> CallRecord:
@@ -794,6 +811,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="cuda", choices=("cuda", "host"))
     p.add_argument("--device", type=int, default=0)
     a = p.parse_args(argv)
+    # Killed with the judge, even outside its process group.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
     # The judge's pipe ends and staging file, opened through its /proc/<pid>/fd.
     fd_path = f"/proc/{a.judge}/fd/{{}}".format
     req_fd = os.open(fd_path(a.requests), os.O_RDONLY)
