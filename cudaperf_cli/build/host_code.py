@@ -1,9 +1,12 @@
 """What a candidate's host code may call: a check of the compiled object before it is linked.
 
-A C candidate's host code (its ``<fn>_cuda`` launcher) runs inside the evaluation worker, a
-Python process.  From there it can reach the worker's interpreter (``dlsym(RTLD_DEFAULT,
-"PyRun_SimpleString")``) and replace the function that compares outputs: on the H200 a
-kernel that wrote one element was reported correct at 3764x that way (issue 14).  A launcher
+A C candidate's host code (its ``<fn>_cuda`` launcher) runs inside a Python process: the
+evaluation worker's until issue 14's split, the candidate's process now
+(``evaluate/device_side.py``), which holds the device work for the judge.  From there it can
+reach that process's interpreter (``dlsym(RTLD_DEFAULT, "PyRun_SimpleString")``): before the
+split that replaced the function that compares outputs (on the H200 a kernel that wrote one
+element was reported correct at 3764x, issue 14); now it would reach the copies, the events
+and the replies the judge relies on, and the pipes and staging file of the protocol.  A launcher
 needs none of that: it launches kernels, allocates device memory, prints.  So the object nvcc
 compiled from the candidate (``candidate.o``, before the CUDA runtime is linked in: the
 runtime itself uses ``dlopen`` and threads) is read with ``nm`` and refused when it imports
@@ -14,7 +17,7 @@ a symbol of these kinds (:data:`RULES`):
 * threads and processes (``pthread_create``, ``std::thread``, ``fork``, ``system`` ...):
   work left running after the call returns escapes the timing;
 * files and sockets (``open``, ``fopen``, ``std::ifstream``, ``socket`` ...): a candidate
-  works on the arrays it is given (the worker may read the run's stored reference outputs);
+  works on the arrays it is given (its process holds the protocol's pipes and staging file);
 * memory mappings and raw system calls (``mprotect``, ``mmap``, ``syscall``, ``ptrace``),
   signals (``kill``, ``sigaction``, ``setitimer``);
 
@@ -28,7 +31,7 @@ instruction anywhere (``0f 05``, ``0f 34``, ``cd 80`` on x86-64: a jump into the
 instruction runs bytes a disassembler never shows as one).
 
 Limits: code that finds a function without importing it (from the address of an allowed one,
-walking memory by hand) is not caught; the worker's Landlock confinement
+walking memory by hand) is not caught; the candidate's process's Landlock confinement
 (``cudaperf_cli.confine``) still keeps files and TCP out of reach.  ``nm`` comes with
 binutils, which nvcc's host compiler needs; without it the check is skipped with a warning.
 """

@@ -675,7 +675,8 @@ class RemoteDevice(Backend):
         return c if isinstance(c, dict) else None
 
     def call(self, args: Sequence[Any], events: bool = False) -> CallRecord:
-        return self._record(self._rpc("call", args=list(args), events=bool(events)), "call")
+        rec = self._record(self._rpc("call", args=list(args), events=bool(events)), "call")
+        return self._one_figure(rec, "call") if events else rec
 
     def timed_calls(self, preps: Sequence[Sequence[Op]], args: Sequence[Any]) -> CallRecord:
         rec = self._record(self._rpc("timed", preps=[list(map(list, p)) for p in preps],
@@ -685,9 +686,17 @@ class RemoteDevice(Backend):
                              f"{len(rec.ms or [])} figures for {len(preps)} calls)", protocol=True)
         return rec
 
+    def _one_figure(self, rec: CallRecord, what: str) -> CallRecord:
+        """``rec`` of one call: exactly one figure when it succeeded."""
+        if rec.ok and len(rec.ms or []) != 1:
+            raise self._gone(f"the candidate's process sent a malformed reply ({what}: "
+                             f"{len(rec.ms or [])} figures for 1 call)", protocol=True)
+        return rec
+
     def sync_call(self, prep: Sequence[Op], args: Sequence[Any]) -> CallRecord:
-        return self._record(self._rpc("sync_call", prep=[list(o) for o in prep], args=list(args)),
-                            "sync_call")
+        return self._one_figure(self._record(
+            self._rpc("sync_call", prep=[list(o) for o in prep], args=list(args)), "sync_call"),
+            "sync_call")
 
     def e2e_call(self, poison: Sequence[Op], reads: Sequence[tuple[int, np.ndarray]],
                  writes: Sequence[tuple[int, np.ndarray]], args: Sequence[Any]) -> CallRecord:
@@ -703,8 +712,9 @@ class RemoteDevice(Backend):
         for ptr, dst in writes:
             w_spec.append([int(ptr), off, int(dst.nbytes)])
             off += dst.nbytes
-        rec = self._record(self._rpc("e2e", poison=[list(o) for o in poison], reads=r_spec,
-                                     writes=w_spec, args=list(args)), "e2e")
+        rec = self._one_figure(self._record(
+            self._rpc("e2e", poison=[list(o) for o in poison], reads=r_spec, writes=w_spec,
+                      args=list(args)), "e2e"), "e2e")
         if rec.ok:
             off = w_off
             for _, dst in writes:
