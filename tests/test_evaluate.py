@@ -600,6 +600,8 @@ def test_judge_clock_rule() -> None:
     # figures that claim a twentieth of what the judge saw
     msg = judge_clock(gpu_ms=0.5, sync_ms=0.5, judge_ms=10.1, ping_ms=0.1)
     assert msg is not None and "10 ms" in msg and "not the calls' time" in msg
+    e2e = judge_clock(0.005, 0.005, 5.2, 0.1, what="end-to-end run")
+    assert e2e is not None and e2e.startswith("the judge's clock saw each end-to-end run take 5.1 ms")
 
 
 def test_host_infinite_loop_times_out(ref_lib: Path, compile_c: Callable[..., Path]) -> None:

@@ -133,12 +133,15 @@ class CallRecord:
             :meth:`DeviceOps.call` with events), or host-clock ms in the candidate's
             process (:meth:`DeviceOps.sync_call`, :meth:`DeviceOps.e2e_call`).
         tails: per timed call, ms the device stayed busy after the call's end event.
+        judge_ms: the judge's clock around the request alone (its round trip; the judge's
+            staging copies outside), ms; None in-process.
     """
 
     rc: int = 0
     sync: int = 0
     ms: list[float] | None = None
     tails: list[float] | None = None
+    judge_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -693,10 +696,17 @@ class RemoteDevice(Backend):
                              f"{len(rec.ms or [])} figures for 1 call)", protocol=True)
         return rec
 
+    def _timed_rpc(self, op: str, **kw: Any) -> tuple[dict[str, Any], float]:
+        """A request and the judge-clock ms of its round trip."""
+        t0 = time.perf_counter()
+        doc = self._rpc(op, **kw)
+        return doc, (time.perf_counter() - t0) * 1e3
+
     def sync_call(self, prep: Sequence[Op], args: Sequence[Any]) -> CallRecord:
-        return self._one_figure(self._record(
-            self._rpc("sync_call", prep=[list(o) for o in prep], args=list(args)), "sync_call"),
-            "sync_call")
+        doc, ms = self._timed_rpc("sync_call", prep=[list(o) for o in prep], args=list(args))
+        rec = self._one_figure(self._record(doc, "sync_call"), "sync_call")
+        rec.judge_ms = ms
+        return rec
 
     def e2e_call(self, poison: Sequence[Op], reads: Sequence[tuple[int, np.ndarray]],
                  writes: Sequence[tuple[int, np.ndarray]], args: Sequence[Any]) -> CallRecord:
@@ -712,9 +722,10 @@ class RemoteDevice(Backend):
         for ptr, dst in writes:
             w_spec.append([int(ptr), off, int(dst.nbytes)])
             off += dst.nbytes
-        rec = self._one_figure(self._record(
-            self._rpc("e2e", poison=[list(o) for o in poison], reads=r_spec, writes=w_spec,
-                      args=list(args)), "e2e"), "e2e")
+        doc, ms = self._timed_rpc("e2e", poison=[list(o) for o in poison], reads=r_spec,
+                                  writes=w_spec, args=list(args))
+        rec = self._one_figure(self._record(doc, "e2e"), "e2e")
+        rec.judge_ms = ms
         if rec.ok:
             off = w_off
             for _, dst in writes:

@@ -360,7 +360,8 @@ def side_work(tail_ms: Sequence[float], gpu_ms: float) -> str | None:
 JUDGE_SLACK_MS = 2.0
 
 
-def judge_clock(gpu_ms: float, sync_ms: float, judge_ms: float, ping_ms: float) -> str | None:
+def judge_clock(gpu_ms: float, sync_ms: float, judge_ms: float, ping_ms: float,
+                what: str = "call + synchronize") -> str | None:
     """Why the candidate's process's figures disagree with the judge's own clock, or None.
 
     The candidate's process measures its calls (events; call + synchronize on its host
@@ -374,6 +375,8 @@ def judge_clock(gpu_ms: float, sync_ms: float, judge_ms: float, ping_ms: float) 
         sync_ms: median call + synchronize ms on the candidate's process's clock.
         judge_ms: median judge-clock ms of the call + synchronize requests.
         ping_ms: judge-clock ms of an empty request.
+        what: the requests timed (for the message; ``"end-to-end run"``: both figures are
+            the end-to-end median).
 
     Returns:
         One line when ``judge_ms - ping_ms > 2 * max(gpu_ms, sync_ms) +``
@@ -383,9 +386,10 @@ def judge_clock(gpu_ms: float, sync_ms: float, judge_ms: float, ping_ms: float) 
     seen = judge_ms - ping_ms
     claimed = max(gpu_ms, sync_ms)
     if seen > 2.0 * claimed + JUDGE_SLACK_MS:
-        return (f"the judge's clock saw each call + synchronize take {seen:.4g} ms, against "
-                f"{sync_ms:.4g} ms (call + synchronize) and {gpu_ms:.4g} ms (events) measured "
-                "in the candidate's process: its figures are not the calls' time")
+        figures = (f"{sync_ms:.4g} ms (call + synchronize) and {gpu_ms:.4g} ms (events)"
+                   if what == "call + synchronize" else f"{sync_ms:.4g} ms")
+        return (f"the judge's clock saw each {what} take {seen:.4g} ms, against {figures} "
+                "measured in the candidate's process: its figures are not the calls' time")
     return None
 
 
