@@ -148,7 +148,12 @@ class CallRecord:
         return self.rc == 0 and self.sync == 0
 
 
-def _argtype(kind: str) -> Any:
+def ctype_for(kind: str) -> Any:
+    """The ctypes type of an argument kind: ``"ptr"`` (a device address) -> ``c_void_p``,
+    a numpy dtype name -> its by-value scalar type (``"float64"`` -> ``c_double``).
+
+    Raises:
+        TypeError / KeyError: not a dtype name ctypes has a scalar for."""
     return ctypes.c_void_p if kind == PTR else CTYPE_OF_DTYPE[np.dtype(kind).name]
 
 
@@ -217,7 +222,7 @@ class DeviceOps:
                  "string": f"{symbol} not exported (missing extern \"C\"?)", "code": None},
             ) from None
         fn.restype = ctypes.c_int
-        fn.argtypes = [_argtype(k) for k in argtypes]
+        fn.argtypes = [ctype_for(k) for k in argtypes]
         self.lib, self.fn = lib, fn
 
     def _call(self, args: Sequence[Any]) -> int:
@@ -874,4 +879,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["CallRecord", "DeviceGone", "DeviceOps", "LoadFailure", "LocalDevice", "MODULE",
-           "RemoteDevice"]
+           "RemoteDevice", "ctype_for"]

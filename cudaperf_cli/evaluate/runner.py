@@ -49,7 +49,8 @@ _REFERENCE_PHASES = {"load_reference", "init", "classify", "reference", "referen
 HOST_LIMIT_FACTOR = 1.5
 HOST_OVERHEAD_BYTES = 4 << 30
 
-_PHASE_WORDS = {
+#: The C worker's phases in words, for messages that say where it was (``child.where``).
+PHASE_WORDS = {
     "start": "while starting",
     "device": "while opening the CUDA device",
     "load_reference": "while loading the reference library",
@@ -83,7 +84,7 @@ _read_state = read_state
 _signal_name = signal_name
 
 
-def _where(state: Mapping[str, Any], words: Mapping[str, str] = _PHASE_WORDS) -> str:
+def _where(state: Mapping[str, Any], words: Mapping[str, str] = PHASE_WORDS) -> str:
     """Where a worker was, from its state file (``words``: the worker's phase table)."""
     return where(state, words)
 

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cudaperf_cli.core import CTYPE_OF_DTYPE, ArrayParam, ScalarKind, ScalarParam
+from cudaperf_cli.core import ArrayParam, ScalarKind, ScalarParam
 from cudaperf_cli.evaluate.backend import (
     Allocation,
     CudaCallError,
@@ -65,10 +65,12 @@ from cudaperf_cli.evaluate.device_side import (
     LocalDevice,
     Op,
     RemoteDevice,
+    ctype_for,
 )
 from cudaperf_cli.evaluate.child import (
     Channel,
     State,
+    where,
     flush_c_stdio,
     line_buffer_c_stdout,
     read_job,
@@ -118,6 +120,7 @@ from cudaperf_cli.evaluate.timing import (
     time_repetitions,
     untimed_work,
 )
+from cudaperf_cli.evaluate.runner import PHASE_WORDS
 from cudaperf_cli.evaluate.tolerances import resolve_tolerances
 from cudaperf_cli.evaluate.verify import (
     POISON_FLOAT_WORD,
@@ -154,11 +157,6 @@ def _emit(out_fd: int, obj: Any) -> None:
 def _ms_text(ms: float) -> str:
     """``"300 ms"``, ``"40.5 s"``: a duration in ms for a message."""
     return f"{ms / 1e3:.4g} s" if ms >= 1e3 else f"{ms:.4g} ms"
-
-
-def ctype_of(dtype: str) -> Any:
-    """ctypes type for a numpy dtype name (by-value scalars)."""
-    return CTYPE_OF_DTYPE[np.dtype(dtype).name]
 
 
 # ---------------------------------------------------------------------------------------
@@ -672,10 +670,9 @@ class Worker:
     # -- libraries ---------------------------------------------------------------------
 
     def _argtypes(self) -> list[Any]:
-        out = []
-        for p in self.params:
-            out.append(ctypes.c_void_p if isinstance(p, ArrayParam) else ctype_of(p.dtype))
-        return out
+        """The reference's ctypes argument types: those the candidate's process gives the
+        candidate (:meth:`_arg_kinds`)."""
+        return [ctype_for(k) for k in self._arg_kinds()]
 
     def _load_reference(self) -> None:
         job = self.job
@@ -811,11 +808,11 @@ class Worker:
             if isinstance(p, ArrayParam):
                 args.append(ctypes.c_void_p(data.arrays[name].ctypes.data))
             elif name in self.init.scalar_outputs:
-                h = ctype_of(p.dtype)(data.scalars[name])
+                h = ctype_for(p.dtype)(data.scalars[name])
                 holders[name] = h
                 args.append(ctypes.byref(h))
             else:
-                args.append(ctype_of(p.dtype)(data.scalars[name]))
+                args.append(ctype_for(p.dtype)(data.scalars[name]))
         self.state.set("init", cfg.name)
         self.init_fn(*args)
         for name, h in holders.items():
@@ -1909,15 +1906,6 @@ def _run_hook(hook: str, out_fd: int, state: State) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def _phase_text(state: State) -> str:
-    """Where the worker was: ``in phase 'candidate' (config 'small', trial 0)``."""
-    d = state.data
-    where = [f"config '{d['config']}'"] if d.get("config") else []
-    if d.get("trial") is not None:
-        where.append(f"trial {d['trial']}")
-    return f"in phase '{d.get('phase')}'" + (f" ({', '.join(where)})" if where else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m cudaperf_cli.evaluate.worker")
@@ -1975,7 +1963,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.protocol:
             # The judge ended it for breaking the protocol: the judge's verdict.
             result = EvalResult(status=CRASH, message=f"{exc.reason}: the candidate's process was "
-                                f"ended {_phase_text(state)}", phase=state.data.get("phase"),
+                                f"ended {where(state.data, PHASE_WORDS)}", phase=state.data.get("phase"),
                                 details={"candidate_process": "broke the protocol"})
             flush_c_stdio()
             emit(result)
