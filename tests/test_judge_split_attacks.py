@@ -555,7 +555,9 @@ def test_a_dead_candidate_process_is_noticed_when_a_child_holds_the_reply_pipe(r
     body = ('pid_t c = fork(); if (c == 0) { sleep(30); _exit(0); }\n'
             'dprintf(2, "grandchild %d\\n", (int)c); _exit(3);')
     t0 = time.monotonic()
-    r = _run(_job(ref_lib, _cand(compile_c, body)), timeout_s=3)
+    # The time limit is far above the seconds a noticed death takes (a python start, a compile
+    # load; 2.6 s on a loaded CI machine), so a missed death shows as a timeout, not as noise.
+    r = _run(_job(ref_lib, _cand(compile_c, body)), timeout_s=30)
     took = time.monotonic() - t0
     m = re.search(r"grandchild (\d+)", r.stderr_tail)
     assert m, _why(r)
@@ -566,7 +568,7 @@ def test_a_dead_candidate_process_is_noticed_when_a_child_holds_the_reply_pipe(r
         assert not _alive(pid), "the grandchild outlived the evaluation"  # same process group
     finally:
         _kill(pid)
-    secure(r.status == CRASH and took < 2.5, f"{r.status} after {took:.1f} s: {r.message}")
+    secure(r.status == CRASH and took < 15, f"{r.status} after {took:.1f} s: {r.message}")
 
 
 def test_candidate_process_that_leaves_the_process_group_is_killed(ref_lib, compile_c):
