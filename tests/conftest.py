@@ -77,6 +77,7 @@ def cuda_device_status() -> tuple[bool, str]:
 #: 2026-12-02), whole optimize/bench/training runs and compile-everything sweeps.  A file
 #: name marks every test in it; ``file::test`` one test (its parametrisations too).
 SLOW_TESTS = (
+    "test_bench_ray.py",
     "test_ranker_suite.py",
     "test_builtin_policy.py",
     "test_rl_train.py",

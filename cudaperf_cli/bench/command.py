@@ -1,21 +1,23 @@
 """``cudaperf bench SUITE`` and ``cudaperf bench compare A B``: the commands, end to end.
 
 run: load the suite -> check the flags against optimize -> the output folder (new, or the
-one ``--resume`` continues) -> read the machine -> run the problems (progress on stderr)
+one ``--resume`` continues) -> the executor (``local``, or ``ray``: connect to the cluster)
+-> read the machine -> run the problems (progress on stderr)
 -> report.json, report.md, report.png, candidates.jsonl -> summary (Rich, or ``--json``).
 Exit codes: 0 the suite ran (whatever its problems' statuses), 2 bad input, 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from cudaperf_cli.bench import metrics as M
+from cudaperf_cli.bench.executor import Executor, make_executor
 from cudaperf_cli.bench.runner import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -29,7 +31,7 @@ from cudaperf_cli.bench.suite import Suite, load_suite
 from cudaperf_cli.core import CudaperfError
 
 #: Settings a resumed run may change (they do not change what a problem's result means).
-RESUMABLE = frozenset({"jobs", "problem_timeout_s"})
+RESUMABLE = frozenset({"jobs", "problem_timeout_s", "executor", "ray_address", "per_gpu", "retries"})
 
 
 def _warn(line: str) -> None:
@@ -82,7 +84,33 @@ def _previous_wall(out: Path) -> float:
 
 
 def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
-    """``cudaperf bench SUITE``; returns the exit code (0, or 130 after Ctrl-C)."""
+    """``cudaperf bench SUITE``; returns the exit code (0, or 130 after Ctrl-C).
+
+    Raises:
+        CudaperfError: bad input (the suite, the output folder, flags, an unknown executor,
+            Ray missing or its cluster unreachable): exit 2.
+    """
+    suite = load_suite(suite_path)
+    opts.settings.optimize_args(opts.known_flags)  # unknown flags: exit 2 before any work
+    jobs = opts.jobs or 1  # the executor's default below, before anything is written
+    out, meta = prepare_out_dir(suite, opts, settings_doc(suite, opts, jobs))
+    try:
+        executor = make_executor(opts.executor, out_dir=out, address=opts.ray_address,
+                                 per_gpu=opts.per_gpu, retries=opts.retries,
+                                 api_key_env=opts.settings.api_key_env)
+    except CudaperfError:
+        if meta is None and not any(out.iterdir()):  # the empty folder this run made
+            out.rmdir()
+        raise
+    try:
+        return _run_with(executor, suite_path, suite, opts, out, meta)
+    finally:
+        executor.close()
+
+
+def _run_with(executor: Executor, suite_path: Path, suite: Suite, opts: BenchOptions, out: Path,
+              meta: dict[str, Any] | None) -> int:
+    """The run itself, on ``executor`` (see :func:`run_bench_command`)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import (
@@ -103,15 +131,13 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         write_report,
     )
 
-    suite = load_suite(suite_path)
-    jobs = opts.jobs or os.cpu_count() or 1
-    if opts.settings.policy in ("vllm", "transformers") and jobs > 1:
+    jobs = opts.jobs or executor.default_jobs()
+    if opts.settings.policy in ("vllm", "transformers") and jobs > 1 and executor.name == "local":
         _warn(f"--policy {opts.settings.policy} loads the model in every optimize process: running one "
               "problem at a time (-j 1)")
         jobs = 1
-    opts.settings.optimize_args(opts.known_flags)  # unknown flags: exit 2 before any work
     settings = settings_doc(suite, opts, jobs)
-    out, meta = prepare_out_dir(suite, opts, settings)
+    placement = executor.describe()
     err = Console(stderr=True, highlight=False)
     human = not opts.json_output
 
@@ -174,7 +200,7 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
             progress.console.print(f"{escape(res['id'])}: {res['status']}{escape(extra)}{flag} "
                                    f"({res.get('wall_s') or 0:.0f} s)")
 
-    runner = SuiteRun(suite, opts, out, env, on_done=on_done)
+    runner = SuiteRun(suite, opts, out, env, on_done=on_done, executor=executor)
     done = runner.load_done() if opts.resume else {}
     for res in done.values():
         count(res)
@@ -182,13 +208,24 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
     todo = [p for p in suite.problems if p.id not in done]
     if done and human:
         err.print(f"resuming {out}: {len(done)} problem(s) done, {len(todo)} to run")
+    if human and executor.name != "local":
+        err.print(f"executor {executor.name}: {placement.get('address')}, "
+                  f"{len(placement.get('nodes') or [])} node(s), {placement.get('gpus', 0)} GPU(s), "
+                  f"{placement.get('cpus', 0)} CPU(s); {jobs} problem(s) in flight", highlight=False)
     t0 = time.monotonic()
-    with progress:
-        new, interrupted = runner.run(todo, jobs)
+    # stdout is the report's (--json): Ray's driver prints its cluster's error messages ("A
+    # worker died ...") to sys.stdout, so while problems run that is stderr; the executor is
+    # closed (Ray shut down) before the report is printed
+    with progress, contextlib.redirect_stdout(sys.stderr):
+        try:
+            new, interrupted = runner.run(todo, jobs)
+        finally:
+            executor.close()
     wall = time.monotonic() - t0 + (_previous_wall(out) if meta is not None else 0.0)
     results = [*done.values(), *new]
     report = build_report(suite=suite, settings=settings, env=env, results=results,
-                          interrupted=interrupted, created=created, wall_s=wall, primary=opts.primary)
+                          interrupted=interrupted, created=created, wall_s=wall, primary=opts.primary,
+                          executor=placement)
     write_report(out, report, results)
     if opts.json_output:
         print(json.dumps(report, indent=2, default=str))

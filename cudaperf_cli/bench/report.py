@@ -33,6 +33,7 @@ def build_report(
     created: str,
     wall_s: float,
     primary: str = "kernel",
+    executor: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``report.json`` document.
 
@@ -45,6 +46,9 @@ def build_report(
         created: when the run started (ISO 8601).
         wall_s: the run's wall time, seconds.
         primary: the headline speedup key.
+        executor: where this session's problems ran
+            (:meth:`~cudaperf_cli.bench.executor.Executor.describe`; each problem's own
+            ``placement`` says where it ran).
     """
     order = {p.id: i for i, p in enumerate(suite.problems)}
     done = sorted(results, key=lambda r: order.get(r["id"], len(order)))
@@ -76,6 +80,7 @@ def build_report(
         "wall_s": wall_s,
         "settings": settings,
         "env": env,
+        "executor": executor or {"executor": "local"},
         "metrics": M.suite_metrics(done, primary),
         "curves": curves,
         "problems": problems,
@@ -180,6 +185,15 @@ def env_line(env: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def executor_line(ex: dict[str, Any]) -> str:
+    """One line: the executor, and for Ray the cluster (address, nodes, GPUs, CPUs)."""
+    if ex.get("executor") != "ray":
+        return "local (child processes of this machine)"
+    return (f"ray at {ex.get('address')}: {len(ex.get('nodes') or [])} node(s), "
+            f"{ex.get('gpus', 0)} GPU(s), {ex.get('cpus', 0)} CPU(s), {ex.get('per_gpu')} problem(s) "
+            f"per GPU, {ex.get('retries')} retries, Ray {ex.get('ray_version')}")
+
+
 def settings_line(settings: dict[str, Any]) -> str:
     keys = ("policy", "model", "base_url", "turns", "samples", "temperature", "target_speedup",
             "patience", "timeout", "jobs", "problem_timeout_s")
@@ -201,6 +215,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- settings: {settings_line(report['settings'])}",
         f"- machine: {env_line(report['env'])}",
+        f"- executor: {executor_line(report.get('executor') or {})}",
         (f"- baseline(s): {', '.join(m['baselines']) or '-'}; headline speedup: `{primary}`"
          " (kernel: each problem's own baseline median / candidate median: the C function on one"
          " CPU thread, or PyTorch eager; e2e: C copies in and out included; compile: vs"

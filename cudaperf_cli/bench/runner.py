@@ -1,4 +1,4 @@
-"""Run a suite: one ``cudaperf optimize --json`` child process per problem, several at once.
+"""Run a suite: one ``cudaperf optimize --json`` command per problem, several at once.
 
 Each problem runs as::
 
@@ -10,11 +10,14 @@ killed (SIGKILL) and the problem's status is ``problem_timeout``; a child that e
 without a result (bad input: the loader refused the file) is ``refused_at_load`` with its
 one-line reason; one whose result says ``problem_status: "does_not_fit"`` (or that exits 5
 without a result) is ``does_not_fit``; any other child that dies or prints no JSON is
-``error``; the suite goes on either way.  ``-j N`` children run at once
+``error``; the suite goes on either way.  ``-j N`` commands run at once
 so that compiles overlap; their GPU evaluations queue on the per-GPU lock
-(``evaluate/gpu_lock.py``), one at a time per GPU.  Every finished problem is written at
-once to ``OUT/problems/<name>.json``, so ``--resume`` skips it; Ctrl-C kills the running
-children, writes the report of what finished and returns 130.
+(``evaluate/gpu_lock.py``), one at a time per GPU.  Where a command runs is the executor's
+business (``bench/executor.py``: child processes of this machine, or Ray tasks on a
+cluster's nodes); everything here reads the files it wrote into ``OUT``.  Every finished
+problem is written at once to ``OUT/problems/<name>.json``, so ``--resume`` skips it;
+Ctrl-C stops the executor (running commands killed), writes the report of what finished
+and returns 130.
 
 Layout of ``OUT`` (docs/bench.md)::
 
@@ -32,11 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import signal
-import subprocess
-import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -46,8 +45,8 @@ from typing import AbstractSet, Any, Callable
 from cudaperf_cli import statuses as S
 from cudaperf_cli.bench import metrics as M
 from cudaperf_cli.bench.suite import BenchProblem, Suite
-from cudaperf_cli.core import CudaperfError, terminate_process_groups, write_text_atomic
-from cudaperf_cli.sandbox import python_child_env
+from cudaperf_cli.bench.executor import OPTIMIZE_CMD_ENV, Executor, Launch, LocalExecutor, base_command
+from cudaperf_cli.core import CudaperfError, write_text_atomic
 
 #: Version of the problem-result, candidates.jsonl and report.json formats (docs/bench.md).
 #: 2: ``correct`` means verified (``correct`` or ``slow``); problem statuses
@@ -59,9 +58,6 @@ READABLE_SCHEMAS = (1, 2)
 #: optimize's exit codes the runner reads (docs/exit-codes.md): 2 bad input (the problem is
 #: refused at load), 5 the problem does not fit the device's memory.
 EXIT_BAD_INPUT, EXIT_MISSING_TOOL, EXIT_DOES_NOT_FIT = 2, 3, 5
-#: Command run instead of ``<python> -m cudaperf_cli optimize`` (split like a shell line);
-#: for tests and wrappers (e.g. ``nice``).  It receives the same arguments.
-OPTIMIZE_CMD_ENV = "CUDAPERF_BENCH_OPTIMIZE"
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 #: Policy settings passed through to optimize: field -> flag (None values are not passed).
@@ -167,7 +163,8 @@ class BenchOptions:
 
     Attributes:
         out_dir: the output folder (None: ``bench-results/<suite>-<time>``).
-        jobs: problems run at once (None: the CPU cores).
+        jobs: problems run at once (None: the executor's default: the CPU cores here, or
+            the cluster's GPUs x ``per_gpu`` under Ray).
         problem_timeout_s: one problem's whole optimize run, seconds (a manifest's
             ``timeout`` overrides it per problem).
         primary: the speedup key the headline metrics use (``kernel`` or ``e2e``).
@@ -185,6 +182,10 @@ class BenchOptions:
     json_output: bool = False
     primary: str = "kernel"
     known_flags: frozenset[str] | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+    per_gpu: int = 2
+    retries: int = 2
 
 
 def _now() -> str:
@@ -372,37 +373,37 @@ class SuiteRun:
         out_dir: the output folder (created).
         env: the machine (:func:`cudaperf_cli.bench.env.collect_env`), for the candidates.
         on_done: called in the main thread with each finished problem result.
+        executor: where the commands run (default: :class:`~cudaperf_cli.bench.executor.LocalExecutor`).
     """
 
     def __init__(
         self, suite: Suite, opts: BenchOptions, out_dir: Path, env: dict[str, Any],
         on_done: Callable[[dict[str, Any]], None] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.suite, self.opts, self.out = suite, opts, out_dir
         self.env = env
         self.on_done = on_done
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
         self.kernels = kernel_names(suite.problems)
         self.optimize_args = opts.settings.optimize_args(None)
-        override = os.environ.get(OPTIMIZE_CMD_ENV, "").strip()
-        self.base_cmd = shlex.split(override) if override else [sys.executable, "-m", "cudaperf_cli", "optimize"]
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._procs: dict[str, subprocess.Popen] = {}
+        self.base_cmd = base_command()
         for sub in ("problems", "runs", "kernels", "logs"):
             (out_dir / sub).mkdir(parents=True, exist_ok=True)
 
     # -- one problem (worker thread) -------------------------------------------------------
 
     def command(self, problem: BenchProblem, known: AbstractSet[str] | None) -> list[str]:
-        """The optimize command line of ``problem``: the file, its extra C sources (a
-        manifest's ``sources``, linked into the reference) right after it, the manifest's
-        flags, the policy flags, then the bench's own (``--json --run-dir --output --force``,
-        and ``--yes`` when ``known`` has it or is None)."""
+        """optimize's arguments for ``problem`` (the command before them is the executor's):
+        the file, its extra C sources (a manifest's ``sources``, linked into the reference)
+        right after it, the manifest's flags, the policy flags, then the bench's own
+        (``--json --run-dir --output --force``, and ``--yes`` when ``known`` has it or is
+        None)."""
         sources = [str(x) for x in (getattr(problem, "sources", None) or ())]
         own = problem.optimize_args()
         if own[:len(sources)] == sources:  # BenchProblem.optimize_args already leads with them
             sources = []
-        cmd = [*self.base_cmd, str(problem.path), *sources, *own, *self.optimize_args,
+        cmd = [str(problem.path), *sources, *own, *self.optimize_args,
                "--json", "--run-dir", str((self.out / "runs" / problem.safe_name).resolve()),
                "--output", str((self.out / "kernels" / self.kernels[problem.id]).resolve()),
                "--force"]
@@ -425,38 +426,18 @@ class SuiteRun:
         out_path = self.out / "logs" / f"{problem.safe_name}.stdout"
         err_path = self.out / "logs" / f"{problem.safe_name}.stderr"
         limit = problem.timeout_s or self.opts.problem_timeout_s
-        cmd = self.command(problem, known)
-        # the CLI's own child: the user's environment (its model server key too), and this
-        # copy of cudaperf_cli, not a cudaperf_cli/ folder in the current directory
-        env = python_child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
+        launch = Launch(problem_id=problem.id, args=self.command(problem, known),
+                        stdout_path=str(out_path), stderr_path=str(err_path), limit_s=limit,
+                        base_cmd=self.base_cmd, cwd=os.getcwd())
         started_wall = time.time()
-        t0 = time.monotonic()
-        timed_out = False
-        with out_path.open("wb") as out_fh, err_path.open("wb") as err_fh:
-            with self._lock:
-                if self._stop.is_set():
-                    return self._interrupted(problem)
-                proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=out_fh, stderr=err_fh,
-                    start_new_session=True, env=env,
-                )
-                self._procs[problem.id] = proc
-            try:
-                rc: int | None = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                terminate_process_groups([proc])  # optimize kills its own children first
-                rc = proc.wait()
-            finally:
-                try:  # the worker of a finished optimize, if any, dies with its group
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                with self._lock:
-                    self._procs.pop(problem.id, None)
-        wall = time.monotonic() - t0
-        if self._stop.is_set() and not timed_out and rc != 0:
+        fin = self.executor.execute(launch)
+        if fin.interrupted:
             return self._interrupted(problem)
+        cmd, rc, timed_out, wall = fin.cmd or launch.command(), fin.rc, fin.timed_out, fin.wall_s
+        if fin.error:
+            return self._result(problem, [], None, None, status=M.PROBLEM_ERROR, message=fin.error,
+                                rc=None, wall_s=wall, limit_s=limit, cmd=cmd, stderr_text="",
+                                started=started_wall, placement=fin.placement)
         stdout_text = out_path.read_text(errors="replace")
         stderr_text = err_path.read_text(errors="replace")
         doc: dict[str, Any] | None = None
@@ -471,7 +452,7 @@ class SuiteRun:
         status, message = problem_verdict(doc, rc, timed_out, stderr_text, limit)
         return self._result(problem, records, doc, run_dir, status=status, message=message, rc=rc,
                             wall_s=wall, limit_s=limit, cmd=cmd, stderr_text=stderr_text,
-                            started=started_wall)
+                            started=started_wall, placement=fin.placement)
 
     @staticmethod
     def _run_dir(doc: dict[str, Any] | None, run_root: Path, started: float) -> Path | None:
@@ -494,6 +475,7 @@ class SuiteRun:
         self, problem: BenchProblem, records: list[dict[str, Any]], doc: dict[str, Any] | None,
         run_dir: Path | None, *, status: str | None, message: str, rc: int | None, wall_s: float,
         limit_s: float, cmd: list[str], stderr_text: str, started: float | None = None,
+        placement: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         doc = doc or {}
         cpu = doc.get("cpu_baseline") or {}
@@ -526,6 +508,7 @@ class SuiteRun:
             "run_dir": None if run_dir is None else str(run_dir),
             "kernel": doc.get("output"),
             "command": cmd,
+            "placement": placement,
             "stderr_tail": _tail_lines(stderr_text) if status in M.WITH_REASON else "",
         }
         if result["baseline"] is None and doc.get("baseline"):
@@ -546,11 +529,8 @@ class SuiteRun:
     # -- the suite (main thread) -------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop: no new problem starts; running children are killed (process groups)."""
-        with self._lock:
-            self._stop.set()
-            procs = list(self._procs.values())
-        terminate_process_groups(procs)
+        """Stop: no new problem starts; running commands are killed (the executor's stop)."""
+        self.executor.stop()
 
     def problem_file(self, problem: BenchProblem) -> Path:
         return self.out / "problems" / f"{problem.safe_name}.json"
@@ -616,8 +596,8 @@ class SuiteRun:
 
 
 def settings_doc(suite: Suite, opts: BenchOptions, jobs: int) -> dict[str, Any]:
-    """The settings a report records (and ``--resume`` checks, but for ``jobs`` and
-    ``problem_timeout_s``).
+    """The settings a report records (and ``--resume`` checks, but for ``jobs``,
+    ``problem_timeout_s`` and the executor's: a run may continue on another cluster).
 
     ``optimize_defaults`` is the config file every optimize child reads (``--config``,
     ``$CUDAPERF_CONFIG``, ``./cudaperf.toml``, ...: the children run in this directory with
@@ -640,6 +620,10 @@ def settings_doc(suite: Suite, opts: BenchOptions, jobs: int) -> dict[str, Any]:
         "primary_speedup": opts.primary,
         "problem_timeout_s": opts.problem_timeout_s,
         "jobs": jobs,
+        "executor": opts.executor,
+        "ray_address": opts.ray_address,
+        "per_gpu": opts.per_gpu if opts.executor == "ray" else None,
+        "retries": opts.retries if opts.executor == "ray" else None,
         "suite_source": str(suite.source.resolve()),
     }
 

@@ -140,6 +140,18 @@ def run(
     sanitize: Optional[bool] = typer.Option(
         None, "--sanitize/--no-sanitize",
         help="optimize --sanitize / --no-sanitize: the compute-sanitizer stage of C problems."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where problems run: local (child processes of this machine) "
+        "or ray (tasks on a Ray cluster's nodes; needs a filesystem the nodes share; docs/executor.md)."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="--executor ray: the cluster (host:port); default $RAY_ADDRESS, "
+        "else a Ray started by the bench on this machine."),
+    per_gpu: int = typer.Option(
+        2, "--per-gpu", min=1, max=64, help="--executor ray: problems placed on one GPU at once "
+        "(their compiles overlap; evaluations take turns on the GPU)."),
+    retries: int = typer.Option(
+        2, "--retries", min=0, max=20, help="--executor ray: new attempts of a problem whose worker "
+        "or node was lost."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
 ) -> None:
     """Run every problem of SUITE through optimize and write a report.
@@ -153,6 +165,10 @@ def run(
     try:
         if primary not in ("kernel", "e2e"):
             raise CudaperfError(f"--speedup must be kernel or e2e, not '{primary}'")
+        if executor not in ("local", "ray"):
+            raise CudaperfError(f"--executor must be local or ray, not '{executor}'")
+        if executor == "local" and ray_address:
+            raise CudaperfError("--ray-address needs --executor ray")
         settings = PolicySettings(
             policy=policy, turns=turns, samples=samples, model=model, base_url=base_url,
             api_key_env=api_key_env, temperature=temperature, top_p=top_p,
@@ -168,7 +184,8 @@ def run(
         opts = BenchOptions(settings=settings, out_dir=out_dir, jobs=jobs,
                             problem_timeout_s=problem_timeout, resume=resume,
                             json_output=json_out, primary=primary,
-                            known_flags=optimize_flags())
+                            known_flags=optimize_flags(), executor=executor,
+                            ray_address=ray_address, per_gpu=per_gpu, retries=retries)
         code = run_bench_command(suite, opts)
     except CudaperfError as err:
         fail(err)

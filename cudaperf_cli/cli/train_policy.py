@@ -57,6 +57,12 @@ def train_policy(
         "vllm_mode = \"server\" in the config for a `trl vllm-serve` server)."),
     eval_workers: Optional[int] = typer.Option(
         None, "--eval-workers", min=1, help="Candidates evaluated at once (default 4)."),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="Where candidates are evaluated: local (default; this machine, "
+        "eval_device) or ray (one evaluation actor per GPU of a Ray cluster; docs/executor.md)."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="--executor ray: the cluster (host:port); default $RAY_ADDRESS, "
+        "else a Ray started here."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed (default 0)."),
     ranker: Optional[Path] = typer.Option(
         None, "--ranker", help="Ranker checkpoint folder (cudaperf train ranker): adds the reward's ranker "
@@ -77,7 +83,8 @@ def train_policy(
         "steps": steps, "turns": turns, "trajectories": trajectories,
         "problems_per_step": problems_per_step, "max_new_tokens": max_new_tokens,
         "learning_rate": learning_rate, "lora": lora, "use_vllm": use_vllm,
-        "eval_workers": eval_workers, "seed": seed,
+        "eval_workers": eval_workers, "seed": seed, "executor": executor,
+        "ray_address": ray_address,
         "ranker": None if ranker is None else str(ranker.resolve()),
     }
     try:

@@ -36,6 +36,8 @@ VLLM_MODES = ("colocate", "server")
 #: Weight dtypes of a loaded model (``auto``: bfloat16 on a GPU, float32 on the CPU).
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 #: TRL loss types accepted (``GRPOConfig.loss_type``).
+#: Where candidates are evaluated (``executor``).
+EXECUTORS = ("local", "ray")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "luspo")
 
 
@@ -108,6 +110,12 @@ class PolicyTrainConfig:
         "hung candidate gets status timeout (the runtime reward). > 0."))
     compile_timeout_s: float = field(default=120.0, metadata=_help(
         "Time limit of one candidate's nvcc build, seconds. > 0."))
+    executor: str = field(default="local", metadata=_help(
+        "Where candidates are evaluated: local (child processes of this machine, on "
+        "eval_device) or ray (one evaluation actor per GPU of a Ray cluster; docs/executor.md)."))
+    ray_address: str | None = field(default=None, metadata=_help(
+        "executor ray: the cluster (host:port); unset: $RAY_ADDRESS, else a Ray started by the "
+        "trainer on this machine."))
     eval_device: int | None = field(default=None, metadata=_help(
         "CUDA device ordinal of the evaluations; unset: 1 when two or more GPUs are visible "
         "(training keeps GPU 0), else 0."))
@@ -184,6 +192,11 @@ class PolicyTrainConfig:
         need(self.compile_timeout_s > 0, "compile_timeout_s", "> 0")
         need(0 < self.vllm_gpu_memory_utilization <= 1, "vllm_gpu_memory_utilization", "in (0, 1]")
         need(self.eval_device is None or self.eval_device >= 0, "eval_device", ">= 0")
+        need(self.executor in EXECUTORS, "executor", "one of " + ", ".join(EXECUTORS))
+        need(self.executor == "ray" or self.ray_address is None, "ray_address",
+             "unset unless executor is ray")
+        need(self.executor == "local" or self.eval_device is None, "eval_device",
+             "unset with executor ray (Ray gives each evaluation actor its GPU)")
         need(self.loss_type in LOSS_TYPES, "loss_type", "one of " + ", ".join(LOSS_TYPES))
         need(self.dtype in DTYPES, "dtype", "one of " + ", ".join(DTYPES))
         need(self.vllm_mode in VLLM_MODES, "vllm_mode", "one of " + ", ".join(VLLM_MODES))

@@ -274,24 +274,28 @@ def train_policy(
     import torch
 
     from cudaperf_cli.build import detect_arch
-    from cudaperf_cli.rl.evaluate import LocalEvaluator, pick_devices
+    from cudaperf_cli.rl.evaluate import LocalEvaluator, RayEvaluator, pick_devices
     from cudaperf_cli.rl.problems import load_problems
 
     # 2. devices
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    on_ray = cfg.executor == "ray"
     try:
         train_device, eval_device = pick_devices(gpus, cfg.eval_device)
     except ValueError as exc:
         raise CudaperfError(str(exc)) from None
     detected = detect_arch(eval_device)
     arch = cfg.arch or detected or "sm_90"
-    if gpus:
+    if on_ray:  # the actors' GPUs evaluate; the trainer's are for training only
+        say(f"training on {train_device}" + (f" ({torch.cuda.get_device_name(0)})" if gpus else "")
+            + f"; evaluating candidates on a Ray cluster, nvcc -arch={arch}")
+    elif gpus:
         name = torch.cuda.get_device_name(0)
         where = "the same GPU" if eval_device == 0 else f"GPU {eval_device} ({torch.cuda.get_device_name(eval_device)})"
         say(f"training on {train_device} ({name}); evaluating candidates on {where}, nvcc -arch={arch}")
     else:
         say("training on the CPU")
-    if detected is None:
+    if detected is None and not on_ray:
         say("no GPU found: candidates are compiled but not run, so correctness and speed are not "
             "measured (status no_device: no reward); the format and compile stages still are")
 
@@ -312,11 +316,26 @@ def train_policy(
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="cudaperf-train-"))
     logger = None
+    evaluator: Any = None
     try:
-        evaluator = LocalEvaluator(arch=arch, device=eval_device, device_missing=detected is None,
-                                   workdir=workdir, eval_timeout_s=cfg.eval_timeout_s,
-                                   compile_timeout_s=cfg.compile_timeout_s, seed=cfg.seed)
+        if on_ray:
+            evaluator = RayEvaluator(cfg.ray_address, list(problems), arch, actors=cfg.eval_workers,
+                                     context_tokens=cfg.context_tokens,
+                                     eval_timeout_s=cfg.eval_timeout_s,
+                                     compile_timeout_s=cfg.compile_timeout_s, seed=cfg.seed)
+        else:
+            evaluator = LocalEvaluator(arch=arch, device=eval_device, device_missing=detected is None,
+                                       workdir=workdir, eval_timeout_s=cfg.eval_timeout_s,
+                                       compile_timeout_s=cfg.compile_timeout_s, seed=cfg.seed)
         evaluator.prepare(specs, say)
+        if on_ray:
+            for i, where in enumerate(evaluator.placement):
+                if where["arch"] is None:
+                    say(f"evaluation actor {i} has no GPU: its candidates are compiled but not run "
+                        "(status no_device: no reward)")
+                elif where["arch"] != arch:
+                    say(f"warning: evaluation actor {i}'s GPU is {where['arch']}, the candidates "
+                        f"are built for {arch} (set arch in the config)")
 
         # 4. model and tokenizer
         texts = [m["content"] for s in specs for m in s.messages]
@@ -377,8 +396,10 @@ def train_policy(
             "steps": steps_done,
             "completions_per_step": cfg.batch_size,
             "generation": how,
-            "devices": {"train": train_device, "eval_device": eval_device, "gpus": gpus,
-                        "gpu_found": detected is not None, "arch": arch},
+            "devices": {"train": train_device, "eval_device": None if on_ray else eval_device,
+                        "gpus": gpus, "gpu_found": detected is not None, "arch": arch,
+                        "executor": cfg.executor,
+                        "eval_actors": evaluator.placement if on_ray else None},
             "versions": versions(),
             "metrics": {"file": "metrics.jsonl", "rollouts": "rollouts.jsonl" if cfg.log_rollouts else None,
                         "mean_time_s": time_s, "last": logger.lines[-1] if logger.lines else None},
@@ -391,6 +412,8 @@ def train_policy(
     finally:
         if logger is not None:
             logger.close()
+        if isinstance(evaluator, RayEvaluator):
+            evaluator.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
