@@ -602,8 +602,6 @@ def test_host_memory_of_the_candidate_process_is_bounded(ref_lib, compile_c):
     assert r.status == CRASH and r.details.get("host_memory_exceeded"), _why(r)
 
 
-@broken("after setsid() the host-memory watchdog (which sums the process group's members) no "
-        "longer counts the candidate's process")
 def test_host_memory_of_a_candidate_process_that_left_the_group_is_bounded(ref_lib, compile_c):
     r = _run(_job(ref_lib, _cand(compile_c, _HOG.format(escape=1))),
              host_memory_limit_bytes=_HOG_LIMIT)

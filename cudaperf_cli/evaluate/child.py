@@ -26,8 +26,9 @@ group).  The protocol (``docs/evaluation.md`` §3):
   ``timeout_s``.  Without a gate one deadline, ``timeout_s`` from the start.  Past a
   deadline the process group gets SIGKILL.
 * **Host memory**: with ``host_memory_limit_bytes`` the parent sums the resident memory of
-  the child's process group about every :data:`MEMORY_POLL_S` seconds and kills the group
-  above the limit (``RLIMIT_AS`` cannot bound a CUDA process: the driver reserves
+  the child's process group and of the child's descendants (a process that left the group
+  with ``setsid()``, such as a candidate's process, stays the child's descendant) about
+  every :data:`MEMORY_POLL_S` seconds and kills the group above the limit (``RLIMIT_AS`` cannot bound a CUDA process: the driver reserves
   terabytes of virtual address space).
 
 The child-side helpers import nothing heavy (no numpy, torch or cuda).
@@ -242,13 +243,50 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _pgrp_of(pid: int) -> int | None:
+    ids = _ppid_pgrp(pid)
+    return None if ids is None else ids[1]
+
+
+def _ppid_pgrp(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, process group)`` of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
         # fields after "(comm)": state ppid pgrp ...
-        return int(raw[raw.rindex(b")") + 2 :].split()[2])
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        return int(fields[1]), int(fields[2])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def group_and_descendants(leader: int) -> set[int]:
+    """The members of process group ``leader`` and every descendant of process ``leader``
+    (by parent pids; one scan of ``/proc``), ``leader`` included."""
+    parent: dict[int, int] = {}
+    out = {leader}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        ids = _ppid_pgrp(int(name))
+        if ids is None:
+            continue
+        parent[int(name)] = ids[0]
+        if ids[1] == leader:
+            out.add(int(name))
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = list(out)
+    while todo:
+        for kid in children.get(todo.pop(), ()):
+            if kid not in out:
+                out.add(kid)
+                todo.append(kid)
+    return out
 
 
 def _rss_bytes(pid: int) -> int:
@@ -267,8 +305,10 @@ except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
 
 class _GroupMemory:
     """Resident memory (``/proc/<pid>/statm`` resident pages x page size, summed) of a
-    process group; the member list is refreshed every :data:`MEMORY_RESCAN_POLLS` polls
-    (the leader is read at every poll)."""
+    process group and of its leader's descendants (:func:`group_and_descendants`); the
+    member list is refreshed every :data:`MEMORY_RESCAN_POLLS` polls (the leader is read at
+    every poll).  Between scans a member whose group is no longer the leader's and whose
+    parent is no longer a member is dropped (a reused pid)."""
 
     def __init__(self, pgid: int):
         self.pgid = pgid
@@ -277,13 +317,15 @@ class _GroupMemory:
 
     def bytes(self) -> int:
         if self.polls % MEMORY_RESCAN_POLLS == 0:
-            self.members = set(group_members(self.pgid)) | {self.pgid}
+            self.members = group_and_descendants(self.pgid)
         self.polls += 1
         total = 0
         for pid in list(self.members):
-            if pid != self.pgid and _pgrp_of(pid) != self.pgid:
-                self.members.discard(pid)
-                continue
+            if pid != self.pgid:
+                ids = _ppid_pgrp(pid)
+                if ids is None or (ids[1] != self.pgid and ids[0] not in self.members):
+                    self.members.discard(pid)
+                    continue
             total += _rss_bytes(pid)
         return total
 
