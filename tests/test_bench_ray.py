@@ -106,7 +106,7 @@ def test_ray_and_local_give_the_same_statuses_and_schema(tmp_path: Path, fake: d
     for p in remote["problems"]:
         pl = p["placement"]
         assert pl["executor"] == "ray" and pl["node_id"] == ex["nodes"][0]["node_id"], pl
-        assert pl["attempts"] == 1 and pl["lost"] == [] and pl["gpus"] == []
+        assert pl["attempts"] == 1 and pl["lost"] == [] and pl["gpus"] == [] and pl["gpu_name"] is None
     for p in local["problems"]:
         assert p["placement"]["executor"] == "local" and p["placement"]["attempts"] == 1
     # same schema: the report's keys (values differ: times, paths, placement's details)

@@ -309,11 +309,23 @@ def run_on_node(launch: Launch) -> Finished:
                 f"{launch.out_dir}: --executor ray needs the suite and -o on a filesystem every "
                 "node shares (docs/executor.md)")
     ctx = ray.get_runtime_context()
+    gpus = [str(g) for g in ray.get_gpu_ids()]
     fin = run_launch(launch, node_env(launch.env_overlay), die_with_parent=True)
     fin.placement = {"executor": "ray", "node": node, "node_ip": ray.util.get_node_ip_address(),
-                     "node_id": ctx.get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
-                     "pid": os.getpid()}
+                     "node_id": ctx.get_node_id(), "gpus": gpus, "pid": os.getpid(),
+                     **_gpu_identity(gpus[0] if gpus else None)}
     return fin
+
+
+def _gpu_identity(device: str | None) -> dict[str, Any]:
+    """``gpu_name`` and ``gpu_uuid`` of GPU ``device`` of this node (nvidia-smi), for the
+    candidates' ``gpu`` field: the report's machine is the driver's, the GPU is the node's."""
+    if device is None:
+        return {"gpu_name": None, "gpu_uuid": None}
+    from cudaperf_cli.bench.env import nvidia_smi
+
+    smi = nvidia_smi(device) or {}
+    return {"gpu_name": smi.get("name"), "gpu_uuid": smi.get("uuid")}
 
 
 def forwarded_env(api_key_env: str | None) -> dict[str, str]:

@@ -518,7 +518,8 @@ class SuiteRun:
                     if isinstance(r.get("footprint_bytes"), int) and not isinstance(r.get("footprint_bytes"), bool)]
             result["footprint_bytes"] = feet[0] if feet else None
         best_i = M.best_correct(records)
-        gpu = (self.env.get("gpu") or {}).get("name")
+        # the GPU the problem ran on: its Ray node's (placement), else this machine's
+        gpu = (placement or {}).get("gpu_name") or (self.env.get("gpu") or {}).get("name")
         result["candidates"] = [
             candidate_row(rec, result, suite=self.suite.name, settings=self.opts.settings,
                           gpu=gpu, is_best=(i == best_i and result["correct"]))
