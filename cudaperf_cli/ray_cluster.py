@@ -33,14 +33,15 @@ def connect(address: str | None) -> Any:
     Raises:
         CudaperfError: Ray is not installed, or the cluster cannot be reached (exit 2).
     """
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        reachable(address)
+        use_token_if_present()  # before Ray reads its configuration
     try:
         import ray
     except ImportError:
         raise CudaperfError("--executor ray needs Ray, which is not installed",
                             hint="pip install 'cudaperf[ray]'") from None
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address:
-        reachable(address)
     try:
         if ray.is_initialized():
             ray.shutdown()
@@ -49,9 +50,37 @@ def connect(address: str | None) -> Any:
     except Exception as exc:  # noqa: BLE001 - Ray raises several types for this
         raise CudaperfError(f"cannot reach the Ray cluster at {address or 'a new local Ray'}: "
                             f"{first_line(exc)}",
-                            hint="start one with `ray start --head`, or check --ray-address / "
-                            "RAY_ADDRESS") from None
+                            hint="check --ray-address / RAY_ADDRESS; a cluster with token "
+                            "authentication needs its token here (RAY_AUTH_TOKEN, or "
+                            "~/.ray/auth_token: `ray get-auth-token`)") from None
     return ray
+
+
+def use_token_if_present() -> bool:
+    """Send Ray's authentication token when this machine has one and ``$RAY_AUTH_MODE`` is
+    unset: sets ``RAY_AUTH_MODE=token`` in this process (its Ray workers inherit it).
+
+    A Ray 2.5x+ head started with ``ray start`` turns token authentication on by itself
+    when ``~/.ray/auth_token`` exists (any local ``ray.init()`` writes one), and a driver
+    whose mode is unset then fails after about 20 s ("Failed to connect"); a driver in
+    token mode connects to clusters with and without authentication (measured with Ray
+    2.60).  Returns whether token mode is on.
+    """
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None:
+        return mode.strip().lower() == "token"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    if not (os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file()):
+        return False
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if "ray" in sys.modules:  # Ray caches its configuration at import: refresh it, as Ray does
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except Exception:  # noqa: BLE001 - another Ray version: the variable alone
+            pass
+    return True
 
 
 def reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -133,4 +162,4 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["connect", "first_line", "local_head", "reachable"]
+__all__ = ["connect", "first_line", "local_head", "reachable", "use_token_if_present"]

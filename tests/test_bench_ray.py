@@ -199,6 +199,8 @@ def test_unreachable_cluster_is_one_line_and_leaves_no_folder(tmp_path: Path, fa
     assert bad.returncode == 2 and "--ray-address must be host:port" in bad.stderr
     local = bench(str(suite), "-o", str(tmp_path / "out"), "--ray-address", "127.0.0.1:1", env=fake)
     assert local.returncode == 2 and "--ray-address needs --executor ray" in local.stderr
+    local = bench(str(suite), "-o", str(tmp_path / "out"), "--per-gpu", "3", env=fake)
+    assert local.returncode == 2 and "--per-gpu needs --executor ray" in local.stderr
 
 
 def test_a_node_that_does_not_see_the_output_folder_refuses_the_problem(
@@ -274,4 +276,17 @@ def test_train_policy_executor_settings_are_checked(tmp_path: Path) -> None:
     one_error(proc, "executor must be one of local, ray")
     proc = cli("train", "policy", "--model", "tiny", "--problems", str(problems), "-o",
                str(tmp_path / "o"), "--ray-address", "127.0.0.1:1")
-    one_error(proc, "ray_address must be unset unless executor is ray")
+    one_error(proc, "--ray-address needs --executor ray")
+
+
+def test_train_policy_with_an_unreachable_cluster_leaves_no_folder(tmp_path: Path) -> None:
+    from tests.test_rl_train import EXAMPLES, cli, one_error
+
+    pytest.importorskip("trl", reason="the train extra is not installed")
+    problems = tmp_path / "p"
+    problems.mkdir()
+    (problems / "matmul.c").write_text((EXAMPLES / "matmul.c").read_text())
+    proc = cli("train", "policy", "--model", "tiny", "--problems", str(problems), "-o",
+               str(tmp_path / "o"), "--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}")
+    one_error(proc, "cannot reach the Ray cluster at 127.0.0.1:")
+    assert not (tmp_path / "o").exists()

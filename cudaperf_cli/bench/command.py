@@ -98,7 +98,7 @@ def run_bench_command(suite_path: Path, opts: BenchOptions) -> int:
         executor = make_executor(opts.executor, out_dir=out, address=opts.ray_address,
                                  per_gpu=opts.per_gpu, retries=opts.retries,
                                  api_key_env=opts.settings.api_key_env)
-    except CudaperfError:
+    except (CudaperfError, KeyboardInterrupt):  # Ray unreachable, or Ctrl-C while connecting
         if meta is None and not any(out.iterdir()):  # the empty folder this run made
             out.rmdir()
         raise
@@ -125,6 +125,7 @@ def _run_with(executor: Executor, suite_path: Path, suite: Suite, opts: BenchOpt
     from cudaperf_cli.bench.env import collect_env, env_differences
     from cudaperf_cli.bench.report import (
         build_report,
+        executor_line,
         fmt_x,
         metrics_lines,
         summary_table,
@@ -209,9 +210,8 @@ def _run_with(executor: Executor, suite_path: Path, suite: Suite, opts: BenchOpt
     if done and human:
         err.print(f"resuming {out}: {len(done)} problem(s) done, {len(todo)} to run")
     if human and executor.name != "local":
-        err.print(f"executor {executor.name}: {placement.get('address')}, "
-                  f"{len(placement.get('nodes') or [])} node(s), {placement.get('gpus', 0)} GPU(s), "
-                  f"{placement.get('cpus', 0)} CPU(s); {jobs} problem(s) in flight", highlight=False)
+        err.print(f"executor: {executor_line(placement)}; {jobs} problem(s) in flight",
+                  highlight=False, soft_wrap=True)
     t0 = time.monotonic()
     # stdout is the report's (--json): Ray's driver prints its cluster's error messages ("A
     # worker died ...") to sys.stdout, so while problems run that is stderr; the executor is

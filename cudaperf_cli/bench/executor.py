@@ -390,7 +390,12 @@ class RayExecutor:
             nodes.append({"node": n.get("NodeManagerHostname"), "node_ip": n.get("NodeManagerAddress"),
                           "node_id": n.get("NodeID"), "cpus": int(res.get("CPU", 0)),
                           "gpus": int(res.get("GPU", 0))})
-        return {"executor": self.name, "address": self.address or "local (started by the bench)",
+        try:  # the cluster actually joined ("auto" and $RAY_ADDRESS resolved)
+            gcs = self._ray.get_runtime_context().gcs_address
+        except Exception:  # noqa: BLE001 - older Ray
+            gcs = None
+        return {"executor": self.name, "address": self.address, "gcs_address": gcs,
+                "started_here": self.address is None,
                 "nodes": nodes, "cpus": self.cpus, "gpus": self.gpus, "per_gpu": self.per_gpu,
                 "gpu_per_task": self._gpu_share(), "retries": self.retries,
                 "ray_version": self._ray.__version__}

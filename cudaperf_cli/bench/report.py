@@ -189,9 +189,28 @@ def executor_line(ex: dict[str, Any]) -> str:
     """One line: the executor, and for Ray the cluster (address, nodes, GPUs, CPUs)."""
     if ex.get("executor") != "ray":
         return "local (child processes of this machine)"
-    return (f"ray at {ex.get('address')}: {len(ex.get('nodes') or [])} node(s), "
-            f"{ex.get('gpus', 0)} GPU(s), {ex.get('cpus', 0)} CPU(s), {ex.get('per_gpu')} problem(s) "
-            f"per GPU, {ex.get('retries')} retries, Ray {ex.get('ray_version')}")
+    if ex.get("started_here"):
+        where = f"a Ray started by the bench ({ex.get('gcs_address')})"
+    else:
+        gcs = ex.get("gcs_address")
+        where = str(ex.get("address")) + (f" ({gcs})" if gcs and gcs != ex.get("address") else "")
+    gpus = ex.get("gpus", 0)
+    share = f"{ex.get('per_gpu')} problem(s) per GPU" if gpus else "no GPU: compile-only"
+    return (f"ray at {where}: {len(ex.get('nodes') or [])} node(s), {gpus} GPU(s), "
+            f"{ex.get('cpus', 0)} CPU(s), {share}, {ex.get('retries')} retries, "
+            f"Ray {ex.get('ray_version')}")
+
+
+def placement_counts(problems: Sequence[dict[str, Any]]) -> str:
+    """Where the report's problems ran, e.g. "5 on ray, 2 local" ("" when all in one way
+    that the executor line already says)."""
+    counts: dict[str, int] = {}
+    for p in problems:
+        ex = (p.get("placement") or {}).get("executor") or "local"
+        counts[ex] = counts.get(ex, 0) + 1
+    if len(counts) <= 1:
+        return ""
+    return ", ".join(f"{n} on {ex}" if ex != "local" else f"{n} local" for ex, n in sorted(counts.items()))
 
 
 def settings_line(settings: dict[str, Any]) -> str:
@@ -215,7 +234,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- settings: {settings_line(report['settings'])}",
         f"- machine: {env_line(report['env'])}",
-        f"- executor: {executor_line(report.get('executor') or {})}",
+        f"- executor: {executor_line(report.get('executor') or {})}"
+        + (f" (this session; problems of a resumed run: {placement_counts(report['problems'])})"
+           if placement_counts(report["problems"]) else ""),
         (f"- baseline(s): {', '.join(m['baselines']) or '-'}; headline speedup: `{primary}`"
          " (kernel: each problem's own baseline median / candidate median: the C function on one"
          " CPU thread, or PyTorch eager; e2e: C copies in and out included; compile: vs"

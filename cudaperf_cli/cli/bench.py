@@ -78,8 +78,8 @@ def run(
     ),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1, max=1024,
-        help="Problems run at once (default: the CPU cores); GPU evaluations still run one at "
-        "a time per GPU.",
+        help="Problems run at once (default: the CPU cores; --executor ray: the cluster's GPUs x "
+        "--per-gpu, or its CPUs without GPUs); GPU evaluations still run one at a time per GPU.",
     ),
     problem_timeout: float = typer.Option(
         3600.0, "--problem-timeout", min=1.0, max=7 * 86400.0,
@@ -144,14 +144,15 @@ def run(
         "local", "--executor", help="Where problems run: local (child processes of this machine) "
         "or ray (tasks on a Ray cluster's nodes; needs a filesystem the nodes share; docs/executor.md)."),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="--executor ray: the cluster (host:port); default $RAY_ADDRESS, "
-        "else a Ray started by the bench on this machine."),
-    per_gpu: int = typer.Option(
-        2, "--per-gpu", min=1, max=64, help="--executor ray: problems placed on one GPU at once "
-        "(their compiles overlap; evaluations take turns on the GPU)."),
-    retries: int = typer.Option(
-        2, "--retries", min=0, max=20, help="--executor ray: new attempts of a problem whose worker "
-        "or node was lost."),
+        None, "--ray-address", help="--executor ray: the cluster (host:port, ray://host:port, or auto: "
+        "a Ray already running on this machine); default $RAY_ADDRESS, else a Ray started by the "
+        "bench on this machine."),
+    per_gpu: Optional[int] = typer.Option(
+        None, "--per-gpu", min=1, max=64, help="--executor ray: problems placed on one GPU at once "
+        "(their compiles overlap; evaluations take turns on the GPU); default 2."),
+    retries: Optional[int] = typer.Option(
+        None, "--retries", min=0, max=20, help="--executor ray: new attempts of a problem whose worker "
+        "or node was lost; default 2."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json only."),
 ) -> None:
     """Run every problem of SUITE through optimize and write a report.
@@ -167,8 +168,9 @@ def run(
             raise CudaperfError(f"--speedup must be kernel or e2e, not '{primary}'")
         if executor not in ("local", "ray"):
             raise CudaperfError(f"--executor must be local or ray, not '{executor}'")
-        if executor == "local" and ray_address:
-            raise CudaperfError("--ray-address needs --executor ray")
+        for flag, given in (("--ray-address", ray_address), ("--per-gpu", per_gpu), ("--retries", retries)):
+            if executor == "local" and given is not None:
+                raise CudaperfError(f"{flag} needs --executor ray")
         settings = PolicySettings(
             policy=policy, turns=turns, samples=samples, model=model, base_url=base_url,
             api_key_env=api_key_env, temperature=temperature, top_p=top_p,
@@ -185,7 +187,8 @@ def run(
                             problem_timeout_s=problem_timeout, resume=resume,
                             json_output=json_out, primary=primary,
                             known_flags=optimize_flags(), executor=executor,
-                            ray_address=ray_address, per_gpu=per_gpu, retries=retries)
+                            ray_address=ray_address, per_gpu=2 if per_gpu is None else per_gpu,
+                            retries=2 if retries is None else retries)
         code = run_bench_command(suite, opts)
     except CudaperfError as err:
         fail(err)

@@ -88,6 +88,8 @@ def train_policy(
         "ranker": None if ranker is None else str(ranker.resolve()),
     }
     try:
+        if ray_address is not None and executor != "ray":
+            raise CudaperfError("--ray-address needs --executor ray")
         cfg = load_train_config(config, overrides)
         preflight(model, problems, output, force=force, use_vllm=cfg.use_vllm, lora=cfg.lora)
         texts = read_replies(replies) if replies is not None else None

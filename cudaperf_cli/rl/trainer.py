@@ -313,6 +313,7 @@ def train_policy(
     say(f"{len(specs)} problem(s): " + ", ".join(s.name for s in specs))
     if out.is_dir() and force:
         clear_checkpoint(out, RUN_LOG_NAMES)  # the old weights go only when the new ones are saved
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="cudaperf-train-"))
     logger = None
@@ -409,6 +410,10 @@ def train_policy(
         tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
         tmp.replace(out / "metadata.json")
         return TrainResult(out, steps_done, list(logger.lines), time_s, meta)
+    except (CudaperfError, KeyboardInterrupt):
+        if made and out.is_dir() and not any(out.iterdir()):  # nothing written: no empty folder
+            out.rmdir()
+        raise
     finally:
         if logger is not None:
             logger.close()
