@@ -23,87 +23,101 @@ from typing import Any, Iterator
 from cudaperf_cli.core import CudaperfError
 
 
-def connect(address: str | None) -> Any:
+#: Seconds ``ray.init`` may take: past them the cluster is unreachable (an address that
+#: accepts TCP but is no Ray, such as a web server, makes ``ray.init`` retry for many
+#: minutes; a cluster whose token this machine lacks fails after about 20 s).
+CONNECT_TIMEOUT_S = 60.0
+#: Overrides :data:`CONNECT_TIMEOUT_S` (seconds).
+CONNECT_TIMEOUT_ENV = "CUDAPERF_RAY_CONNECT_TIMEOUT_S"
+
+
+def connect(address: str | None, timeout_s: float | None = None) -> Any:
     """Connect this process to a Ray cluster and return the ``ray`` module.
+
+    ``ray.init`` runs in a thread of its own, bounded by ``timeout_s``; Ray installs no
+    signal handlers there, so the CLI's SIGTERM/SIGHUP handling (the Ctrl-C path) stays.
 
     Args:
         address: ``host:port``, ``ray://host:port`` or ``auto``; None: ``$RAY_ADDRESS``, else
             a Ray started in this process (``ray.shutdown()`` stops it).
+        timeout_s: seconds ``ray.init`` may take (None: ``$CUDAPERF_RAY_CONNECT_TIMEOUT_S``,
+            else :data:`CONNECT_TIMEOUT_S`).
 
     Raises:
-        CudaperfError: Ray is not installed, or the cluster cannot be reached (exit 2).
+        CudaperfError: Ray is not installed, or the cluster cannot be reached within
+            ``timeout_s`` (exit 2).
     """
+    import threading
+
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT_S)
+        except ValueError:
+            raise CudaperfError(f"${CONNECT_TIMEOUT_ENV} must be a number of seconds") from None
+    given = address
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        reachable(address)
-        use_token_if_present()  # before Ray reads its configuration
+        reachable(address, via="--ray-address" if given else "RAY_ADDRESS")
     try:
         import ray
     except ImportError:
         raise CudaperfError("--executor ray needs Ray, which is not installed",
                             hint="pip install 'cudaperf[ray]'") from None
-    try:
-        if ray.is_initialized():
-            ray.shutdown()
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=True, logging_level=logging.ERROR)
-    except Exception as exc:  # noqa: BLE001 - Ray raises several types for this
-        raise CudaperfError(f"cannot reach the Ray cluster at {address or 'a new local Ray'}: "
-                            f"{first_line(exc)}",
-                            hint="check --ray-address / RAY_ADDRESS; a cluster with token "
-                            "authentication needs its token here (RAY_AUTH_TOKEN, or "
-                            "~/.ray/auth_token: `ray get-auth-token`)") from None
+    if ray.is_initialized():
+        ray.shutdown()
+    box: dict[str, BaseException] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=True, logging_level=logging.ERROR)
+        except BaseException as exc:  # noqa: BLE001 - Ray raises several types for this
+            box["error"] = exc
+
+    thread = threading.Thread(target=init, name="cudaperf-ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    where = address or "a new local Ray"
+    hint = ("check --ray-address / RAY_ADDRESS; a cluster with token authentication needs "
+            "RAY_AUTH_MODE=token and its token here (RAY_AUTH_TOKEN, or ~/.ray/auth_token)")
+    if thread.is_alive():
+        raise CudaperfError(f"cannot reach the Ray cluster at {where}: no answer from Ray within "
+                            f"{timeout_s:.0f} s", hint=hint)
+    if "error" in box:
+        raise CudaperfError(f"cannot reach the Ray cluster at {where}: {first_line(box['error'])}",
+                            hint=hint)
     return ray
 
 
-def use_token_if_present() -> bool:
-    """Send Ray's authentication token when this machine has one and ``$RAY_AUTH_MODE`` is
-    unset: sets ``RAY_AUTH_MODE=token`` in this process (its Ray workers inherit it).
-
-    A Ray 2.5x+ head started with ``ray start`` turns token authentication on by itself
-    when ``~/.ray/auth_token`` exists (any local ``ray.init()`` writes one), and a driver
-    whose mode is unset then fails after about 20 s ("Failed to connect"); a driver in
-    token mode connects to clusters with and without authentication (measured with Ray
-    2.60).  Returns whether token mode is on.
-    """
-    mode = os.environ.get("RAY_AUTH_MODE")
-    if mode is not None:
-        return mode.strip().lower() == "token"
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    if not (os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file()):
-        return False
-    os.environ["RAY_AUTH_MODE"] = "token"
-    if "ray" in sys.modules:  # Ray caches its configuration at import: refresh it, as Ray does
-        try:
-            from ray._raylet import Config
-
-            Config.initialize("")
-        except Exception:  # noqa: BLE001 - another Ray version: the variable alone
-            pass
-    return True
-
-
-def reachable(address: str, timeout_s: float = 5.0) -> None:
+def reachable(address: str, timeout_s: float = 5.0, via: str = "--ray-address") -> None:
     """Check that a Ray address's ``host:port`` (``ray://`` too) accepts a TCP connection:
     ``ray.init`` retries an unreachable cluster for minutes before it gives up.
+
+    Args:
+        address: the address; ``auto`` is not checked (Ray looks for a local cluster).
+        timeout_s: seconds for the TCP connection.
+        via: where the address came from, for the message (``--ray-address``, ``RAY_ADDRESS``).
 
     Raises:
         CudaperfError: the address cannot be parsed or nothing answers there (exit 2).
     """
+    address = address.strip()
     if address == "auto":
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit():
-        raise CudaperfError(f"--ray-address must be host:port (or ray://host:port), not '{address}'")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise CudaperfError(f"{via} must be host:port (or ray://host:port, or auto), not '{address}'",
+                            hint="an IPv6 address goes in brackets: [::1]:6379")
+    if ":" in host and not host.startswith("["):
+        raise CudaperfError(f"{via}: put the IPv6 address of '{address}' in brackets, e.g. [::1]:6379")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
-        raise CudaperfError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}",
+        raise CudaperfError(f"cannot reach the Ray cluster at {address} ({via}): {exc.strerror or exc}",
                             hint="start one with `ray start --head`, or check --ray-address / "
                             "RAY_ADDRESS") from None
-
 
 
 @contextlib.contextmanager
@@ -113,7 +127,8 @@ def local_head(num_cpus: int, *, num_gpus: int | None = None, start_timeout_s: f
 
     Started as ``ray start --head --block`` in a session of its own and stopped by that
     process group (SIGTERM, then SIGKILL): never ``ray stop``, which would stop every Ray
-    of this user.  ``num_gpus`` None: Ray detects them.
+    of this user.  ``num_gpus`` None: Ray detects them.  Token authentication is off
+    (``RAY_AUTH_MODE=disabled``) unless the caller's environment sets ``RAY_AUTH_MODE``.
 
     Raises:
         CudaperfError: the ``ray`` command is not next to this Python, or the head did not
@@ -131,8 +146,13 @@ def local_head(num_cpus: int, *, num_gpus: int | None = None, start_timeout_s: f
            "--disable-usage-stats", "--temp-dir", tmp]
     if num_gpus is not None:
         cmd += ["--num-gpus", str(num_gpus)]
+    # no token authentication unless the caller's environment asks for it: Ray 2.5x turns it
+    # on for `ray start` whenever ~/.ray/auth_token exists, and a driver without
+    # RAY_AUTH_MODE=token could then not connect
+    env = dict(os.environ)
+    env.setdefault("RAY_AUTH_MODE", "disabled")
     head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + start_timeout_s
         while True:
@@ -162,4 +182,4 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["connect", "first_line", "local_head", "reachable", "use_token_if_present"]
+__all__ = ["connect", "first_line", "local_head", "reachable"]

@@ -27,13 +27,17 @@ from tests.test_bench import FAKE_OPTIMIZE, ROOT, alive, bench, calls, make_suit
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cudaperf[ray]')")
 
-#: The fake optimize, plus a problem whose first attempt kills its Ray worker (its parent).
+#: The fake optimize, plus a problem whose first attempt starts a child and kills its Ray
+#: worker (its parent).
 FAKE_WITH_DIE = FAKE_OPTIMIZE.replace(
     'stem = file.stem\n',
     'stem = file.stem\n'
     'if stem == "die" and not Path(os.environ["FAKE_PIDS"], "died").exists():\n'
-    '    Path(os.environ["FAKE_PIDS"], "died").write_text(str(os.getppid()))\n'
-    '    os.kill(os.getppid(), signal.SIGKILL)\n'
+    '    worker = os.getppid()\n'
+    '    Path(os.environ["FAKE_PIDS"], "died").write_text(str(worker))\n'
+    '    orphan = subprocess.Popen(["sleep", "600"])\n'
+    '    Path(os.environ["FAKE_PIDS"], "orphan.pid").write_text(str(orphan.pid))\n'
+    '    os.kill(worker, signal.SIGKILL)  # the Ray worker\n'
     '    time.sleep(60)\n', 1)
 assert FAKE_WITH_DIE != FAKE_OPTIMIZE
 
@@ -133,7 +137,9 @@ def test_a_worker_killed_mid_task_is_retried(tmp_path: Path, fake: dict[str, str
     assert pl["attempts"] == 2 and len(pl["lost"]) == 1, pl
     assert pl["lost"][0]["attempt"] == 1 and "Worker" in pl["lost"][0]["reason"], pl
     killed = int((Path(fake["FAKE_PIDS"]) / "died").read_text())
-    assert not alive(killed) and pl["pid"] != killed
+    assert pl["pid"] != killed
+    # the lost attempt's own child died with it (the reaper killed its process group)
+    assert not alive(int((Path(fake["FAKE_PIDS"]) / "orphan.pid").read_text()))
     # the first attempt killed its worker before its log line; the second ran to the end
     assert calls(fake).count("die") == 1 and by_id["fast.c"]["placement"]["attempts"] == 1
 
@@ -171,7 +177,10 @@ def test_ctrl_c_cancels_every_task_and_resume_continues_locally(
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     assert "--resume" in err
-    time.sleep(0.5)
+    t0 = time.monotonic()
+    while alive(int(pid_file.read_text())) and time.monotonic() - t0 < 20:
+        time.sleep(0.1)
+    print(f"the hung problem's child died {time.monotonic() - t0:.1f} s after the bench exited")
     assert not alive(int(pid_file.read_text()))  # the hung problem's whole group, on the node
     report = json.loads((out / "report.json").read_text())
     assert report["interrupted"] and report["suite"]["not_run"] == ["hang.c"]
@@ -206,14 +215,14 @@ def test_unreachable_cluster_is_one_line_and_leaves_no_folder(tmp_path: Path, fa
 def test_a_node_that_does_not_see_the_output_folder_refuses_the_problem(
     tmp_path: Path, fake: dict[str, str], ray_head: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cudaperf_cli.bench.executor import NODE_CHECK_FILE, Launch, RayExecutor
+    from cudaperf_cli.bench.executor import Launch, RayExecutor
 
     for k, v in fake.items():
         monkeypatch.setenv(k, v)
     out = tmp_path / "out"
     ex = RayExecutor(ray_head, out, per_gpu=2, retries=0)
     try:
-        (out / NODE_CHECK_FILE).write_text("another run's token\n")  # as a node without the folder
+        ex.token_file.write_text("another run's token\n")  # as a node without the folder
         fin = ex.execute(Launch(problem_id="x", args=[str(tmp_path / "x.c")],
                                 stdout_path=str(tmp_path / "o"), stderr_path=str(tmp_path / "e"),
                                 limit_s=30))
@@ -290,3 +299,75 @@ def test_train_policy_with_an_unreachable_cluster_leaves_no_folder(tmp_path: Pat
                str(tmp_path / "o"), "--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}")
     one_error(proc, "cannot reach the Ray cluster at 127.0.0.1:")
     assert not (tmp_path / "o").exists()
+
+
+def test_relative_output_folder_and_suite_from_another_directory(tmp_path: Path, fake: dict[str, str],
+                                                                 ray_head: str) -> None:
+    make_suite(tmp_path / "s", ["fast.c", "slow.c"])
+    here = tmp_path / "here"
+    here.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudaperf_cli", "bench", "../s", "-o", "rel", "--json", "--executor",
+         "ray", "--ray-address", ray_head],
+        cwd=here, env={**os.environ, **fake}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [p["status"] for p in report["problems"]] == ["correct", "correct"], report["problems"]
+    assert sorted(x.name for x in (here / "rel").iterdir() if x.name.startswith(".")) == []
+
+
+def test_sigterm_to_the_bench_writes_the_report_and_kills_the_tasks(
+    tmp_path: Path, fake: dict[str, str], ray_head: str
+) -> None:
+    suite = make_suite(tmp_path / "s", ["fast.c", "hang.c"])
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cudaperf_cli", "bench", str(suite), "-o", str(out), "-j", "2",
+         "--executor", "ray", "--ray-address", ray_head],
+        cwd=ROOT, env={**os.environ, **fake}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = Path(fake["FAKE_PIDS"]) / "hang.pid"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (pid_file.exists() and (out / "problems" / "fast.c.json").exists()):
+        time.sleep(0.1)
+    assert pid_file.exists(), "the fake optimize never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    time.sleep(1.0)
+    assert not alive(int(pid_file.read_text()))
+    report = json.loads((out / "report.json").read_text())
+    assert report["interrupted"] and [p["id"] for p in report["problems"]] == ["fast.c"]
+    assert not list(out.glob(".cudaperf-node-check-*"))
+
+
+def test_a_port_that_is_not_ray_is_given_up(tmp_path: Path, fake: dict[str, str]) -> None:
+    import http.server
+    import socketserver
+    import threading
+
+    suite = make_suite(tmp_path / "s", ["fast.c"])
+    srv = socketserver.TCPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        proc = bench(str(suite), "-o", str(tmp_path / "out"), "--executor", "ray", "--ray-address",
+                     f"127.0.0.1:{srv.server_address[1]}",
+                     env={**fake, "CUDAPERF_RAY_CONNECT_TIMEOUT_S": "8"}, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+    assert proc.returncode == 2, proc.stderr
+    assert "no answer from Ray within 8 s" in proc.stderr and took < 60, (took, proc.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_executor_errors_are_not_results_for_resume(tmp_path: Path) -> None:
+    from cudaperf_cli.bench.runner import BenchOptions, SuiteRun
+    from cudaperf_cli.bench.suite import load_suite
+
+    suite = load_suite(make_suite(tmp_path / "s", ["a.c", "b.c"]))
+    run = SuiteRun(suite, BenchOptions(), tmp_path / "out", {})
+    for p, extra in zip(suite.problems, ({"executor_error": True}, {})):
+        (tmp_path / "out" / "problems" / f"{p.safe_name}.json").write_text(
+            json.dumps({"id": p.id, "status": "error", **extra}))
+    assert sorted(run.load_done()) == ["b.c"]

@@ -18,17 +18,21 @@ log files, killed as a group past its time limit.  What differs is *where*:
   stay on one node instead of crossing the network for every candidate.
 
 Files: the Ray executor needs the suite and the output folder on a filesystem every node
-shares (NFS, Lustre, or one machine): the task checks a token the driver wrote into the
-output folder and refuses to run where it cannot read it (the problem's status is
-``error``, with a message that says so).  Nothing is copied between nodes.
+shares (NFS, Lustre, or one machine): the task checks a token file the driver wrote into
+the output folder (its name holds the token: two benches on one folder do not clash) and
+refuses to run where it cannot read it (the problem's status is ``error``, with a message
+that says so; such an executor error is not a result, so ``--resume`` runs the problem
+again).  Nothing is copied between nodes.
 
 Faults (Ray): a task whose worker process or node dies is submitted again, at most
-``retries`` more times; each loss is recorded in the problem's ``placement.lost``.  The
-``optimize`` child dies with its Ray worker (``PR_SET_PDEATHSIG``: SIGTERM, the Ctrl-C path of
-optimize, which stops its own children).  Ctrl-C on the driver cancels every task (a
-KeyboardInterrupt in the task, which kills its command's process group; after
-:data:`CANCEL_GRACE_S` its worker is killed) and the bench writes the report of what
-finished.
+``retries`` more times; each loss is recorded in the problem's ``placement.lost``.  On the
+node a detached watcher (:mod:`cudaperf_cli.bench.reaper`) kills the command's process
+tree when the Ray worker dies (Ray kills a worker's direct children only, with SIGKILL), so
+a lost or cancelled task leaves nothing running to overlap its retry.  Ctrl-C on the driver
+cancels every task (``ray.cancel(force=True)``: its worker is killed, the watcher stops the
+command's tree) and the bench writes the report of what finished.  The driver sets no deadline of its
+own: a task may wait in Ray's queue for as long as the cluster is busy, the node enforces
+the problem's time limit once it runs, and Ray reports a lost node.
 
 Environment on a node: the node's own, overlaid with the driver's ``CUDAPERF_*`` and
 ``OPENAI_*`` variables and the variable ``--api-key-env`` names (a model policy needs its
@@ -61,13 +65,9 @@ EXECUTORS = ("local", "ray")
 OPTIMIZE_CMD_ENV = "CUDAPERF_BENCH_OPTIMIZE"
 #: Driver environment variables (prefixes) a Ray task's ``optimize`` gets on its node.
 FORWARDED_PREFIXES = ("CUDAPERF_", "OPENAI_")
-#: Token file in the output folder that a Ray task must read to run (shared filesystem).
-NODE_CHECK_FILE = ".cudaperf-node-check"
-#: Seconds a Ray task may outlive its problem's time limit before the driver gives up on it
-#: (the node kills the command at the limit; this covers a node that stopped answering).
-DRIVER_GRACE_S = 300.0
-#: Seconds a cancelled Ray task gets to kill its command before its worker is killed.
-CANCEL_GRACE_S = 10.0
+#: Name prefix of the token file (``<prefix><token>``) in the output folder that a Ray task
+#: must read to run (shared filesystem).
+NODE_CHECK_FILE = ".cudaperf-node-check-"
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class Launch:
         env_overlay: variables set on top of the environment of the machine that runs it.
         base_cmd: the command before ``args``; None: ``<that machine's python> -m cudaperf_cli
             optimize``.
-        out_dir: the bench's output folder (a Ray task checks it sees it).
-        token: the content of ``out_dir/NODE_CHECK_FILE`` (empty: not checked).
+        out_dir: the bench's output folder, absolute (a Ray task checks it sees it).
+        token: the token of ``out_dir/<NODE_CHECK_FILE><token>`` (empty: not checked).
         cwd: the folder the command runs in: the bench's (a relative problem path and
             ``./cudaperf.toml`` mean the same on every node); "" for this process's.
     """
@@ -130,12 +130,6 @@ class Finished:
     interrupted: bool = False
 
 
-def _set_pdeathsig() -> None:  # in the child, before exec: die (SIGTERM) with the parent
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = False,
                on_start: Callable[[subprocess.Popen], bool] | None = None) -> Finished:
     """Run ``launch`` here: its command in a new session, output to its log files, the
@@ -144,7 +138,8 @@ def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = F
     Args:
         launch: what to run.
         env: the command's whole environment.
-        die_with_parent: the command gets SIGTERM when this process dies (a Ray worker).
+        die_with_parent: the command's process tree is killed when this process dies (a
+            Ray worker): a detached watcher is started for it (:mod:`cudaperf_cli.bench.reaper`).
         on_start: called with the process right after it started; returning False kills it
             at once (a stop that came while it was starting).
 
@@ -158,9 +153,27 @@ def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = F
     t0 = time.monotonic()
     timed_out = False
     with open(launch.stdout_path, "wb") as out_fh, open(launch.stderr_path, "wb") as err_fh:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_fh, stderr=err_fh,
-                                start_new_session=True, env=env, cwd=launch.cwd or None,
-                                preexec_fn=_set_pdeathsig if die_with_parent else None)
+        if not die_with_parent:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_fh, stderr=err_fh,
+                                    start_new_session=True, env=env, cwd=launch.cwd or None)
+        else:  # the command waits at a gate until its watcher runs (no window without one)
+            gate_r, gate_w = os.pipe()
+            try:
+                proc = subprocess.Popen(  # the gate is its stdin, /dev/null once open
+                    ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "sh", *cmd],
+                    stdin=gate_r, stdout=out_fh, stderr=err_fh,
+                    start_new_session=True, env=env, cwd=launch.cwd or None)
+                os.close(gate_r)
+                gate_r = -1
+                subprocess.run([sys.executable, "-m", "cudaperf_cli.bench.reaper", "--watch",
+                                str(os.getpid()), "--root", str(proc.pid)], env=env, timeout=60,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                os.write(gate_w, b"go\n")
+            finally:
+                for fd in (gate_r, gate_w):
+                    if fd >= 0:
+                        os.close(fd)
         if on_start is not None and not on_start(proc):
             terminate_process_groups([proc])
         try:
@@ -169,7 +182,7 @@ def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = F
             timed_out = True
             terminate_process_groups([proc])  # optimize kills its own children first
             rc = proc.wait()
-        except BaseException:  # a Ray cancel (KeyboardInterrupt in the task): the group goes too
+        except BaseException:  # an exception in the waiting thread: the group goes too
             terminate_process_groups([proc])
             raise
         finally:
@@ -300,7 +313,7 @@ def run_on_node(launch: Launch) -> Finished:
     node = socket.gethostname()
     if launch.token:
         try:
-            seen = (Path(launch.out_dir) / NODE_CHECK_FILE).read_text().strip()
+            seen = (Path(launch.out_dir) / (NODE_CHECK_FILE + launch.token)).read_text().strip()
         except OSError:
             seen = ""
         if seen != launch.token:
@@ -369,9 +382,10 @@ class RayExecutor:
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
         self.cpus = int(ray.cluster_resources().get("CPU", 0))
         self.token = secrets.token_hex(16)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / NODE_CHECK_FILE).write_text(self.token + "\n")
-        self.out_dir = out_dir
+        self.out_dir = out_dir.resolve()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.token_file = self.out_dir / (NODE_CHECK_FILE + self.token)
+        self.token_file.write_text(self.token + "\n")
         self.overlay = forwarded_env(api_key_env)
         self._task = ray.remote(run_on_node)
 
@@ -407,6 +421,7 @@ class RayExecutor:
         launch = Launch(**{**launch.__dict__, "env_overlay": {**self.overlay, **launch.env_overlay},
                            "out_dir": str(self.out_dir), "token": self.token})
         lost: list[dict[str, Any]] = []
+        t0 = time.monotonic()
         for attempt in range(1, self.retries + 2):
             with self._lock:
                 if self._stop.is_set():
@@ -415,7 +430,7 @@ class RayExecutor:
                                          retry_exceptions=False).remote(launch)
                 self._refs[launch.problem_id] = ref
             try:
-                fin: Finished = ray.get(ref, timeout=launch.limit_s + DRIVER_GRACE_S)
+                fin: Finished = ray.get(ref)  # no deadline here: see the module docstring
             except rx.TaskCancelledError:
                 return Finished(rc=None, interrupted=True)
             except (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError,
@@ -424,18 +439,12 @@ class RayExecutor:
                     return Finished(rc=None, interrupted=True)
                 lost.append({"attempt": attempt, "reason": f"{type(exc).__name__}: {first_line(exc)}"})
                 continue
-            except rx.GetTimeoutError:
-                ray.cancel(ref, force=True)
-                return Finished(rc=None, timed_out=True, wall_s=launch.limit_s + DRIVER_GRACE_S,
-                                placement=self._placement(None, attempt, lost),
-                                error=f"the Ray task gave no answer {DRIVER_GRACE_S:.0f} s past "
-                                "the problem's time limit")
             except rx.RayTaskError as exc:
                 if self._stop.is_set():
                     return Finished(rc=None, interrupted=True)
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
                 return Finished(rc=None, placement=self._placement(None, attempt, lost),
-                                error=first_line(cause))
+                                error=first_line(cause), wall_s=time.monotonic() - t0)
             finally:
                 with self._lock:
                     self._refs.pop(launch.problem_id, None)
@@ -443,33 +452,25 @@ class RayExecutor:
             fin.interrupted = self._stop.is_set() and not fin.timed_out and fin.rc != 0
             return fin
         return Finished(rc=None, placement=self._placement(None, self.retries + 1, lost),
-                        error=f"lost {len(lost)} time(s) (worker or node died): {lost[-1]['reason']}")
+                        error=f"lost {len(lost)} time(s) (worker or node died): {lost[-1]['reason']}",
+                        wall_s=time.monotonic() - t0)
 
     def _placement(self, where: dict[str, Any] | None, attempts: int,
                    lost: list[dict[str, Any]]) -> dict[str, Any]:
         return {**(where or {"executor": self.name}), "attempts": attempts, "lost": list(lost)}
 
     def stop(self) -> None:
-        """Cancel every task: first as Ctrl-C inside the task (its command's process group
-        is killed there), then, for any still running after :data:`CANCEL_GRACE_S`, by
-        killing its Ray worker (the command then gets SIGTERM from ``PR_SET_PDEATHSIG``)."""
+        """Cancel every task: its Ray worker is killed, and the watcher on the node stops the
+        command's process tree (:mod:`cudaperf_cli.bench.reaper`).  (A polite
+        ``ray.cancel`` raises nothing in a task that waits on a child process.)"""
         with self._lock:
             self._stop.set()
             refs = list(self._refs.values())
-        for force in (False, True):
-            for ref in refs:
-                try:
-                    self._ray.cancel(ref, force=force)
-                except Exception:  # noqa: BLE001 - already finished
-                    pass
-            if not force:
-                deadline = time.monotonic() + CANCEL_GRACE_S
-                while time.monotonic() < deadline:
-                    with self._lock:
-                        refs = list(self._refs.values())
-                    if not refs:
-                        return
-                    time.sleep(0.1)
+        for ref in refs:
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished
+                pass
 
     def close(self) -> None:
         """Disconnect (a Ray started here stops) and remove the token file; idempotent."""
@@ -478,7 +479,7 @@ class RayExecutor:
         except Exception:  # noqa: BLE001
             pass
         try:
-            (self.out_dir / NODE_CHECK_FILE).unlink()
+            self.token_file.unlink()
         except OSError:
             pass
 

@@ -427,17 +427,20 @@ class SuiteRun:
         err_path = self.out / "logs" / f"{problem.safe_name}.stderr"
         limit = problem.timeout_s or self.opts.problem_timeout_s
         launch = Launch(problem_id=problem.id, args=self.command(problem, known),
-                        stdout_path=str(out_path), stderr_path=str(err_path), limit_s=limit,
+                        stdout_path=str(out_path.resolve()), stderr_path=str(err_path.resolve()),
+                        limit_s=limit,
                         base_cmd=self.base_cmd, cwd=os.getcwd())
         started_wall = time.time()
         fin = self.executor.execute(launch)
         if fin.interrupted:
             return self._interrupted(problem)
         cmd, rc, timed_out, wall = fin.cmd or launch.command(), fin.rc, fin.timed_out, fin.wall_s
-        if fin.error:
-            return self._result(problem, [], None, None, status=M.PROBLEM_ERROR, message=fin.error,
-                                rc=None, wall_s=wall, limit_s=limit, cmd=cmd, stderr_text="",
-                                started=started_wall, placement=fin.placement)
+        if fin.error:  # the executor could not run it: not a result (--resume runs it again)
+            res = self._result(problem, [], None, None, status=M.PROBLEM_ERROR, message=fin.error,
+                               rc=None, wall_s=wall, limit_s=limit, cmd=cmd, stderr_text="",
+                               started=started_wall, placement=fin.placement)
+            res["executor_error"] = True
+            return res
         stdout_text = out_path.read_text(errors="replace")
         stderr_text = err_path.read_text(errors="replace")
         doc: dict[str, Any] | None = None
@@ -538,7 +541,9 @@ class SuiteRun:
 
     def load_done(self) -> dict[str, dict[str, Any]]:
         """Results already in ``problems/`` (for ``--resume``): id -> result; interrupted
-        or unreadable ones are not done."""
+        or unreadable ones, and those the executor could not run (``executor_error``: a
+        node without the output folder, a problem lost more than ``--retries`` times), are
+        not done."""
         done: dict[str, dict[str, Any]] = {}
         for p in self.suite.problems:
             path = self.problem_file(p)
@@ -546,7 +551,8 @@ class SuiteRun:
                 res = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if isinstance(res, dict) and res.get("id") == p.id and res.get("status") != M.INTERRUPTED:
+            if (isinstance(res, dict) and res.get("id") == p.id and res.get("status") != M.INTERRUPTED
+                    and not res.get("executor_error")):
                 done[p.id] = res
         return done
 
