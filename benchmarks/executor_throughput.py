@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=1)
     ap.add_argument("--executors", default="local,ray")
     ap.add_argument("--out", type=Path, required=True, help="a new folder for the runs")
+    ap.add_argument("--bench-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for every bench run (repeatable), e.g. "
+                    "--bench-arg=--no-compile-baseline")
     args = ap.parse_args(argv)
     from cudaperf_cli.ray_cluster import local_head
 
@@ -65,13 +68,14 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out / f"{ex}-{w}"
             os.environ["XDG_CACHE_HOME"] = str(args.out / f"cache-{ex}-{w}")  # cold, its own
             if ex == "local":
-                row = run_bench(args.suite, out, w, args.turns, [])
+                row = run_bench(args.suite, out, w, args.turns, list(args.bench_arg))
             else:
                 t0 = time.monotonic()
                 with local_head(w) as address:
                     head_s = time.monotonic() - t0
                     row = run_bench(args.suite, out, w, args.turns,
-                                    ["--executor", "ray", "--ray-address", address, "--per-gpu", str(w)])
+                                    [*args.bench_arg, "--executor", "ray", "--ray-address", address,
+                                     "--per-gpu", str(w)])
                 row["head_start_s"] = head_s
             row.update(executor=ex, workers=w)
             rows.append(row)
