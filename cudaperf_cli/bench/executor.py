@@ -258,7 +258,7 @@ class LocalExecutor:
         with self._lock:
             self._procs = {k: p for k, p in self._procs.items() if p.poll() is None}
         fin.placement = {"executor": self.name, "node": socket.gethostname(),
-                         "gpus": _visible_gpus_env(), "attempts": 1, "lost": []}
+                         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "attempts": 1, "lost": []}
         fin.interrupted = self._stop.is_set() and not fin.timed_out and fin.rc != 0
         return fin
 
@@ -270,11 +270,6 @@ class LocalExecutor:
 
     def close(self) -> None:
         pass
-
-
-def _visible_gpus_env() -> str | None:
-    v = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return None if v is None else v
 
 
 def _visible_gpus() -> int | None:
