@@ -34,8 +34,11 @@ CONNECT_TIMEOUT_ENV = "CUDAPERF_RAY_CONNECT_TIMEOUT_S"
 def connect(address: str | None, timeout_s: float | None = None) -> Any:
     """Connect this process to a Ray cluster and return the ``ray`` module.
 
-    ``ray.init`` runs in a thread of its own, bounded by ``timeout_s``; Ray installs no
-    signal handlers there, so the CLI's SIGTERM/SIGHUP handling (the Ctrl-C path) stays.
+    ``ray.init`` runs in a thread of its own, bounded by ``timeout_s``.  Ray's C++ core
+    installs a failure-signal handler for SIGTERM (it aborts the process: no report, seen
+    in CI): ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1`` is set for this process unless given,
+    and the Python handlers of SIGTERM, SIGHUP and SIGINT (the CLI's Ctrl-C path) are set
+    again after ``ray.init``.
 
     Args:
         address: ``host:port``, ``ray://host:port`` or ``auto``; None: ``$RAY_ADDRESS``, else
@@ -74,9 +77,14 @@ def connect(address: str | None, timeout_s: float | None = None) -> Any:
         except BaseException as exc:  # noqa: BLE001 - Ray raises several types for this
             box["error"] = exc
 
+    # Ray's C++ core would install absl's failure-signal handler, which turns SIGTERM into an
+    # abort (exit -6, no report); Ray reads this variable to leave it out
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    saved = _python_handlers()
     thread = threading.Thread(target=init, name="cudaperf-ray-init", daemon=True)
     thread.start()
     thread.join(timeout_s)
+    _restore(saved)
     where = address or "a new local Ray"
     hint = ("check --ray-address / RAY_ADDRESS; a cluster with token authentication needs "
             "RAY_AUTH_MODE=token and its token here (RAY_AUTH_TOKEN, or ~/.ray/auth_token)")
@@ -87,6 +95,31 @@ def connect(address: str | None, timeout_s: float | None = None) -> Any:
         raise CudaperfError(f"cannot reach the Ray cluster at {where}: {first_line(box['error'])}",
                             hint=hint)
     return ray
+
+
+_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
+
+
+def _python_handlers() -> dict[int, Any]:
+    """The Python-level handlers of :data:`_SIGNALS` (main thread only; else empty)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {int(getattr(signal, n)): signal.getsignal(getattr(signal, n)) for n in _SIGNALS}
+
+
+def _restore(saved: dict[int, Any]) -> None:
+    """Set ``saved`` handlers again (at the C level too: Ray's core may have replaced them)."""
+    import signal
+
+    for num, handler in saved.items():
+        if handler is not None:
+            try:
+                signal.signal(num, handler)
+            except (ValueError, OSError, TypeError):
+                pass
 
 
 def reachable(address: str, timeout_s: float = 5.0, via: str = "--ray-address") -> None:
