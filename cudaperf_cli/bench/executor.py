@@ -68,6 +68,9 @@ FORWARDED_PREFIXES = ("CUDAPERF_", "OPENAI_")
 #: Name prefix of the token file (``<prefix><token>``) in the output folder that a Ray task
 #: must read to run (shared filesystem).
 NODE_CHECK_FILE = ".cudaperf-node-check-"
+#: Name prefix of the file (``<prefix><token>``) the driver creates on Ctrl-C: every task's
+#: watcher then stops its command's tree (:mod:`cudaperf_cli.bench.reaper`).
+STOP_FILE = ".cudaperf-stop-"
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ class Launch:
         base_cmd: the command before ``args``; None: ``<that machine's python> -m cudaperf_cli
             optimize``.
         out_dir: the bench's output folder, absolute (a Ray task checks it sees it).
-        token: the token of ``out_dir/<NODE_CHECK_FILE><token>`` (empty: not checked).
+        token: the token of ``out_dir/<NODE_CHECK_FILE><token>`` (empty: not checked); the
+            driver creates ``out_dir/<STOP_FILE><token>`` on Ctrl-C (the watcher's signal).
         cwd: the folder the command runs in: the bench's (a relative problem path and
             ``./cudaperf.toml`` mean the same on every node); "" for this process's.
     """
@@ -165,8 +169,10 @@ def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = F
                     start_new_session=True, env=env, cwd=launch.cwd or None)
                 os.close(gate_r)
                 gate_r = -1
+                stop = ["--stop-file", str(Path(launch.out_dir) / (STOP_FILE + launch.token))] \
+                    if launch.token else []
                 subprocess.run([sys.executable, "-m", "cudaperf_cli.bench.reaper", "--watch",
-                                str(os.getpid()), "--root", str(proc.pid)], env=env, timeout=60,
+                                str(os.getpid()), "--root", str(proc.pid), *stop], env=env, timeout=60,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
                 os.write(gate_w, b"go\n")
@@ -461,6 +467,10 @@ class RayExecutor:
         with self._lock:
             self._stop.set()
             refs = list(self._refs.values())
+        try:  # every watcher sees it within a poll, whatever Ray's cancel does
+            (self.out_dir / (STOP_FILE + self.token)).write_text("stop\n")
+        except OSError:
+            pass
         for ref in refs:
             try:
                 self._ray.cancel(ref, force=True)
@@ -473,10 +483,14 @@ class RayExecutor:
             self._ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
-        try:
-            self.token_file.unlink()
-        except OSError:
-            pass
+        stop_file = self.out_dir / (STOP_FILE + self.token)
+        if stop_file.exists():
+            time.sleep(1.0)  # a few polls of the watchers before the file goes
+        for f in (self.token_file, stop_file):
+            try:
+                f.unlink()
+            except OSError:
+                pass
 
 
 def make_executor(name: str, *, out_dir: Path, address: str | None = None, per_gpu: int = 2,

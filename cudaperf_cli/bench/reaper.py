@@ -1,5 +1,5 @@
-"""``python -m cudaperf_cli.bench.reaper --watch PID --root ROOT``: kill ROOT's process tree
-when process PID dies.
+"""``python -m cudaperf_cli.bench.reaper --watch PID --root ROOT [--stop-file PATH]``: kill
+ROOT's process tree when process PID dies, or when PATH appears.
 
 A Ray task runs a problem's ``optimize`` command (ROOT, a session of its own) and starts
 this watcher for it (``bench/executor.py``).  When the task is cancelled or its Ray worker
@@ -10,7 +10,9 @@ child (it detaches: double fork, ``setsid``), so it survives; every :data:`POLL_
 it records ROOT's process group and descendants (:func:`group_and_descendants`), and once
 PID is gone it sends SIGTERM to every process group it recorded (optimize's own Ctrl-C path
 then stops its children), waits up to :data:`GRACE_S` seconds, and sends SIGKILL.  It exits
-by itself once ROOT and everything it recorded are gone.  A pid is matched with its start
+by itself once ROOT and everything it recorded are gone.  ``--stop-file``: the bench's driver
+creates that file (in the shared output folder) on Ctrl-C, so the tree stops even when Ray's
+cancel reaches the worker late or not at all.  A pid is matched with its start
 time, so a reused pid is never taken for the worker or for a recorded process.
 """
 
@@ -47,7 +49,7 @@ def _pgrp(pid: int) -> int | None:
         return None
 
 
-def watch(pid: int, root: int) -> None:
+def watch(pid: int, root: int, stop_file: str | None = None) -> None:
     """The watcher's loop (see the module docstring); returns when it is done."""
     from cudaperf_cli.evaluate.child import group_and_descendants
 
@@ -66,6 +68,8 @@ def watch(pid: int, root: int) -> None:
         alive = {p for p, st in seen.items() if _start_time(p) == st}
         if worker is None or _start_time(pid) != worker:
             break  # the worker died: stop the tree
+        if stop_file and os.path.exists(stop_file):
+            break  # the driver was stopped (Ctrl-C)
         if not alive and _start_time(root) is None:
             return  # the command ended by itself
         time.sleep(POLL_S)
@@ -86,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pid = int(args[args.index("--watch") + 1])
         root = int(args[args.index("--root") + 1])
+        stop_file = args[args.index("--stop-file") + 1] if "--stop-file" in args else None
     except (ValueError, IndexError):
         print("usage: python -m cudaperf_cli.bench.reaper --watch PID --root ROOT", file=sys.stderr)
         return 2
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     try:
-        watch(pid, root)
+        watch(pid, root, stop_file)
     finally:
         os._exit(0)
 
