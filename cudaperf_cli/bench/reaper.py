@@ -54,13 +54,17 @@ def watch(pid: int, root: int, stop_file: str | None = None) -> None:
     from cudaperf_cli.evaluate.child import group_and_descendants
 
     worker = _start_time(pid)
+    root_start = _start_time(root)
     own = os.getpgrp()
     seen: dict[int, int] = {}  # pid -> start time, of ROOT's tree
     groups: set[int] = set()
     while True:
-        for p in group_and_descendants(root) if _start_time(root) is not None else set():
+        # ROOT's pid, once ROOT is gone, may belong to an unrelated process: match its start
+        # time, and take only processes that started after ROOT (its tree is younger)
+        same_root = root_start is not None and _start_time(root) == root_start
+        for p in group_and_descendants(root) if same_root else set():
             st = _start_time(p)
-            if st is not None and p != os.getpid():
+            if st is not None and st >= root_start and p != os.getpid():
                 seen[p] = st
                 g = _pgrp(p)
                 if g is not None and g != own:
@@ -70,7 +74,7 @@ def watch(pid: int, root: int, stop_file: str | None = None) -> None:
             break  # the worker died: stop the tree
         if stop_file and os.path.exists(stop_file):
             break  # the driver was stopped (Ctrl-C)
-        if not alive and _start_time(root) is None:
+        if not alive and not same_root:
             return  # the command ended by itself
         time.sleep(POLL_S)
     for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0.0)):
