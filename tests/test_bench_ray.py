@@ -156,31 +156,43 @@ def test_retries_are_bounded(tmp_path: Path, fake: dict[str, str], ray_head: str
     assert p["placement"]["attempts"] == 2 and len(p["placement"]["lost"]) == 2
 
 
-def test_ctrl_c_cancels_every_task_and_resume_continues_locally(
-    tmp_path: Path, fake: dict[str, str], ray_head: str
-) -> None:
+def _bench_with_a_hung_problem(tmp_path: Path, fake: dict[str, str], ray_head: str
+                               ) -> tuple[Path, Path, subprocess.Popen, Path]:
+    """A bench on Ray of fast.c and hang.c, returned once fast.c is done and hang.c hangs:
+    (suite, output folder, the bench process, the file holding the hung child's pid)."""
     suite = make_suite(tmp_path / "s", ["fast.c", "hang.c"])
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cudaperf_cli", "bench", str(suite), "-o", str(out), "-j", "2",
          "--executor", "ray", "--ray-address", ray_head],
-        cwd=ROOT, env={**os.environ, **fake}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
+        cwd=ROOT, env={**os.environ, **fake}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid_file = Path(fake["FAKE_PIDS"]) / "hang.pid"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not (pid_file.exists() and (out / "problems" / "fast.c.json").exists()):
         time.sleep(0.1)
     assert pid_file.exists(), "the fake optimize never started"
+    return suite, out, proc, pid_file
+
+
+def _gone_within(pid_file: Path, seconds: float = 20.0) -> float:
+    """Seconds until the pid in ``pid_file`` is gone (the watcher on the node stops the tree
+    within a few); ``seconds`` at most."""
+    t0 = time.monotonic()
+    while alive(int(pid_file.read_text())) and time.monotonic() - t0 < seconds:
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def test_ctrl_c_cancels_every_task_and_resume_continues_locally(
+    tmp_path: Path, fake: dict[str, str], ray_head: str
+) -> None:
+    suite, out, proc, pid_file = _bench_with_a_hung_problem(tmp_path, fake, ray_head)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     assert "--resume" in err
-    t0 = time.monotonic()
-    while alive(int(pid_file.read_text())) and time.monotonic() - t0 < 20:
-        time.sleep(0.1)
-    print(f"the hung problem's child died {time.monotonic() - t0:.1f} s after the bench exited")
+    print(f"the hung problem's child died {_gone_within(pid_file):.1f} s after the bench exited")
     assert not alive(int(pid_file.read_text()))  # the hung problem's whole group, on the node
     report = json.loads((out / "report.json").read_text())
     assert report["interrupted"] and report["suite"]["not_run"] == ["hang.c"]
@@ -319,23 +331,11 @@ def test_relative_output_folder_and_suite_from_another_directory(tmp_path: Path,
 def test_sigterm_to_the_bench_writes_the_report_and_kills_the_tasks(
     tmp_path: Path, fake: dict[str, str], ray_head: str
 ) -> None:
-    suite = make_suite(tmp_path / "s", ["fast.c", "hang.c"])
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cudaperf_cli", "bench", str(suite), "-o", str(out), "-j", "2",
-         "--executor", "ray", "--ray-address", ray_head],
-        cwd=ROOT, env={**os.environ, **fake}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pid_file = Path(fake["FAKE_PIDS"]) / "hang.pid"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (pid_file.exists() and (out / "problems" / "fast.c.json").exists()):
-        time.sleep(0.1)
-    assert pid_file.exists(), "the fake optimize never started"
+    suite, out, proc, pid_file = _bench_with_a_hung_problem(tmp_path, fake, ray_head)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
-    t0 = time.monotonic()  # the watcher on the node stops the tree within a few seconds
-    while alive(int(pid_file.read_text())) and time.monotonic() - t0 < 20:
-        time.sleep(0.1)
+    _gone_within(pid_file)
     assert not alive(int(pid_file.read_text()))
     report = json.loads((out / "report.json").read_text())
     assert report["interrupted"] and [p["id"] for p in report["problems"]] == ["fast.c"]
