@@ -845,6 +845,105 @@ def _spmv_init(data, sizes):
 
 
 #: name -> (problem, data fix-up or None)
+BATCHED_ROWS = problem(  # doitgen's shape: a scratch row written, then read, per (a, b)
+    "batched_rows",
+    [size("na"), size("nb"), size("nc"), arr("X", ("na", "nb", "nc")),
+     arr("W", ("nc", "nc"), const=True), arr("t", ("nc",))],
+    """
+    void batched_rows(int na, int nb, int nc, double X[na][nb][nc], const double W[nc][nc],
+                      double t[nc])
+    {
+        int a, b, c, d;
+        for (a = 0; a < na; a++)
+            for (b = 0; b < nb; b++) {
+                for (c = 0; c < nc; c++) {
+                    t[c] = 0.0;
+                    for (d = 0; d < nc; d++)
+                        t[c] += X[a][b][d] * W[d][c];
+                }
+                for (c = 0; c < nc; c++)
+                    X[a][b][c] = 2.0 * t[c];
+            }
+    }
+    """,
+    {"na": 5, "nb": 7, "nc": 9},
+)
+
+SCRATCH_FROM = problem(  # the scratch row starts at 1 and the nest at a = 2: offsets
+    "scratch_from",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_from(int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = 2; a < na; a++) {
+            for (int c = 1; c < nc; c++)
+                t[c] = X[a][c] * X[a][c - 1];
+            for (int c = 1; c < nc; c++)
+                X[a][c] = t[c] - X[a][0];
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SCRATCH_EXPOSED = problem(  # t read before it is written: the last row's values flow in
+    "scratch_exposed",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_exposed(int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < nc; c++)
+                X[a][c] += t[c];
+            for (int c = 0; c < nc; c++)
+                t[c] = X[a][c] * 0.5;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SCRATCH_SHORT = problem(  # written for c < m only, read for c < nc: the rest flows in
+    "scratch_short",
+    [size("na"), size("nc"), size("m"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_short(int na, int nc, int m, double X[na][nc], double t[nc])
+    {
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < m; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c];
+        }
+    }
+    """,
+    {"na": 6, "nc": 11, "m": 7},
+)
+
+SCRATCH_BREAK = problem(  # the writing loop may stop early: the rest flows in
+    "scratch_break",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_break(int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < nc; c++) {
+                t[c] = X[a][c] + 1.0;
+                if (X[a][c] > 3.0)
+                    break;
+            }
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c];
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+def _break_init(data, sizes):
+    data["X"][1, 3] = 5.0  # row 1 stops writing t at c = 3; the others write it all
+
+
 PORTABLE = {
     "matmul": (MATMUL, None),
     "matvec_row": (MATVEC_ROW, None),
@@ -882,6 +981,11 @@ PORTABLE = {
     "gesummv": (GESUMMV, None),
     "three_sums": (THREE_SUMS, None),
     "row_stats": (ROW_STATS, None),
+    "batched_rows": (BATCHED_ROWS, None),
+    "scratch_from": (SCRATCH_FROM, None),
+    "scratch_exposed": (SCRATCH_EXPOSED, None),
+    "scratch_short": (SCRATCH_SHORT, None),
+    "scratch_break": (SCRATCH_BREAK, _break_init),
 }
 
 POLICY = BuiltinPolicy()
@@ -894,6 +998,35 @@ def descriptions(p: CProblem) -> list[str]:
 # ---------------------------------------------------------------------------------------
 # The plan: mappings chosen, best first
 # ---------------------------------------------------------------------------------------
+
+
+def test_a_scratch_row_gets_a_copy_per_iteration_and_the_nest_runs_in_parallel():
+    """doitgen's shape: ``t`` is written in full before it is read in every (a, b)
+    iteration, so with a copy per iteration the nest is parallel (privatize.py)."""
+    d = descriptions(BATCHED_ROWS)
+    assert d[0].startswith("grid2d a->y b->x"), d
+    assert all("t privatised per (a, b) iteration" in x for x in d), d
+    src = POLICY.propose(BATCHED_ROWS, 0).source
+    # the copy's layout t[c][a][b]: neighbouring threads (b) touch neighbouring elements
+    assert "cp_pv0_t[((size_t)c * (((long long)(na) - (long long)(0))) + a) * " in src, src
+    assert "cudaMallocAsync((void **)&cp_pv0_t" in src and "cudaFreeAsync(cp_pv0_t, 0)" in src
+    assert "cudaMemcpy2DAsync(t + (long long)(0), sizeof(double), cp_pv0_t + " in src
+    assert "host loop" not in d[0]
+
+
+def test_a_scratch_row_starting_past_zero_is_offset_in_its_copy():
+    d = descriptions(SCRATCH_FROM)
+    assert "t privatised per (a) iteration" in d[0], d
+    src = POLICY.propose(SCRATCH_FROM, 0).source
+    assert "(a - (2))" in src, src
+
+
+@pytest.mark.parametrize("prob", [SCRATCH_EXPOSED, SCRATCH_SHORT, SCRATCH_BREAK],
+                         ids=["read_first", "written_in_part", "break"])
+def test_a_scratch_whose_old_values_can_be_read_is_not_privatised(prob):
+    """Values of ``t`` from an earlier iteration reach a read (read before the write, a read
+    past the written range, a write loop that may stop early): no copy per iteration."""
+    assert not any("privatised" in x for x in descriptions(prob)), descriptions(prob)
 
 
 def test_matmul_plan():

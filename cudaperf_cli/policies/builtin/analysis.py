@@ -57,6 +57,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
+from cudaperf_cli.policies.builtin.privatize import Expansion, expand
 from cudaperf_cli.policies.builtin.tiling import staged_operands, tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 from cudaperf_cli.policies.builtin.wavefront import describe as describe_wave
@@ -86,6 +87,8 @@ class Site:
             register-tiles.
         stageable: tileable, rectangular, and with operands to stage in shared memory
             (``tiling.staged_operands``).
+        expansions: arrays privatised for this nest (``privatize.py``): the launcher
+            allocates their copies around the launch and copies the last one back.
     """
 
     id: int
@@ -100,6 +103,7 @@ class Site:
     transforms: tuple[str, ...] = ()
     tileable: bool = False
     stageable: bool = False
+    expansions: tuple[Expansion, ...] = ()
 
 
 @dataclass(eq=False)
@@ -335,6 +339,7 @@ class _Scheduler:
         self._site_count = 0
         self._red_count = 0
         self._wave_count = 0
+        self._expansion_count = 0
         self.waves: dict[str, str] = {}
 
     # -- predicates ---------------------------------------------------------------------
@@ -458,6 +463,10 @@ class _Scheduler:
                 nest, transforms = L, ()
             return [Launch(self.new_site(nest, "parallel", host_loops, st, verdict=verdict,
                                          transforms=transforms))]
+        if not verdict.parallel:
+            made = self.privatised(L, host_loops, st)
+            if made is not None:
+                return made
         if verdict.parallel:
             self.note([f"loop {L.var}: its bounds cannot be computed on the host"])
         else:
@@ -564,6 +573,26 @@ class _Scheduler:
         why = verdict.reasons[0] if verdict.reasons else f"loop {L.var} is not parallel"
         self.serial(ops2, L, st, why)
         return ops2
+
+    def privatised(self, L: For, host_loops: tuple[str, ...], st: _State) -> list[Op] | None:
+        """``L``'s nest as one parallel site once its scratch arrays get a copy per
+        iteration (``privatize.expand``), or None."""
+        made = expand(self.dep, L, self.prefix, self._expansion_count)
+        if made is None:
+            return None
+        new_L, exps = made
+        if not all(self.bounds_host_ok(C, st) for C in exps[0].loops):
+            for x in exps:
+                del self.fn.arrays[x.name]
+            return None
+        self._expansion_count += len(exps)
+        nest, transforms = perfect_nest(self.dep, new_L)
+        if transforms and not self.bounds_host_ok(nest.body[0], st):  # type: ignore[arg-type]
+            nest, transforms = new_L, ()
+        site = self.new_site(nest, "parallel", host_loops, st, verdict=self.dep.parallel(new_L),
+                             transforms=(*(x.describe() for x in exps), *transforms))
+        site.expansions = tuple(exps)
+        return [Launch(site)]
 
     # -- sites --------------------------------------------------------------------------
 

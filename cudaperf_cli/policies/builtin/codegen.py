@@ -65,6 +65,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
+from cudaperf_cli.policies.builtin.privatize import Expansion
 from cudaperf_cli.policies.builtin.tiling import STAGE_K, TileParts, staged_operands, tile_parts
 
 IND = "    "
@@ -482,12 +483,74 @@ class _Gen:
             elif isinstance(p, ScalarParam) and p.name in scalars:
                 decls.append(f"{normalize_ctype(p.ctype)} {p.name}")
                 names.append(p.name)
+        for x in self.expansions():
+            if x.name in used_arrays:
+                decls.append(f"{normalize_ctype(x.ctype)} *__restrict__ {x.name}")
+                names.append(x.name)
         for n in self.fn.locals:
             if n in scalars and n not in self.fn.scalar_params:
                 decls.append(f"{self.ctype(n)} {n}")
                 names.append(n)
         self.host_used |= set(names)
         return decls, names
+
+    def expansions(self) -> list[Expansion]:
+        """The privatised arrays' scratch copies of every site (``privatize.py``)."""
+        return [x for site in self.an.sites for x in site.expansions]
+
+    def with_expansions(self, site: Site, launch: list[str], ind: str) -> list[str]:
+        """``launch`` (the site's launch lines, indented one level more than ``ind``) between
+        the allocation of its privatised arrays' copies and their release; after the launch,
+        the last iteration's slice is copied back into the C array (what the C function
+        leaves there; ``cudaMemcpy2DAsync``: in the scratch ``x[p][r][q]`` the elements of
+        one copy lie a whole ``r x q`` plane apart).  Stream-ordered (``cudaMallocAsync``,
+        ``cudaFreeAsync`` on the default stream): no synchronisation.  A failed launch
+        returns before the release (the process's CUDA state is lost then anyway)."""
+        if not site.expansions:
+            return launch
+        out: list[str] = []
+        post: list[str] = []
+        for x in site.expansions:
+            T = normalize_ctype(x.ctype)
+            n, err = f"{x.name}_n", f"{x.name}_err"
+            trips = [f"{x.name}_t{i}" for i in range(len(x.loops))]
+            out.append(f"{ind}/* {x.describe()}: one copy each in {x.name} */")
+            for t, C in zip(trips, x.loops):
+                out.append(f"{ind}const long long {t} = {C.trip_text()};  /* loop {C.var} */")
+            plane = " * ".join(trips)
+            positive = " && ".join(f"{t} > 0" for t in trips)
+            out += [
+                f"{ind}const long long {n} = ({positive}) ? (long long)({x.extents[0]}) * "
+                f"{plane} : 0;",
+                f"{ind}{T} *{x.name} = NULL;",
+                f"{ind}if ({n} > 0) {{",
+                f"{ind}{IND}cudaError_t {err} = cudaMallocAsync((void **)&{x.name}, "
+                f"(size_t){n} * sizeof({T}), 0);",
+                f"{ind}{IND}if ({err} != cudaSuccess)",
+                f"{ind}{IND}{IND}return (int){err};",
+                f"{ind}}}",
+            ]
+            last = "0"
+            for t in trips:
+                last = f"({last}) * {t} + ({t} - 1)"
+            dst = local_array_name(self.an, x.array)
+            first = f"(long long)({c_text(x.first)})"
+            post += [
+                f"{ind}if ({n} > 0) {{",
+                f"{ind}{IND}const long long {x.name}_k = {x.count};",
+                f"{ind}{IND}if ({x.name}_k > 0) {{  /* {x.array}[first..] from the last copy */",
+                f"{ind}{IND}{IND}cudaError_t {err} = cudaMemcpy2DAsync({dst} + {first}, "
+                f"sizeof({T}), {x.name} + ((size_t){first} * (size_t)({plane}) + "
+                f"(size_t)({last})), (size_t)({plane}) * sizeof({T}), sizeof({T}), "
+                f"(size_t){x.name}_k, cudaMemcpyDeviceToDevice, 0);",
+                f"{ind}{IND}{IND}if ({err} != cudaSuccess)",
+                f"{ind}{IND}{IND}{IND}return (int){err};",
+                f"{ind}{IND}}}",
+                f"{ind}{IND}cudaFreeAsync({x.name}, 0);",
+                f"{ind}}}",
+            ]
+        return [ind + "{", *[IND + ln for ln in out], *launch, *[IND + ln for ln in post],
+                ind + "}"]
 
     def site_params(self, site: Site) -> tuple[list[str], list[str]]:
         """(declarations, argument names) of the kernel of ``site``."""
@@ -1354,7 +1417,8 @@ class _Gen:
                 out.append(ind + "return (int)cudaGetLastError();")
             elif isinstance(op, Launch):
                 self.site_kernel(op.site)
-                out += self.launch_site(op.site, ind)
+                inner = ind + IND if op.site.expansions else ind
+                out += self.with_expansions(op.site, self.launch_site(op.site, inner), ind)
             elif isinstance(op, Serial):
                 out += [ind + x for x in self.serial_kernel(op)]
         return out

@@ -15,7 +15,9 @@ What is emulated (enough for the policy's code, nothing else):
   ``__shfl_down_sync`` exchanges values through the warp's buffer between two barriers;
 * ``atomicAdd`` takes one mutex; ``__shared__`` and ``static __device__`` variables are
   plain statics (one block runs at a time, so a block's shared memory is its own);
-* ``cudaGetLastError`` returns 0; ``<cuda_runtime.h>`` is an empty file.
+* ``cudaGetLastError`` returns 0; ``cudaMallocAsync``/``cudaFreeAsync``/``cudaMemcpy2DAsync``
+  (the scratch copies of privatised arrays) are ``malloc``/``free``/``memmove`` by row;
+  ``<cuda_runtime.h>`` is an empty file.
 
 Not emulated: the memory model beyond barriers (a race that the GPU would expose may pass
 here, since OS threads interleave differently), warp-synchronous code without ``__syncwarp``,
@@ -40,6 +42,7 @@ from cudaperf_cli.core import ToolchainError, write_text_atomic
 EMULATION_HEADER = r"""
 // CPU emulation of the CUDA subset emitted by cudaperf's built-in policy.
 #include <barrier>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -56,6 +59,23 @@ EMULATION_HEADER = r"""
 typedef int cudaError_t;
 #define cudaSuccess 0
 static inline cudaError_t cudaGetLastError(void) { return 0; }
+// Stream-ordered scratch memory and device copies (privatised arrays): host memory here.
+typedef void *cudaStream_t;
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
+static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t)
+{
+    *p = std::malloc(n);
+    return *p ? 0 : 2;
+}
+static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) { std::free(p); return 0; }
+static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch,
+                                            size_t width, size_t height, cudaMemcpyKind,
+                                            cudaStream_t)
+{
+    for (size_t r = 0; r < height; r++)
+        std::memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    return 0;
+}
 struct dim3 {
     unsigned int x, y, z;
     dim3(unsigned int a = 1, unsigned int b = 1, unsigned int c = 1) : x(a), y(b), z(c) {}
