@@ -886,6 +886,25 @@ SCRATCH_FROM = problem(  # the scratch row starts at 1 and the nest at a = 2: of
     {"na": 6, "nc": 11},
 )
 
+SCRATCH_SHARED = problem(  # a scalar shared by every statement: the nest stays one kernel
+    "scratch_shared",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_shared(int na, int nc, double X[na][nc], double t[nc])
+    {
+        double s;
+        for (int a = 0; a < na; a++) {
+            s = X[a][0];
+            for (int c = 0; c < nc; c++)
+                t[c] = X[a][c] * s;
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c] + s;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
 SCRATCH_EXPOSED = problem(  # t read before it is written: the last row's values flow in
     "scratch_exposed",
     [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
@@ -940,6 +959,52 @@ SCRATCH_BREAK = problem(  # the writing loop may stop early: the rest flows in
     {"na": 6, "nc": 11},
 )
 
+TRI_UPDATE = problem(  # trmm's shape: rows below row i are read before they are updated
+    "tri_update",
+    [size("m"), size("n"), coef("alpha"), arr("L", ("m", "m"), const=True), arr("B", ("m", "n"))],
+    """
+    void tri_update(int m, int n, double alpha, const double L[m][m], double B[m][n])
+    {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                for (int k = i + 1; k < m; k++)
+                    B[i][j] += L[k][i] * B[k][j];
+                B[i][j] = alpha * B[i][j];
+            }
+    }
+    """,
+    {"m": 13, "n": 9},
+)
+
+SHIFT_UP = problem(  # row i + 1 is read before iteration i + 1 overwrites it: anti only
+    "shift_up",
+    [size("n"), size("m"), arr("B", ("n", "m"))],
+    """
+    void shift_up(int n, int m, double B[n][m])
+    {
+        for (int i = 0; i < n - 1; i++)
+            for (int j = 0; j < m; j++)
+                B[i][j] = B[i][j] + 0.5 * B[i + 1][j];
+    }
+    """,
+    {"n": 12, "m": 7},
+)
+
+SHIFT_DOWN = problem(  # row i - 1 is read after iteration i - 1 wrote it: a true dependence
+    "shift_down",
+    [size("n"), size("m"), arr("B", ("n", "m"))],
+    """
+    void shift_down(int n, int m, double B[n][m])
+    {
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < m; j++)
+                B[i][j] = B[i][j] + 0.5 * B[i - 1][j];
+    }
+    """,
+    {"n": 12, "m": 7},
+)
+
+
 def _break_init(data, sizes):
     data["X"][1, 3] = 5.0  # row 1 stops writing t at c = 3; the others write it all
 
@@ -983,9 +1048,13 @@ PORTABLE = {
     "row_stats": (ROW_STATS, None),
     "batched_rows": (BATCHED_ROWS, None),
     "scratch_from": (SCRATCH_FROM, None),
+    "scratch_shared": (SCRATCH_SHARED, None),
     "scratch_exposed": (SCRATCH_EXPOSED, None),
     "scratch_short": (SCRATCH_SHORT, None),
     "scratch_break": (SCRATCH_BREAK, _break_init),
+    "tri_update": (TRI_UPDATE, None),
+    "shift_up": (SHIFT_UP, None),
+    "shift_down": (SHIFT_DOWN, None),
 }
 
 POLICY = BuiltinPolicy()
@@ -1002,21 +1071,37 @@ def descriptions(p: CProblem) -> list[str]:
 
 def test_a_scratch_row_gets_a_copy_per_iteration_and_the_nest_runs_in_parallel():
     """doitgen's shape: ``t`` is written in full before it is read in every (a, b)
-    iteration, so with a copy per iteration the nest is parallel (privatize.py)."""
+    iteration, so with a copy per iteration the nest is parallel (privatize.py); its two
+    statements then run as two kernels with a block per (a, b) and threads over c."""
     d = descriptions(BATCHED_ROWS)
-    assert d[0].startswith("grid2d a->y b->x"), d
+    assert d[0] == (
+        "block_per_row cp_a_b->block c->thread block 128 (loops a, b collapsed, t privatised "
+        "per (a, b) iteration); d sequential | block_per_row cp_a_b->block c->thread block 128 "
+        "(loops a, b collapsed, t privatised per (a, b) iteration) | distributed: loop a into 2"), d
     assert all("t privatised per (a, b) iteration" in x for x in d), d
     src = POLICY.propose(BATCHED_ROWS, 0).source
-    # the copy's layout t[c][a][b]: neighbouring threads (b) touch neighbouring elements
-    assert "cp_pv0_t[((size_t)c * (((long long)(na) - (long long)(0))) + a) * " in src, src
-    assert "cudaMallocAsync((void **)&cp_pv0_t" in src and "cudaFreeAsync(cp_pv0_t, 0)" in src
-    assert "cudaMemcpy2DAsync(t + (long long)(0), sizeof(double), cp_pv0_t + " in src
+    # the copies' layout t[a][b][c]: a block's threads (c) touch neighbouring elements
+    assert "cp_pv0_t[((size_t)a * (((long long)(nb) - (long long)(0))) + b) * nc + c]" in src, src
+    assert "a = (int)((0) + (cp_a_b / ((long long)((nb) - (0)))));" in src, src
+    assert src.count("cudaMallocAsync((void **)&cp_pv0_t") == 1
+    assert src.count("cudaFreeAsync(cp_pv0_t, 0)") == 1
+    assert "cudaMemcpyAsync(t + (long long)(0), cp_pv0_t + " in src
     assert "host loop" not in d[0]
+
+
+def test_a_scratch_row_whose_nest_cannot_split_is_laid_out_for_its_threads():
+    """One group of statements (a scalar shared by all): one kernel, threads over the
+    chain's index, so the copies are ``t[c][a]`` and the last one is copied back by rows."""
+    d = descriptions(SCRATCH_SHARED)
+    assert d[0].startswith("grid1d a->x block 256 (t privatised per (a) iteration)"), d
+    src = POLICY.propose(SCRATCH_SHARED, 0).source
+    assert "cp_pv1_t[(size_t)c * (((long long)(na) - (long long)(0))) + a]" in src, src
+    assert "cudaMemcpy2DAsync(t + (long long)(0), sizeof(double), cp_pv1_t + " in src, src
 
 
 def test_a_scratch_row_starting_past_zero_is_offset_in_its_copy():
     d = descriptions(SCRATCH_FROM)
-    assert "t privatised per (a) iteration" in d[0], d
+    assert d[0].startswith("grid2d a->y c->x block 32x8 (t privatised per (a) iteration) |"), d
     src = POLICY.propose(SCRATCH_FROM, 0).source
     assert "(a - (2))" in src, src
 
@@ -1027,6 +1112,25 @@ def test_a_scratch_whose_old_values_can_be_read_is_not_privatised(prob):
     """Values of ``t`` from an earlier iteration reach a read (read before the write, a read
     past the written range, a write loop that may stop early): no copy per iteration."""
     assert not any("privatised" in x for x in descriptions(prob)), descriptions(prob)
+
+
+def test_reads_of_values_a_later_iteration_overwrites_come_from_a_copy():
+    """trmm's shape: row ``k > i`` of B is read before iteration ``k`` updates it (an anti
+    dependence only): those reads use a copy taken before the nest, and both i and j run
+    in parallel (privatize.snapshot)."""
+    d = descriptions(TRI_UPDATE)
+    assert d[0] == "grid2d i->y j->x block 32x8 (B's earlier values read from a copy); k sequential", d
+    src = POLICY.propose(TRI_UPDATE, 0).source
+    assert "cudaMemcpyAsync(cp_ss0_B, B, (size_t)cp_ss0_B_n * sizeof(double)" in src, src
+    assert "const double *__restrict__ cp_ss0_B" in src
+    # the own element stays in B; the rows below come from the copy
+    assert "cp_ss0_B[(size_t)k * n + j]" in src and "B[(size_t)i * n + j] +=" in src, src
+    assert descriptions(SHIFT_UP)[0].startswith("grid2d i->y j->x block 32x8 (B's earlier"), \
+        descriptions(SHIFT_UP)
+
+
+def test_reads_of_values_an_earlier_iteration_wrote_do_not_come_from_a_copy():
+    assert not any("copy" in x for x in descriptions(SHIFT_DOWN)), descriptions(SHIFT_DOWN)
 
 
 def test_matmul_plan():

@@ -57,7 +57,7 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
-from cudaperf_cli.policies.builtin.privatize import Expansion, expand
+from cudaperf_cli.policies.builtin.privatize import Expansion, Snapshot, expand, snapshot, split_chain
 from cudaperf_cli.policies.builtin.tiling import staged_operands, tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 from cudaperf_cli.policies.builtin.wavefront import describe as describe_wave
@@ -89,6 +89,12 @@ class Site:
             (``tiling.staged_operands``).
         expansions: arrays privatised for this nest (``privatize.py``): the launcher
             allocates their copies around the launch and copies the last one back.
+        snapshots: arrays whose earlier values the nest reads from a copy the launcher
+            takes before the launch (``privatize.snapshot``).
+        scratch_opens, scratch_closes: this site's launch allocates those copies (and
+            takes the snapshots) / writes the last privatised copies back and releases
+            them; both for a nest that is one kernel, the first and the last of a
+            privatised nest split into several (``privatize.split_chain``).
     """
 
     id: int
@@ -104,6 +110,9 @@ class Site:
     tileable: bool = False
     stageable: bool = False
     expansions: tuple[Expansion, ...] = ()
+    snapshots: tuple[Snapshot, ...] = ()
+    scratch_opens: bool = False
+    scratch_closes: bool = False
 
 
 @dataclass(eq=False)
@@ -576,23 +585,57 @@ class _Scheduler:
 
     def privatised(self, L: For, host_loops: tuple[str, ...], st: _State) -> list[Op] | None:
         """``L``'s nest as one parallel site once its scratch arrays get a copy per
-        iteration (``privatize.expand``), or None."""
-        made = expand(self.dep, L, self.prefix, self._expansion_count)
-        if made is None:
+        iteration (``privatize.expand``) or, failing that, once the reads that see only an
+        array's earlier values read a copy taken before it (``privatize.snapshot``); None
+        when neither makes it parallel."""
+        exps: list[Expansion] = []
+        snaps: list[Snapshot] = []
+        split: list[For] | None = None
+        # first with the copies laid out for a block per iteration (the chain split into a
+        # loop per group of statements, threads over the array's own index), else laid out
+        # for threads that differ in the chain's innermost index
+        made = expand(self.dep, L, self.prefix, self._expansion_count, chain_first=True)
+        if made is not None:
+            var = f"{self.prefix}{'_'.join(C.var or '' for C in made[1][0].loops)}"
+            if var not in self.scalars:
+                split = split_chain(self.dep, made[0], len(made[1][0].loops), var)
+            if split:
+                self.scalars.add(var)
+            else:
+                for x in made[1]:
+                    del self.fn.arrays[x.name]
+                self._expansion_count += len(made[1])
+                made = expand(self.dep, L, self.prefix, self._expansion_count)
+        if made is not None:
+            new_L, exps = made
+            loops: tuple[For, ...] = exps[0].loops
+        else:
+            made2 = snapshot(self.dep, L, self.prefix, self._expansion_count)
+            if made2 is None:
+                return None
+            new_L, snaps = made2
+            loops = (L,)
+        names = [x.name for x in exps] + [x.name for x in snaps]
+        if not all(self.bounds_host_ok(C, st) for C in loops):
+            for n in names:
+                del self.fn.arrays[n]
             return None
-        new_L, exps = made
-        if not all(self.bounds_host_ok(C, st) for C in exps[0].loops):
-            for x in exps:
-                del self.fn.arrays[x.name]
-            return None
-        self._expansion_count += len(exps)
-        nest, transforms = perfect_nest(self.dep, new_L)
-        if transforms and not self.bounds_host_ok(nest.body[0], st):  # type: ignore[arg-type]
-            nest, transforms = new_L, ()
-        site = self.new_site(nest, "parallel", host_loops, st, verdict=self.dep.parallel(new_L),
-                             transforms=(*(x.describe() for x in exps), *transforms))
-        site.expansions = tuple(exps)
-        return [Launch(site)]
+        self._expansion_count += len(names)
+        done = tuple(x.describe() for x in [*exps, *snaps])
+        parts = split or [new_L]
+        if split:
+            self.distributed.append((L.var or "?", L.line, len(split)))
+        sites: list[Site] = []
+        for part in parts:
+            nest, transforms = perfect_nest(self.dep, part)
+            if transforms and not self.bounds_host_ok(nest.body[0], st):  # type: ignore[arg-type]
+                nest, transforms = part, ()
+            site = self.new_site(nest, "parallel", host_loops, st,
+                                 verdict=self.dep.parallel(part), transforms=(*done, *transforms))
+            site.expansions, site.snapshots = tuple(exps), tuple(snaps)
+            sites.append(site)
+        sites[0].scratch_opens = sites[-1].scratch_closes = True
+        return [Launch(s) for s in sites]
 
     # -- sites --------------------------------------------------------------------------
 

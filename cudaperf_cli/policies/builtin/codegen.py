@@ -65,7 +65,6 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
-from cudaperf_cli.policies.builtin.privatize import Expansion
 from cudaperf_cli.policies.builtin.tiling import STAGE_K, TileParts, staged_operands, tile_parts
 
 IND = "    "
@@ -483,10 +482,10 @@ class _Gen:
             elif isinstance(p, ScalarParam) and p.name in scalars:
                 decls.append(f"{normalize_ctype(p.ctype)} {p.name}")
                 names.append(p.name)
-        for x in self.expansions():
-            if x.name in used_arrays:
-                decls.append(f"{normalize_ctype(x.ctype)} *__restrict__ {x.name}")
-                names.append(x.name)
+        for name, ctype, const in self.scratch_arrays():
+            if name in used_arrays:
+                decls.append(f"{'const ' if const else ''}{normalize_ctype(ctype)} *__restrict__ {name}")
+                names.append(name)
         for n in self.fn.locals:
             if n in scalars and n not in self.fn.scalar_params:
                 decls.append(f"{self.ctype(n)} {n}")
@@ -494,22 +493,51 @@ class _Gen:
         self.host_used |= set(names)
         return decls, names
 
-    def expansions(self) -> list[Expansion]:
-        """The privatised arrays' scratch copies of every site (``privatize.py``)."""
-        return [x for site in self.an.sites for x in site.expansions]
+    def scratch_arrays(self) -> list[tuple[str, str, bool]]:
+        """(name, element type, read-only) of every site's scratch copies: the privatised
+        arrays' copies and the snapshots (``privatize.py``), each once."""
+        out: dict[str, tuple[str, str, bool]] = {}
+        for site in self.an.sites:
+            for x in site.expansions:
+                out[x.name] = (x.name, x.ctype, False)
+            for sn in site.snapshots:
+                out[sn.name] = (sn.name, sn.ctype, True)
+        return list(out.values())
 
-    def with_expansions(self, site: Site, launch: list[str], ind: str) -> list[str]:
-        """``launch`` (the site's launch lines, indented one level more than ``ind``) between
-        the allocation of its privatised arrays' copies and their release; after the launch,
-        the last iteration's slice is copied back into the C array (what the C function
-        leaves there; ``cudaMemcpy2DAsync``: in the scratch ``x[p][r][q]`` the elements of
-        one copy lie a whole ``r x q`` plane apart).  Stream-ordered (``cudaMallocAsync``,
-        ``cudaFreeAsync`` on the default stream): no synchronisation.  A failed launch
-        returns before the release (the process's CUDA state is lost then anyway)."""
-        if not site.expansions:
-            return launch
-        out: list[str] = []
+    def scratch_lines(self, site: Site, ind: str) -> tuple[list[str], list[str]]:
+        """(lines before the launch, lines after it) for the scratch copies ``site`` opens
+        (``site.scratch_opens``: allocated, a snapshot copied from its array) and closes
+        (``site.scratch_closes``: the last privatised copy written back, all released);
+        the sites of one privatised nest split into several kernels share them, in one C
+        block the first opens and the last closes.  Stream-ordered (``cudaMallocAsync``,
+        ``cudaFreeAsync`` on the default stream): no synchronisation; the write-back is a
+        ``cudaMemcpy2DAsync`` (in the copies ``x[p][r][q]`` the elements of one copy lie a
+        whole ``r x q`` plane apart).  A failed launch returns before the release (the
+        process's CUDA state is lost then anyway)."""
+        outer, ind = ind, ind + IND
+        out: list[str] = [outer + "{"]
         post: list[str] = []
+        for sn in site.snapshots:
+            T = normalize_ctype(sn.ctype)
+            n, err = f"{sn.name}_n", f"{sn.name}_err"
+            count = " * ".join(f"(long long)({e})" for e in self.fn.arrays[sn.array].extents)
+            src = local_array_name(self.an, sn.array)
+            out += [
+                f"{ind}/* {sn.describe()} ({sn.reads} read(s) in loop {sn.loop.var}): {sn.name} */",
+                f"{ind}const long long {n} = {count};",
+                f"{ind}{T} *{sn.name} = NULL;",
+                f"{ind}if ({n} > 0) {{",
+                f"{ind}{IND}cudaError_t {err} = cudaMallocAsync((void **)&{sn.name}, "
+                f"(size_t){n} * sizeof({T}), 0);",
+                f"{ind}{IND}if ({err} == cudaSuccess)",
+                f"{ind}{IND}{IND}{err} = cudaMemcpyAsync({sn.name}, {src}, (size_t){n} * "
+                f"sizeof({T}), cudaMemcpyDeviceToDevice, 0);",
+                f"{ind}{IND}if ({err} != cudaSuccess)",
+                f"{ind}{IND}{IND}return (int){err};",
+                f"{ind}}}",
+            ]
+            post.append(f"{ind}if ({sn.name} != NULL)")
+            post.append(f"{ind}{IND}cudaFreeAsync({sn.name}, 0);")
         for x in site.expansions:
             T = normalize_ctype(x.ctype)
             n, err = f"{x.name}_n", f"{x.name}_err"
@@ -520,7 +548,7 @@ class _Gen:
             plane = " * ".join(trips)
             positive = " && ".join(f"{t} > 0" for t in trips)
             out += [
-                f"{ind}const long long {n} = ({positive}) ? (long long)({x.extents[0]}) * "
+                f"{ind}const long long {n} = ({positive}) ? (long long)({x.own_extent}) * "
                 f"{plane} : 0;",
                 f"{ind}{T} *{x.name} = NULL;",
                 f"{ind}if ({n} > 0) {{",
@@ -535,22 +563,27 @@ class _Gen:
                 last = f"({last}) * {t} + ({t} - 1)"
             dst = local_array_name(self.an, x.array)
             first = f"(long long)({c_text(x.first)})"
+            if x.chain_first:  # the last copy is one contiguous row
+                copy = (f"cudaMemcpyAsync({dst} + {first}, {x.name} + ((size_t)({last}) * "
+                        f"(size_t)({x.own_extent}) + {first}), (size_t){x.name}_k * sizeof({T}), "
+                        "cudaMemcpyDeviceToDevice, 0);")
+            else:
+                copy = (f"cudaMemcpy2DAsync({dst} + {first}, sizeof({T}), {x.name} + "
+                        f"((size_t){first} * (size_t)({plane}) + (size_t)({last})), "
+                        f"(size_t)({plane}) * sizeof({T}), sizeof({T}), (size_t){x.name}_k, "
+                        "cudaMemcpyDeviceToDevice, 0);")
             post += [
                 f"{ind}if ({n} > 0) {{",
                 f"{ind}{IND}const long long {x.name}_k = {x.count};",
                 f"{ind}{IND}if ({x.name}_k > 0) {{  /* {x.array}[first..] from the last copy */",
-                f"{ind}{IND}{IND}cudaError_t {err} = cudaMemcpy2DAsync({dst} + {first}, "
-                f"sizeof({T}), {x.name} + ((size_t){first} * (size_t)({plane}) + "
-                f"(size_t)({last})), (size_t)({plane}) * sizeof({T}), sizeof({T}), "
-                f"(size_t){x.name}_k, cudaMemcpyDeviceToDevice, 0);",
+                f"{ind}{IND}{IND}cudaError_t {err} = {copy}",
                 f"{ind}{IND}{IND}if ({err} != cudaSuccess)",
                 f"{ind}{IND}{IND}{IND}return (int){err};",
                 f"{ind}{IND}}}",
                 f"{ind}{IND}cudaFreeAsync({x.name}, 0);",
                 f"{ind}}}",
             ]
-        return [ind + "{", *[IND + ln for ln in out], *launch, *[IND + ln for ln in post],
-                ind + "}"]
+        return (out if site.scratch_opens else []), (post + [outer + "}"] if site.scratch_closes else [])
 
     def site_params(self, site: Site) -> tuple[list[str], list[str]]:
         """(declarations, argument names) of the kernel of ``site``."""
@@ -1417,8 +1450,9 @@ class _Gen:
                 out.append(ind + "return (int)cudaGetLastError();")
             elif isinstance(op, Launch):
                 self.site_kernel(op.site)
-                inner = ind + IND if op.site.expansions else ind
-                out += self.with_expansions(op.site, self.launch_site(op.site, inner), ind)
+                scoped = bool(op.site.expansions or op.site.snapshots)
+                before, after = self.scratch_lines(op.site, ind) if scoped else ([], [])
+                out += before + self.launch_site(op.site, ind + IND if scoped else ind) + after
             elif isinstance(op, Serial):
                 out += [ind + x for x in self.serial_kernel(op)]
         return out

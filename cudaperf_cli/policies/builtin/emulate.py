@@ -15,8 +15,9 @@ What is emulated (enough for the policy's code, nothing else):
   ``__shfl_down_sync`` exchanges values through the warp's buffer between two barriers;
 * ``atomicAdd`` takes one mutex; ``__shared__`` and ``static __device__`` variables are
   plain statics (one block runs at a time, so a block's shared memory is its own);
-* ``cudaGetLastError`` returns 0; ``cudaMallocAsync``/``cudaFreeAsync``/``cudaMemcpy2DAsync``
-  (the scratch copies of privatised arrays) are ``malloc``/``free``/``memmove`` by row;
+* ``cudaGetLastError`` returns 0; ``cudaMallocAsync``, ``cudaFreeAsync``,
+  ``cudaMemcpyAsync`` and ``cudaMemcpy2DAsync`` (the policy's scratch copies) are
+  ``malloc``, ``free`` and ``memmove``;
   ``<cuda_runtime.h>`` is an empty file.
 
 Not emulated: the memory model beyond barriers (a race that the GPU would expose may pass
@@ -68,6 +69,12 @@ static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t)
     return *p ? 0 : 2;
 }
 static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) { std::free(p); return 0; }
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind,
+                                          cudaStream_t)
+{
+    std::memmove(d, s, n);
+    return 0;
+}
 static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch,
                                             size_t width, size_t height, cudaMemcpyKind,
                                             cudaStream_t)

@@ -203,5 +203,61 @@ def never_touches(acc: Index, read: Index, context: tuple[For, ...],
         return None
 
 
+def reads_only_earlier_values(loop: For, array: str) -> list[Index] | None:
+    """The reads of ``array`` in ``loop``'s body that isl proves see only what ``array``
+    held before the loop started: no write of ``array`` in the body, in an iteration of
+    ``loop`` before the read's or in the same one, touches the element read (every write
+    to it comes in a later iteration).  Such a read may be served from a copy of the array
+    taken before the loop (an anti dependence removed; trmm's ``B[k][j]``, ``k > i``).
+    Conditions are ignored (every write assumed to run) and the same iteration counts as
+    earlier, which only widens the set.  None when islpy is missing or an access cannot be
+    encoded.
+
+    ``loop`` must count up by one (canonical, step +1).
+    """
+    if not loop.canonical or not loop.var or loop.step != 1:
+        return None
+    try:
+        import islpy as isl
+    except ImportError:
+        return None
+    variant = scalars_written(loop.body)
+    accs = [(x, w, (loop,) + ch) for x, w, ch in accesses_with_loops(loop.body, ())
+            if x.array == array]
+    writes = [(x, ch) for x, w, ch in accs if w]
+    out: list[Index] = []
+    for rx, w, rch in accs:
+        if w or any(rx is o for o in out):
+            continue
+        earlier = False
+        for wx, wch in writes:
+            if len(wx.subs) != len(rx.subs):
+                return None
+            params: dict[str, str] = {}
+            try:
+                s1 = Side("x", wch, variant, params)
+                s2 = Side("y", rch, variant, params)
+                eqs = []
+                for d in range(len(wx.subs)):
+                    f1, f2 = affine(wx.subs[d]), affine(rx.subs[d])
+                    if f1 is None or f2 is None:
+                        return None
+                    eqs.append(f"{s1.affine_text(f1, len(wch))} = {s2.affine_text(f2, len(rch))}")
+                cons = [f"{s1.names[0]} <= {s2.names[0]}", *s1.domain(), *s2.domain(), *eqs]
+            except Unencodable:
+                return None
+            text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
+                    f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
+            try:
+                if not isl.Map(text).is_empty():
+                    earlier = True
+                    break
+            except isl.Error:
+                return None
+        if not earlier:
+            out.append(rx)
+    return out
+
+
 __all__ = ["Side", "Unencodable", "accesses_with_loops", "available", "independent",
-           "never_touches"]
+           "never_touches", "reads_only_earlier_values"]

@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from cudaperf_cli.core import ArrayParam
+from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.dependence import Dependence, header_arrays
 from cudaperf_cli.policies.builtin.ir import (
     Assign,
@@ -82,13 +83,15 @@ class Expansion:
         name: the device scratch holding its copies (``cp_pv0_sum``), row-major with
             :attr:`extents`: ``cp_pv0_sum[p][r][q]``, the chain's indices last, so that the
             threads of a warp, which differ in the innermost mapped index, touch
-            neighbouring elements.
+            neighbouring elements (or ``[r][q][p]``: :attr:`chain_first`).
         ctype: the element type.
         loops: the chain's loops as written, outermost first (their trip counts size the
             scratch and locate the last copy).
-        extents: C expressions: the array's extent, then each chain loop's trip count.
+        extents: C expressions: the array's extent, then each chain loop's trip count (the
+            other way round with :attr:`chain_first`).
         first: the first element every iteration writes (``P``'s first index).
         count: C text (``long long``) of how many elements it writes from there.
+        chain_first: the layout ``t[r][q][p]`` instead of ``t[p][r][q]``.
     """
 
     array: str
@@ -98,6 +101,12 @@ class Expansion:
     extents: tuple[str, ...]
     first: Expr
     count: str
+    chain_first: bool = False
+
+    @property
+    def own_extent(self) -> str:
+        """The array's own extent (C text)."""
+        return self.extents[-1] if self.chain_first else self.extents[0]
 
     def describe(self) -> str:
         """``sum privatised per (r, q) iteration``."""
@@ -106,7 +115,12 @@ class Expansion:
 
 
 def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
-    """``e`` rebuilt bottom-up; ``f`` may return a replacement for a node (None: keep)."""
+    """``e`` rebuilt; ``f`` is asked first about each node as written (pre-order, so it
+    may match nodes by identity) and may return its replacement (None: rebuild the node
+    from its mapped children)."""
+    new = f(e)
+    if new is not None:
+        return new
     if isinstance(e, Index):
         out: Expr = replace(e, subs=tuple(map_expr(s, f) for s in e.subs))
     elif isinstance(e, Unary):
@@ -124,8 +138,7 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
         out = replace(e, inner=map_expr(e.inner, f))
     else:
         out = e
-    new = f(out)
-    return out if new is None else new
+    return out
 
 
 def map_stmts(stmts: Sequence[Stmt], f: Callable[[Expr], Expr | None]) -> list[Stmt]:
@@ -240,12 +253,16 @@ def privatisable(body: Sequence[Stmt], t: str, chain_vars: set[str]) -> For | No
     return P
 
 
-def expand(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, list[Expansion]] | None:
+def expand(dep: Dependence, L: For, prefix: str, start: int, chain_first: bool = False
+           ) -> tuple[For, list[Expansion]] | None:
     """``L``'s perfect chain rewritten with its privatisable arrays expanded, and the
     expansions; None when there is none or the rewritten ``L`` is still not parallel.
 
     The scratch arrays are named ``<prefix>pv<n>_<array>`` from ``n = start`` and added to
     ``dep.fn.arrays`` (as arrays the function does not take: the launcher allocates them).
+    Their layout puts the chain's indices last (``t[p][r][q]``: for a mapping whose threads
+    differ in ``q``), or first with ``chain_first`` (``t[r][q][p]``: for the threads of a
+    block that differ in ``p``, after :func:`split_chain`).
     """
     fn = dep.fn
     chain = [L]
@@ -274,9 +291,10 @@ def expand(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, list[
     for n, (t, P) in enumerate(found, start):
         arr = fn.arrays[t]
         name = f"{prefix}pv{n}_{t}"
-        extents = (arr.extents[0], *(f"({C.trip_text()})" for C in chain))
+        trips = tuple(f"({C.trip_text()})" for C in chain)
+        extents = (*trips, arr.extents[0]) if chain_first else (arr.extents[0], *trips)
         expansions.append(Expansion(t, name, arr.ctype, tuple(chain), extents, P.first,  # type: ignore[arg-type]
-                                    P.trip_text()))
+                                    P.trip_text(), chain_first))
     subst = {e.array: e for e in expansions}
 
     def offset(C: For) -> Expr:
@@ -288,7 +306,8 @@ def expand(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, list[
     def rewrite(e: Expr) -> Expr | None:
         if isinstance(e, Index) and e.array in subst:
             x = subst[e.array]
-            return Index(x.name, e.subs + tuple(offset(C) for C in chain), e.text)
+            at = tuple(offset(C) for C in chain)
+            return Index(x.name, at + e.subs if chain_first else e.subs + at, e.text)
         return None
 
     new_body = map_stmts(body, rewrite)
@@ -313,4 +332,158 @@ def expand(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, list[
     return new_L, expansions
 
 
-__all__ = ["Expansion", "expand", "map_expr", "map_stmts", "privatisable"]
+def _trip_expr(C: For) -> Expr:
+    """``C``'s iteration count as an expression (``long long``; ``C`` counts up by one)."""
+    span: Expr = Binary("-", Paren(C.bound), Paren(C.first))  # type: ignore[arg-type]
+    if C.cmp == "<=":
+        span = Binary("+", span, Const("1"))
+    return Cast("long long", Paren(span))
+
+
+def split_chain(dep: Dependence, L: For, depth: int, var: str) -> list[For] | None:
+    """The parallel chain of ``depth`` loops at ``L`` (every one of them parallel, as a
+    privatised chain is) split into one chain per group of its body's statements, each
+    chain collapsed into one loop ``var`` over the product of the trip counts whose body
+    first sets the chain's indices from it (``r = var / nq; q = var % nq``).  doitgen's
+    ``(r, q)`` chain becomes two loops: ``p`` then maps onto the threads of a block per
+    ``(r, q)`` (``block_per_row``) instead of running in each thread.
+
+    Legal because no dependence crosses the chain's iterations: running every iteration's
+    first group, then every iteration's second, keeps each dependence's direction (the
+    groups of :func:`transform._groups` keep the statements that share a private scalar
+    together, in program order).  None when the body is one group, or when an inner index
+    or a chain index is used outside its loops or after ``L``.  ``var`` is added to the
+    function's locals (``long long``).
+    """
+    from cudaperf_cli.policies.builtin.transform import _groups, _index_stays_in_its_loops
+
+    chain = [L]
+    while len(chain) < depth and len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], For):
+        chain.append(chain[-1].body[0])
+    if len(chain) != depth or not all(dep.parallel(C).parallel for C in chain):
+        return None
+    body = list(chain[-1].body)
+    if any(isinstance(x, Jump) for x in walk(body)):
+        return None
+    chain_vars = {C.var or "" for C in chain}
+    inner = {x.var for x in walk(body) if isinstance(x, For) and x.var}
+    if not all(_index_stays_in_its_loops(body, x) for x in inner):
+        return None
+    if (inner | chain_vars) & dep.live.after(L):
+        return None
+    groups = _groups(dep, chain[-1], body, inner | chain_vars)
+    if len(groups) < 2:
+        return None
+    trips = [_trip_expr(C) for C in chain]
+    parts: list[For] = []
+    for g in groups:
+        if depth == 1:
+            part = replace(L, body=g)
+            dep.live.alias(part, L)
+            dep.keep(part)
+            parts.append(part)
+            continue
+        sets: list[Stmt] = []
+        for i, C in enumerate(chain):
+            v: Expr = Name(var)
+            later = trips[i + 1:]
+            if later:
+                div: Expr = later[0]
+                for t in later[1:]:
+                    div = Binary("*", div, t)
+                v = Binary("/", v, Paren(div))
+            if i > 0:
+                v = Binary("%", Paren(v) if later else v, trips[i])
+            T = C.ctype or dep.fn.ctype_of(C.var or "") or "int"
+            value = Cast(T, Paren(Binary("+", Paren(C.first), Paren(v))))  # type: ignore[arg-type]
+            sets.append(Decl(C.line, T, C.var or "", value) if C.ctype
+                        else Assign(C.line, Name(C.var or ""), "=", value))
+        bound: Expr = trips[0]
+        for t in trips[1:]:
+            bound = Binary("*", bound, t)
+        zero = Const("0")
+        loop = For(L.line, var, "long long", Decl(L.line, "long long", var, zero),
+                   Binary("<", Name(var), bound), Assign(L.line, Name(var), "++", None),
+                   sets + g, True, "", zero, "<", bound, 1)
+        dep.live.alias(loop, L)
+        for x in sets:
+            dep.live.alias(x, L)
+        dep.prove_parallel(loop, f"loops {', '.join(C.var or '?' for C in chain)} collapsed")
+        parts.append(loop)
+    if depth > 1:
+        dep.fn.locals[var] = "long long"
+    return parts
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A copy of an array taken before a loop, for the reads that only see its earlier values.
+
+    Attributes:
+        array: the C array (trmm's ``B``).
+        name: the device copy (``cp_ss0_B``), with the array's extents.
+        ctype: the element type.
+        loop: the loop (as written) before which the copy is taken.
+        reads: how many reads of the body now read the copy.
+    """
+
+    array: str
+    name: str
+    ctype: str
+    loop: For
+    reads: int
+
+    def describe(self) -> str:
+        """``B's earlier values read from a copy``."""
+        return f"{self.array}'s earlier values read from a copy"
+
+
+def snapshot(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, list[Snapshot]] | None:
+    """``L`` rewritten so that the reads that see only what an array held before ``L``
+    (:func:`polyhedral.reads_only_earlier_values`) read a copy taken before it, and the
+    copies; None when that leaves ``L`` not parallel (or nothing is read so).
+
+    trmm's ``for (i ...) for (j ...) { for (k = i + 1 ...) B[i][j] += A[k][i] * B[k][j]; ...}``
+    reads rows of ``B`` that later iterations of ``i`` write: an anti dependence only.  With
+    ``B[k][j]`` read from the copy, every iteration of ``i`` touches row ``i`` of ``B`` alone.
+    The copies are ``<prefix>ss<n>_<array>`` from ``n = start``, added to ``dep.fn.arrays``.
+    """
+    fn = dep.fn
+    if not L.canonical or not L.var or L.step != 1:
+        return None
+    found: list[tuple[str, list[Index]]] = []
+    for t in sorted({a.array for a in accesses(L.body) if a.write}):
+        if t not in fn.arrays or t in header_arrays(L) or t in fn.local_arrays:
+            continue
+        reads = polyhedral.reads_only_earlier_values(L, t)
+        if reads:
+            found.append((t, reads))
+    if not found:
+        return None
+    snaps = [Snapshot(t, f"{prefix}ss{n}_{t}", fn.arrays[t].ctype, L, len(reads))
+             for n, (t, reads) in enumerate(found, start)]
+    ids = {id(r): sn.name for sn, (_, reads) in zip(snaps, found) for r in reads}
+
+    def rewrite(e: Expr) -> Expr | None:
+        if isinstance(e, Index) and id(e) in ids:
+            return Index(ids[id(e)], e.subs, e.text)
+        return None
+
+    new_body = map_stmts(L.body, rewrite)
+    new_L = replace(L, body=new_body)
+    dep.live.alias(new_L, L)
+    for old_s, new_s in zip(walk(L.body), walk(new_body)):
+        dep.live.alias(new_s, old_s)
+    dep.keep(new_L, *walk(new_body))
+    for sn in snaps:
+        a = fn.arrays[sn.array]
+        fn.arrays[sn.name] = ArrayParam(sn.name, a.ctype, a.extents, const=True)
+    if not dep.parallel(new_L).parallel:
+        for sn in snaps:
+            del fn.arrays[sn.name]
+        return None
+    return new_L, snaps
+
+
+__all__ = ["Expansion", "Snapshot", "expand", "map_expr", "map_stmts", "privatisable", "snapshot",
+           "split_chain"]
