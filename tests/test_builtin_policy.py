@@ -905,6 +905,24 @@ SCRATCH_SHARED = problem(  # a scalar shared by every statement: the nest stays 
     {"na": 6, "nc": 11},
 )
 
+SCRATCH_TOO_BIG = problem(  # a copy of t per (a, b): n^3 elements against n^2 of arrays
+    "scratch_too_big",
+    [size("n"), arr("X", ("n", "n")), arr("W", ("n", "n"), const=True), arr("t", ("n",))],
+    """
+    void scratch_too_big(int n, double X[n][n], const double W[n][n], double t[n])
+    {
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                for (int d = 0; d < n; d++)
+                    t[d] = W[a][d] * W[b][d];
+                for (int d = 0; d < n; d++)
+                    X[a][b] += t[d];
+            }
+    }
+    """,
+    {"n": 9},
+)
+
 SCRATCH_EXPOSED = problem(  # t read before it is written: the last row's values flow in
     "scratch_exposed",
     [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
@@ -1049,6 +1067,7 @@ PORTABLE = {
     "batched_rows": (BATCHED_ROWS, None),
     "scratch_from": (SCRATCH_FROM, None),
     "scratch_shared": (SCRATCH_SHARED, None),
+    "scratch_too_big": (SCRATCH_TOO_BIG, None),
     "scratch_exposed": (SCRATCH_EXPOSED, None),
     "scratch_short": (SCRATCH_SHORT, None),
     "scratch_break": (SCRATCH_BREAK, _break_init),
@@ -1104,6 +1123,16 @@ def test_a_scratch_row_starting_past_zero_is_offset_in_its_copy():
     assert d[0].startswith("grid2d a->y c->x block 32x8 (t privatised per (a) iteration) |"), d
     src = POLICY.propose(SCRATCH_FROM, 0).source
     assert "(a - (2))" in src, src
+
+
+def test_a_scratch_whose_copies_outweigh_the_arrays_is_not_privatised():
+    """n copies of an n-element row for an n x n chain: more device memory than the
+    function's arrays, which the evaluation's memory plan is made from; inside the host
+    loop a, a copy per b (n^2 elements) fits."""
+    d = descriptions(SCRATCH_TOO_BIG)
+    assert d and not any("per (a, b)" in x for x in d), d
+    assert d[0].startswith("host loop a | grid2d b->y d->x block 32x8 (t privatised per (b) "
+                           "iteration)"), d
 
 
 @pytest.mark.parametrize("prob", [SCRATCH_EXPOSED, SCRATCH_SHORT, SCRATCH_BREAK],

@@ -57,7 +57,14 @@ from cudaperf_cli.policies.builtin.ir import (
     walk,
 )
 from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
-from cudaperf_cli.policies.builtin.privatize import Expansion, Snapshot, expand, snapshot, split_chain
+from cudaperf_cli.policies.builtin.privatize import (
+    Expansion,
+    Snapshot,
+    expand,
+    scratch_fits,
+    snapshot,
+    split_chain,
+)
 from cudaperf_cli.policies.builtin.tiling import staged_operands, tile_parts
 from cudaperf_cli.policies.builtin.transform import distribute, perfect_nest
 from cudaperf_cli.policies.builtin.wavefront import describe as describe_wave
@@ -595,6 +602,12 @@ class _Scheduler:
         # loop per group of statements, threads over the array's own index), else laid out
         # for threads that differ in the chain's innermost index
         made = expand(self.dep, L, self.prefix, self._expansion_count, chain_first=True)
+        if made is not None and not scratch_fits(self.fn, made[1], self.problem.sizes):
+            for x in made[1]:
+                del self.fn.arrays[x.name]
+            self.note([f"loop {L.var}: a copy of {', '.join(x.array for x in made[1])} per "
+                       "iteration would take more device memory than the function's arrays"])
+            made = None
         if made is not None:
             var = f"{self.prefix}{'_'.join(C.var or '' for C in made[1][0].loops)}"
             if var not in self.scalars:

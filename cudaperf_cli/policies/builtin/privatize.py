@@ -41,10 +41,10 @@ parallel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cudaperf_cli.core import ArrayParam
+from cudaperf_cli.core import ArrayParam, ProblemError, eval_int_expr
 from cudaperf_cli.policies.builtin import polyhedral
 from cudaperf_cli.policies.builtin.dependence import Dependence, header_arrays
 from cudaperf_cli.policies.builtin.ir import (
@@ -57,6 +57,7 @@ from cudaperf_cli.policies.builtin.ir import (
     Expr,
     ExprStmt,
     For,
+    Function,
     If,
     Index,
     Jump,
@@ -415,6 +416,42 @@ def split_chain(dep: Dependence, L: For, depth: int, var: str) -> list[For] | No
     return parts
 
 
+def _bytes_of(ctype: str, count: int) -> int:
+    import numpy as np
+
+    from cudaperf_cli.core import dtype_of
+
+    return count * np.dtype(dtype_of(ctype)).itemsize
+
+
+def scratch_fits(fn: Function, exps: Sequence[Expansion], sizes: Mapping[str, int]) -> bool:
+    """The expansions' copies, at the problem's sizes, take at most as many bytes as the
+    function's own arrays (its footprint): the evaluation plans device memory from the
+    problem's arrays, and a copy per iteration of a deep chain can be far larger (a scratch
+    row of ``n`` per iteration of an ``n x n x n`` chain).  False when a trip count or an
+    extent cannot be evaluated from ``sizes``.
+    """
+    try:
+        foot = 0
+        for a in fn.arrays.values():
+            if a.name in fn.local_arrays or any(a.name == x.name for x in exps):
+                continue
+            count = 1
+            for e in a.extents:
+                count *= max(eval_int_expr(e, sizes), 0)
+            foot += _bytes_of(a.ctype, count)
+        need = 0
+        for x in exps:
+            count = max(eval_int_expr(x.own_extent, sizes), 0)
+            for C in x.loops:
+                trip = eval_int_expr(c_text(C.bound), sizes) - eval_int_expr(c_text(C.first), sizes)
+                count *= max(trip + (1 if C.cmp == "<=" else 0), 0)
+            need += _bytes_of(x.ctype, count)
+    except (ValueError, ProblemError):
+        return False
+    return need <= foot
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A copy of an array taken before a loop, for the reads that only see its earlier values.
@@ -485,5 +522,5 @@ def snapshot(dep: Dependence, L: For, prefix: str, start: int) -> tuple[For, lis
     return new_L, snaps
 
 
-__all__ = ["Expansion", "Snapshot", "expand", "map_expr", "map_stmts", "privatisable", "snapshot",
-           "split_chain"]
+__all__ = ["Expansion", "Snapshot", "expand", "map_expr", "map_stmts", "privatisable",
+           "scratch_fits", "snapshot", "split_chain"]
