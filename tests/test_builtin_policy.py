@@ -923,6 +923,101 @@ SCRATCH_TOO_BIG = problem(  # a copy of t per (a, b): n^3 elements against n^2 o
     {"n": 9},
 )
 
+# An attack pass's cases (twelfth session): each gave wrong numbers before its fix.
+SCRATCH_SKIPPED = problem(  # an iteration may skip the writing loop: its copy is not the last
+    "scratch_skipped",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_skipped(int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = 0; a < na; a++) {
+            if (a >= 3) continue;
+            for (int c = 0; c < nc; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SCRATCH_INDEX_STEP = problem(  # the writing loop's index is also stepped in its body
+    "scratch_index_step",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_index_step(int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < nc; c++) {
+                t[c] = X[a][c] + 1.0;
+                c = c + 1;
+            }
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SCRATCH_DEVICE_BOUND = problem(  # the writing loop's bound is assigned on the device
+    "scratch_device_bound",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_device_bound(int na, int nc, double X[na][nc], double t[nc])
+    {
+        int m = nc;
+        if (X[0][0] > 100.0)
+            m = nc - 4;
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < m; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < m; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SNAPSHOT_SIZE_CHANGED = problem(  # the function changes a size its array's shape names
+    "snapshot_size_changed",
+    [size("n"), size("m"), arr("B", ("n", "m"))],
+    """
+    void snapshot_size_changed(int n, int m, double B[n][m])
+    {
+        n = n - 1;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++)
+                B[i][j] = B[i][j] + 0.5 * B[i + 1][j];
+    }
+    """,
+    {"n": 12, "m": 7},
+)
+
+DEVICE_MAYBE_ASSIGNED = problem(  # a scalar set on the host, then perhaps on the device
+    "device_maybe_assigned",
+    [size("n"), arr("x", ("n",))],
+    """
+    void device_maybe_assigned(int n, double x[n])
+    {
+        int q = n - 1;
+        if (x[0] > 100.0)
+            q = n - 2;
+        for (int i = 0; i < q; i++)
+            x[i] = x[i] * 2.0;
+    }
+    """,
+    {"n": 12},
+)
+
+
+def _big_first(data, sizes):
+    key = "X" if "X" in data else "x"
+    data[key].flat[0] = 500.0  # takes the device-side branch
+
+
 SCRATCH_EXPOSED = problem(  # t read before it is written: the last row's values flow in
     "scratch_exposed",
     [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
@@ -1068,6 +1163,13 @@ PORTABLE = {
     "scratch_from": (SCRATCH_FROM, None),
     "scratch_shared": (SCRATCH_SHARED, None),
     "scratch_too_big": (SCRATCH_TOO_BIG, None),
+    "scratch_skipped": (SCRATCH_SKIPPED, None),
+    "scratch_index_step": (SCRATCH_INDEX_STEP, None),
+    "scratch_device_bound": (SCRATCH_DEVICE_BOUND, _big_first),
+    "scratch_device_bound_host": (SCRATCH_DEVICE_BOUND, None),
+    "snapshot_size_changed": (SNAPSHOT_SIZE_CHANGED, None),
+    "device_maybe_assigned": (DEVICE_MAYBE_ASSIGNED, _big_first),
+    "device_maybe_assigned_host": (DEVICE_MAYBE_ASSIGNED, None),
     "scratch_exposed": (SCRATCH_EXPOSED, None),
     "scratch_short": (SCRATCH_SHORT, None),
     "scratch_break": (SCRATCH_BREAK, _break_init),
@@ -1135,8 +1237,10 @@ def test_a_scratch_whose_copies_outweigh_the_arrays_is_not_privatised():
                            "iteration)"), d
 
 
-@pytest.mark.parametrize("prob", [SCRATCH_EXPOSED, SCRATCH_SHORT, SCRATCH_BREAK],
-                         ids=["read_first", "written_in_part", "break"])
+@pytest.mark.parametrize("prob", [SCRATCH_EXPOSED, SCRATCH_SHORT, SCRATCH_BREAK, SCRATCH_SKIPPED,
+                                  SCRATCH_INDEX_STEP, SCRATCH_DEVICE_BOUND],
+                         ids=["read_first", "written_in_part", "break", "skipped", "index_step",
+                              "device_bound"])
 def test_a_scratch_whose_old_values_can_be_read_is_not_privatised(prob):
     """Values of ``t`` from an earlier iteration reach a read (read before the write, a read
     past the written range, a write loop that may stop early): no copy per iteration."""
@@ -1156,6 +1260,12 @@ def test_reads_of_values_a_later_iteration_overwrites_come_from_a_copy():
     assert "cp_ss0_B[(size_t)k * n + j]" in src and "B[(size_t)i * n + j] +=" in src, src
     assert descriptions(SHIFT_UP)[0].startswith("grid2d i->y j->x block 32x8 (B's earlier"), \
         descriptions(SHIFT_UP)
+
+
+def test_no_copy_of_an_array_whose_shape_names_a_size_the_function_changes():
+    """The copy is sized on the host at the launch: with ``n`` changed by then it would be
+    one row short."""
+    assert not any("copy" in x for x in descriptions(SNAPSHOT_SIZE_CHANGED))
 
 
 def test_reads_of_values_an_earlier_iteration_wrote_do_not_come_from_a_copy():

@@ -18,6 +18,8 @@ loops kept on the host) and decides, in program order:
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -629,7 +631,16 @@ class _Scheduler:
             new_L, snaps = made2
             loops = (L,)
         names = [x.name for x in exps] + [x.name for x in snaps]
-        if not all(self.bounds_host_ok(C, st) for C in loops):
+        # the launcher sizes the copies and writes the last one back from the host: the
+        # chain's and the writing loop's headers and the arrays' extents must read there what
+        # the kernels and the C function see (not a scalar assigned on the device, not an
+        # array element, not a size the function changes)
+        changed = scalars_written(self.fn.body)
+        extents = [x.own_extent for x in exps]
+        extents += [e for sn in snaps for e in self.fn.arrays[sn.array].extents]
+        if (not all(self.bounds_host_ok(C, st) for C in loops)
+                or not all(x.writer is not None and self.bounds_host_ok(x.writer, st) for x in exps)
+                or any(set(re.findall(r"[A-Za-z_]\w*", e)) & changed for e in extents)):
             for n in names:
                 del self.fn.arrays[n]
             return None

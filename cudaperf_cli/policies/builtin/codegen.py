@@ -1383,13 +1383,16 @@ class _Gen:
         stmts = g.stmts
         red_globals = {v for v in self.an.red_vars.values()}
         declared = declared_in(stmts)
-        exposed, _ = exposed_reads(stmts)
-        exposed = set(exposed) | g.uploads
+        exposed, definite = exposed_reads(stmts)
+        # a scalar that later code reads but this kernel assigns on some paths only keeps
+        # its incoming value on the others (``if (c) q = n - 2;``): it comes in like one
+        # that is read
+        exposed = set(exposed) | g.uploads | ((scalars_written(stmts) - definite) & g.store)
         touched = (scalars_read(stmts) | scalars_written(stmts) | g.uploads) - red_globals
         free = touched - declared
         host_in = {n for n in free if n not in g.dev_in and n in exposed}
         decls, args = self.kernel_params(stmts, (free - host_in) | declared | red_globals,
-                                         reads=g.uploads)
+                                         reads=g.uploads | host_in)
         dp = self.dp()
         w = BlockWriter(self, dp, self.an.source_order) if g.threads > 1 else StmtWriter(dp)
         body: list[str] = []

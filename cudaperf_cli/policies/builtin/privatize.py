@@ -24,10 +24,11 @@ for the call) the nest is parallel.  Without it the nest stayed on the host, two
    the host can size);
 2. the array ``t`` is never subscripted with a chain index, nor read by a loop header;
 3. the first statement of the chain's body that mentions ``t`` is a loop ``P`` (counting up
-   by one, bounds invariant in the body, no ``break``/``continue``/``return`` inside) whose
-   body starts with ``t[p] = e`` (``e`` not reading ``t``): every iteration of the chain
-   writes ``t[first(P) .. last(P)]`` before anything else touches it, and ``P`` only touches
-   ``t[p]``;
+   by one, bounds invariant in the body, no ``break``/``continue``/``return`` inside, its
+   index not assigned in its body) whose body starts with ``t[p] = e`` (``e`` not reading
+   ``t``): every iteration of the chain writes ``t[first(P) .. last(P)]`` before anything
+   else touches it, and ``P`` only touches ``t[p]``; and no ``break``/``continue`` of the
+   chain's body can skip ``P`` (none at all);
 4. every later access to ``t`` in the body is a read ``t[x]`` where ``x`` is the index of an
    enclosing loop with ``P``'s exact header (so ``x`` is in the range ``P`` wrote).
 
@@ -69,6 +70,7 @@ from cudaperf_cli.policies.builtin.ir import (
     accesses,
     c_text,
     iter_expr,
+    own_jumps,
     scalars_written,
     strip_parens,
     walk,
@@ -93,6 +95,8 @@ class Expansion:
         first: the first element every iteration writes (``P``'s first index).
         count: C text (``long long``) of how many elements it writes from there.
         chain_first: the layout ``t[r][q][p]`` instead of ``t[p][r][q]``.
+        writer: the loop ``P`` that writes ``t`` first in every iteration (its header is
+            evaluated again on the host for the write-back).
     """
 
     array: str
@@ -103,6 +107,7 @@ class Expansion:
     first: Expr
     count: str
     chain_first: bool = False
+    writer: For | None = None
 
     @property
     def own_extent(self) -> str:
@@ -185,6 +190,8 @@ def _subscript_is(x: Index, var: str) -> bool:
 def _kill_loop(P: Stmt, t: str, invariant_bad: set[str]) -> bool:
     """``P`` writes ``t[p]`` first in every iteration and touches nothing else of ``t``."""
     if not isinstance(P, For) or not _counts_up(P) or P.header_names() & invariant_bad:
+        return False
+    if (P.var or "") in scalars_written(P.body):  # every element of its range, in turn
         return False
     if t in header_arrays(P) or not P.body or any(isinstance(s, Jump) for s in walk(P.body)):
         return False
@@ -279,6 +286,8 @@ def expand(dep: Dependence, L: For, prefix: str, start: int, chain_first: bool =
     for C in chain:
         if not _counts_up(C) or C.header_names() & (chain_vars | written):
             return None
+    if own_jumps(body):  # an iteration that skips the writing loop: the last copy is not the last write
+        return None
     found: list[tuple[str, For]] = []
     for t in sorted({a.array for a in accesses(body) if a.write}):
         if t not in fn.arrays or any(t in header_arrays(C) for C in chain):
@@ -295,7 +304,7 @@ def expand(dep: Dependence, L: For, prefix: str, start: int, chain_first: bool =
         trips = tuple(f"({C.trip_text()})" for C in chain)
         extents = (*trips, arr.extents[0]) if chain_first else (arr.extents[0], *trips)
         expansions.append(Expansion(t, name, arr.ctype, tuple(chain), extents, P.first,  # type: ignore[arg-type]
-                                    P.trip_text(), chain_first))
+                                    P.trip_text(), chain_first, P))
     subst = {e.array: e for e in expansions}
 
     def offset(C: For) -> Expr:
