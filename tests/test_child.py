@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from cudaperf_cli.evaluate.child import (
     EXIT_PARENT_GONE,
     GATE_ENV,
     ChildRun,
-    group_members,
+    group_and_descendants,
     run_child,
     start_child,
 )
@@ -315,12 +316,26 @@ def test_closed_stdin_before_go_ends_the_child(tmp_path: Path) -> None:
     assert proc.wait(timeout=30) == EXIT_PARENT_GONE
 
 
-def test_group_members_lists_a_session(tmp_path: Path) -> None:
-    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+def test_group_and_descendants_finds_a_child_that_left_the_group(tmp_path: Path) -> None:
+    """The host-memory watchdog's list: the leader's group, and a grandchild that started
+    a session of its own (setsid), found through its parent."""
+    proc = subprocess.Popen(["sh", "-c", "setsid sleep 30 & echo $!; wait"],
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
-        assert group_members(proc.pid) == [proc.pid]
+        assert proc.stdout is not None
+        escaped = int(proc.stdout.readline())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and escaped not in group_and_descendants(proc.pid):
+            time.sleep(0.05)
+        found = group_and_descendants(proc.pid)
+        assert proc.pid in found and escaped in found, (proc.pid, escaped, found)
+        assert os.getpid() not in found
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.kill(escaped, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
         proc.wait()
 
 

@@ -229,24 +229,6 @@ def signal_name(rc: int | None) -> str | None:
         return f"signal {-rc}"
 
 
-def group_members(pgid: int) -> list[int]:
-    """The pids whose process group is ``pgid`` (a scan of ``/proc``)."""
-    out: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if name.isdigit() and _pgrp_of(int(name)) == pgid:
-            out.append(int(name))
-    return out
-
-
-def _pgrp_of(pid: int) -> int | None:
-    ids = _ppid_pgrp(pid)
-    return None if ids is None else ids[1]
-
-
 def _ppid_pgrp(pid: int) -> tuple[int, int] | None:
     """``(parent pid, process group)`` of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
     try:
@@ -942,7 +924,6 @@ __all__ = [
     "State",
     "flush_c_stdio",
     "gate_enabled",
-    "group_members",
     "line_buffer_c_stdout",
     "read_job",
     "read_state",
