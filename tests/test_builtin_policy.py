@@ -869,6 +869,30 @@ BATCHED_ROWS = problem(  # doitgen's shape: a scratch row written, then read, pe
     {"na": 5, "nb": 7, "nc": 9},
 )
 
+BATCHED_STEPS = problem(  # BATCHED_ROWS inside a time loop kept on the host
+    "batched_steps",
+    [size("nt"), size("na"), size("nb"), size("nc"), arr("X", ("na", "nb", "nc")),
+     arr("W", ("nc", "nc"), const=True), arr("t", ("nc",))],
+    """
+    void batched_steps(int nt, int na, int nb, int nc, double X[na][nb][nc],
+                       const double W[nc][nc], double t[nc])
+    {
+        for (int s = 0; s < nt; s++)
+            for (int a = 0; a < na; a++)
+                for (int b = 0; b < nb; b++) {
+                    for (int c = 0; c < nc; c++) {
+                        t[c] = 0.0;
+                        for (int d = 0; d < nc; d++)
+                            t[c] += X[a][b][d] * W[d][c];
+                    }
+                    for (int c = 0; c < nc; c++)
+                        X[a][b][c] = 0.5 * t[c];
+                }
+    }
+    """,
+    {"nt": 3, "na": 4, "nb": 5, "nc": 6},
+)
+
 SCRATCH_FROM = problem(  # the scratch row starts at 1 and the nest at a = 2: offsets
     "scratch_from",
     [size("na"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
@@ -1160,6 +1184,7 @@ PORTABLE = {
     "three_sums": (THREE_SUMS, None),
     "row_stats": (ROW_STATS, None),
     "batched_rows": (BATCHED_ROWS, None),
+    "batched_steps": (BATCHED_STEPS, None),
     "scratch_from": (SCRATCH_FROM, None),
     "scratch_shared": (SCRATCH_SHARED, None),
     "scratch_too_big": (SCRATCH_TOO_BIG, None),
@@ -1208,6 +1233,12 @@ def test_a_scratch_row_gets_a_copy_per_iteration_and_the_nest_runs_in_parallel()
     assert src.count("cudaFreeAsync(cp_pv0_t, 0)") == 1
     assert "cudaMemcpyAsync(t + (long long)(0), cp_pv0_t + " in src
     assert "host loop" not in d[0]
+
+
+def test_a_privatised_nest_inside_a_host_loop_is_split_there_too():
+    d = descriptions(BATCHED_STEPS)
+    assert d[0].startswith("host loop s | block_per_row cp_a_b->block c->thread block 128 "
+                           "(loops a, b collapsed, t privatised per (a, b) iteration)"), d
 
 
 def test_a_scratch_row_whose_nest_cannot_split_is_laid_out_for_its_threads():

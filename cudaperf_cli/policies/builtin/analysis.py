@@ -611,9 +611,13 @@ class _Scheduler:
                        "iteration would take more device memory than the function's arrays"])
             made = None
         if made is not None:
-            var = f"{self.prefix}{'_'.join(C.var or '' for C in made[1][0].loops)}"
-            if var not in self.scalars:
-                split = split_chain(self.dep, made[0], len(made[1][0].loops), var)
+            # the collapsed index's name: unique, also when a host loop's body is
+            # scheduled again (its fixpoint over device scalars)
+            base = f"{self.prefix}{'_'.join(C.var or '' for C in made[1][0].loops)}"
+            var, n = base, 1
+            while var in self.scalars or var in self.fn.locals:
+                var, n = f"{base}{n}", n + 1
+            split = split_chain(self.dep, made[0], len(made[1][0].loops), var)
             if split:
                 self.scalars.add(var)
             else:
