@@ -133,6 +133,9 @@ class CallRecord:
             :meth:`DeviceOps.call` with events), or host-clock ms in the candidate's
             process (:meth:`DeviceOps.sync_call`, :meth:`DeviceOps.e2e_call`).
         tails: per timed call, ms the device stayed busy after the call's end event.
+        floors: per timed call, ms of a second synchronize right after the first, the
+            device idle: the same host-clock measurement with nothing to wait for, so the
+            scheduler's noise (a preempted process) shows in it as much as in ``tails``.
         judge_ms: the judge's clock around the request alone (its round trip; the judge's
             staging copies outside), ms; None in-process.
     """
@@ -141,6 +144,7 @@ class CallRecord:
     sync: int = 0
     ms: list[float] | None = None
     tails: list[float] | None = None
+    floors: list[float] | None = None
     judge_ms: float | None = None
 
     @property
@@ -248,13 +252,14 @@ class DeviceOps:
         """One timed call per entry of ``preps``: its preparation (untimed: the input set
         copied in, write-only arrays re-poisoned, the L2 flushed), the start event, the
         call, the end event; then wait for the end event and synchronize (the ms the device
-        stayed busy after the end event is the call's tail).  Event ms are read after the
-        last call's synchronize.  Stops at the first non-zero return or failed
-        synchronize."""
+        stayed busy after the end event is the call's tail), and synchronize again (the
+        floor: the same measurement on an idle device).  Event ms are read after the last
+        call's synchronize.  Stops at the first non-zero return or failed synchronize."""
         b = self.b
         timers = [b.timer() for _ in preps]
-        rec = CallRecord(ms=[], tails=[])
+        rec = CallRecord(ms=[], tails=[], floors=[])
         tails: list[float] = []
+        floors: list[float] = []
         for i, ops in enumerate(preps):
             self.run_ops(ops)
             timers[i].start()
@@ -270,9 +275,16 @@ class DeviceOps:
             if code != 0:
                 rec.sync = code
                 break
+            t2 = time.perf_counter()
+            code = b.synchronize()
+            floors.append((time.perf_counter() - t2) * 1e3)
+            if code != 0:
+                rec.sync = code
+                break
         if rec.ok:
             rec.ms = [t.ms() for t in timers]
             rec.tails = tails
+            rec.floors = floors
         return rec
 
     def sync_call(self, prep: Sequence[Op], args: Sequence[Any]) -> CallRecord:
@@ -555,8 +567,10 @@ class RemoteDevice(Backend):
         try:
             ms = [_number(x, what) for x in doc.get("ms") or []]
             tails = [_number(x, what) for x in doc.get("tails") or []]
+            floors = [_number(x, what) for x in doc.get("floors") or []]
             return CallRecord(rc=_integer(doc.get("rc", 0), what),
-                              sync=_integer(doc.get("sync", 0), what), ms=ms, tails=tails)
+                              sync=_integer(doc.get("sync", 0), what), ms=ms, tails=tails,
+                              floors=floors)
         except ValueError as exc:
             raise self._gone(f"the candidate's process sent a malformed reply ({exc})", protocol=True) from None
 
@@ -689,7 +703,7 @@ class RemoteDevice(Backend):
     def timed_calls(self, preps: Sequence[Sequence[Op]], args: Sequence[Any]) -> CallRecord:
         rec = self._record(self._rpc("timed", preps=[list(map(list, p)) for p in preps],
                                      args=list(args)), "timed")
-        if rec.ok and (len(rec.ms or []) != len(preps) or len(rec.tails or []) != len(preps)):
+        if rec.ok and any(len(x or []) != len(preps) for x in (rec.ms, rec.tails, rec.floors)):
             raise self._gone("the candidate's process sent a malformed reply (timed: "
                              f"{len(rec.ms or [])} figures for {len(preps)} calls)", protocol=True)
         return rec
@@ -761,7 +775,7 @@ def _serve(ops: DeviceOps, req_fd: int, rep_fd: int, shm_fd: int) -> int:
 
     def record(rec: CallRecord) -> dict[str, Any]:
         return {"ok": True, "rc": rec.rc, "sync": rec.sync, "ms": rec.ms or [],
-                "tails": rec.tails or []}
+                "tails": rec.tails or [], "floors": rec.floors or []}
 
     reader = os.fdopen(req_fd, "rb", buffering=1 << 16)
     for raw in reader:

@@ -1555,6 +1555,7 @@ class Worker:
         e2e_stats: TimingStats | None = None
         gpu_stats: TimingStats | None = None
         tails: list[float] = []  # ms the device stayed busy after each timed call's end event
+        floors: list[float] = []  # the same measurement, repeated on the idle device
         judge_samples: list[float] = []  # judge-clock ms of each call + synchronize request
         judge_e2e: list[float] = []  # and of each end-to-end request but the warm-up
         rt = None
@@ -1645,6 +1646,7 @@ class Worker:
                     self._check_record(rec, where)
                     ms.extend(rec.ms or [])
                     tails.extend(rec.tails or [])
+                    floors.extend(rec.floors or [])
                     batch = []
                     if check is not None:
                         verify_call(check, s)
@@ -1793,7 +1795,7 @@ class Worker:
                    if sync_stats is not None and gpu_stats is not None else None)
         if untimed is not None:
             warnings.append(untimed)
-        hidden = side_work(tails, gpu_stats.median_ms) if gpu_stats is not None else None
+        hidden = side_work(tails, gpu_stats.median_ms, floors) if gpu_stats is not None else None
         if hidden is not None:  # not a warning: the figure would be a fake speedup
             post_bad.append("timing: " + hidden)
         judge_stats = summarize(judge_samples) if judge_samples and self.ping_ms is not None else None
