@@ -1037,6 +1037,76 @@ DEVICE_MAYBE_ASSIGNED = problem(  # a scalar set on the host, then perhaps on th
 )
 
 
+# The second attack pass's cases (twelfth session).
+SCRATCH_FLOAT_BOUND = problem(  # the writing loop runs to a floating bound: 13 of 12.5
+    "scratch_float_bound",
+    [size("na"), size("nc"), coef("alpha"), arr("X", ("na", "2*nc")), arr("t", ("2*nc",))],
+    """
+    void scratch_float_bound(int na, int nc, double alpha, double X[na][2*nc], double t[2*nc])
+    {
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < alpha * nc; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < alpha * nc; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+    }
+    """,
+    {"na": 6, "nc": 10},
+)
+
+SCRATCH_UNSIGNED_CHAIN = problem(  # -1 < na compares as unsigned: C runs no iteration
+    "scratch_unsigned_chain",
+    [size("na", "unsigned int"), size("nc"), arr("X", ("na", "nc")), arr("t", ("nc",))],
+    """
+    void scratch_unsigned_chain(unsigned int na, int nc, double X[na][nc], double t[nc])
+    {
+        for (int a = -1; a < na; a++) {
+            for (int c = 0; c < nc; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < nc; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+    }
+    """,
+    {"na": 6, "nc": 11},
+)
+
+SCRATCH_LOCAL = problem(  # a local array as the scratch: a static __device__ array
+    "scratch_local",
+    [size("na"), size("nc"), arr("X", ("na", "nc")), arr("Y", ("na",))],
+    """
+    void scratch_local(int na, int nc, double X[na][nc], double Y[na])
+    {
+        double t[8];
+        for (int a = 0; a < na; a++) {
+            for (int c = 0; c < 8; c++)
+                t[c] = X[a][c] + 1.0;
+            for (int c = 0; c < 8; c++)
+                X[a][c] = t[c] * 2.0;
+        }
+        for (int a = 0; a < na; a++)
+            Y[a] = t[a % 8];
+    }
+    """,
+    {"na": 12, "nc": 9},
+)
+
+ROWS_UNSIGNED = problem(  # block_per_row's threads started at first + threadIdx.x
+    "rows_unsigned",
+    [size("n"), size("m", "unsigned int"), arr("X", ("n", "m"))],
+    """
+    void rows_unsigned(int n, unsigned int m, double X[n][m])
+    {
+        for (int i = 0; i < n; i++)
+            for (int j = -1; j < m; j++)
+                X[i][j] = X[i][j] + 1.0;
+    }
+    """,
+    {"n": 4, "m": 9},
+)
+
+
 def _big_first(data, sizes):
     key = "X" if "X" in data else "x"
     data[key].flat[0] = 500.0  # takes the device-side branch
@@ -1195,6 +1265,10 @@ PORTABLE = {
     "snapshot_size_changed": (SNAPSHOT_SIZE_CHANGED, None),
     "device_maybe_assigned": (DEVICE_MAYBE_ASSIGNED, _big_first),
     "device_maybe_assigned_host": (DEVICE_MAYBE_ASSIGNED, None),
+    "scratch_float_bound": (SCRATCH_FLOAT_BOUND, None),
+    "scratch_unsigned_chain": (SCRATCH_UNSIGNED_CHAIN, None),
+    "scratch_local": (SCRATCH_LOCAL, None),
+    "rows_unsigned": (ROWS_UNSIGNED, None),
     "scratch_exposed": (SCRATCH_EXPOSED, None),
     "scratch_short": (SCRATCH_SHORT, None),
     "scratch_break": (SCRATCH_BREAK, _break_init),
@@ -1269,9 +1343,10 @@ def test_a_scratch_whose_copies_outweigh_the_arrays_is_not_privatised():
 
 
 @pytest.mark.parametrize("prob", [SCRATCH_EXPOSED, SCRATCH_SHORT, SCRATCH_BREAK, SCRATCH_SKIPPED,
-                                  SCRATCH_INDEX_STEP, SCRATCH_DEVICE_BOUND],
+                                  SCRATCH_INDEX_STEP, SCRATCH_DEVICE_BOUND, SCRATCH_FLOAT_BOUND,
+                                  SCRATCH_UNSIGNED_CHAIN, SCRATCH_LOCAL],
                          ids=["read_first", "written_in_part", "break", "skipped", "index_step",
-                              "device_bound"])
+                              "device_bound", "float_bound", "unsigned_chain", "local_array"])
 def test_a_scratch_whose_old_values_can_be_read_is_not_privatised(prob):
     """Values of ``t`` from an earlier iteration reach a read (read before the write, a read
     past the written range, a write loop that may stop early): no copy per iteration."""
@@ -1291,6 +1366,29 @@ def test_reads_of_values_a_later_iteration_overwrites_come_from_a_copy():
     assert "cp_ss0_B[(size_t)k * n + j]" in src and "B[(size_t)i * n + j] +=" in src, src
     assert descriptions(SHIFT_UP)[0].startswith("grid2d i->y j->x block 32x8 (B's earlier"), \
         descriptions(SHIFT_UP)
+
+
+def test_a_return_under_a_device_condition_is_refused():
+    """In a one-thread kernel, 'return' would end that kernel only: the launches after it
+    would still run (an attack pass's wrong numbers)."""
+    p = problem("ret_dev", [size("n"), arr("x", ("n",))],
+                """
+                void ret_dev(int n, double x[n])
+                {
+                    double s = 0.0;
+                    for (int i = 0; i < n; i++)
+                        s += x[i] * x[i];
+                    if (s > 1.0) return;
+                    for (int i = 0; i < n; i++)
+                        x[i] = x[i] * 2.0;
+                }
+                """, {"n": 10})
+    with pytest.raises(PolicyRefusal, match="'return' under a condition computed on the device"):
+        POLICY.plan(p)
+
+
+def test_threads_do_not_stride_a_signed_index_against_an_unsigned_bound():
+    assert not any(d.startswith("block_per_row") for d in descriptions(ROWS_UNSIGNED))
 
 
 def test_no_copy_of_an_array_whose_shape_names_a_size_the_function_changes():
@@ -2355,14 +2453,31 @@ def test_integer_sums_need_no_source_order_fallback():
     ("for (int j = 0; j < m; j++) { double t = A[i][j]; B[i][j] = t; }\n"
      "for (int j = 0; j < m; j++) C[i][j] = t;\n", "t"),
 ])
-def test_fusion_refuses_bodies_whose_declarations_clash(body, params):
+def test_a_declaration_that_shadows_an_outer_one_is_refused(body, params):
+    """The IR's scalar names are flat: an inner ``double t`` under an outer ``t`` became one
+    variable (an attack pass found wrong numbers; fusion refused such bodies before)."""
     p = problem("shadow", [size("n"), size("m"), arr("A", ("n", "m"), const=True),
                            arr("B", ("n", "m")), arr("C", ("n", "m"))],
                 "void shadow(int n, int m, const double A[n][m], double B[n][m], double C[n][m])\n"
                 f"{{\n    double {params} = 1.5;\n    for (int i = 0; i < n; i++) {{\n"
                 + textwrap.indent(body, "        ") + "    }\n}\n",
                 {"n": 8, "m": 7})
-    assert all("fused" not in d for d in descriptions(p))
+    with pytest.raises(PolicyRefusal, match="shadowing is not supported"):
+        descriptions(p)
+
+
+def test_sibling_blocks_may_declare_the_same_name():
+    p = problem("siblings", [size("n"), arr("x", ("n",)), arr("y", ("n",))],
+                """
+                void siblings(int n, double x[n], double y[n])
+                {
+                    for (int i = 0; i < n; i++) { double t = x[i]; y[i] = 2.0 * t; }
+                    for (int i = 0; i < n; i++) { double t = y[i]; x[i] = t + 1.0; }
+                    { double s = x[0]; y[0] = s; }
+                    { double s = x[1]; y[1] = s; }
+                }
+                """, {"n": 8})
+    assert descriptions(p)
 
 
 def test_distribution_keeps_an_index_that_flows_between_statements():

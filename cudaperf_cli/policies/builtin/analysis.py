@@ -34,6 +34,7 @@ from cudaperf_cli.policies.builtin.dependence import (
 from cudaperf_cli.policies.builtin.ir import (
     MATH_FUNCS,
     Call,
+    Const,
     Decl,
     Expr,
     For,
@@ -49,6 +50,7 @@ from cudaperf_cli.policies.builtin.ir import (
     calls_in,
     declared_in,
     has_loop,
+    int_literal,
     iter_expr,
     names_in,
     own_exprs,
@@ -313,10 +315,25 @@ def strideable(dep: Dependence, loop: For) -> bool:
     """Threads may start ``loop`` at ``first +- threadIdx.x`` and step by the block: it
     counts up, or its index is signed (an unsigned index counting down would wrap past 0
     instead of ending the loop)."""
-    if loop.step > 0:
-        return True
     T = normalize_ctype(loop.ctype or dep.fn.ctype_of(loop.var or "") or "")
+    if loop.step > 0:
+        # a signed index against an unsigned bound: C compares as unsigned (``-1 < m`` is
+        # false: no iteration), the threads' own starts (``first + threadIdx.x``) would not
+        return not (T in SIGNED_INTS and _unsigned_in(loop.bound, dep))
     return T in SIGNED_INTS
+
+
+def _unsigned_in(e: Expr | None, dep: Dependence) -> bool:
+    """``e`` reads an unsigned integer scalar or has an unsigned literal."""
+    for x in iter_expr(e) if e is not None else ():
+        if isinstance(x, Name):
+            t = normalize_ctype(dep.fn.ctype_of(x.name) or "")
+            if t.startswith("unsigned") or t in ("size_t", "uint32_t", "uint64_t", "uint16_t",
+                                                 "uint8_t", "uintptr_t"):
+                return True
+        elif isinstance(x, Const) and int_literal(x.text) is not None and "u" in x.text.lower():
+            return True  # hex digits have no u: only the suffix does
+    return False
 
 
 def block_role(dep: Dependence, loop: For, source_order: bool) -> tuple[str, Reduction | None]:
@@ -438,6 +455,12 @@ class _Scheduler:
                   and all(isinstance(x, Jump) and x.kind == "return" for x in s.then + s.orelse)):
                 ops.append(HostIf(s.cond, [HostReturn()] if s.then else [],
                                   [HostReturn()] if s.orelse else []))
+            elif (isinstance(s, If) and s.then + s.orelse
+                  and all(isinstance(x, Jump) and x.kind == "return" for x in s.then + s.orelse)):
+                # in a kernel, 'return' would end that kernel only, not the launches after it
+                raise PolicyRefusal(f"line {s.line}: 'return' under a condition computed on the "
+                                    "device (from array data or device-side scalars) is not "
+                                    "supported")
             elif isinstance(s, Jump):
                 raise PolicyRefusal(f"line {s.line}: '{s.kind}' outside a loop is not supported")
             elif self.stmt_host_ok(s, st):

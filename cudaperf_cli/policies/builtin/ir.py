@@ -750,6 +750,9 @@ class _Builder:
         }
         self.locals: dict[str, str] = {}
         self.local_arrays: list[str] = []
+        #: names declared in each open block, outermost first: the IR's scalar names are
+        #: flat, so a declaration that shadows one still in scope is refused
+        self.scopes: list[set[str]] = [set()]
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -771,6 +774,11 @@ class _Builder:
         old = self.locals.get(name)
         if old is not None and old != ctype:
             raise self.fail(node, f"'{name}' is declared with two types ({old}, {ctype})")
+        if any(name in sc for sc in self.scopes):
+            raise self.fail(node, f"'{name}' is declared again while an outer '{name}' is in "
+                                  "scope (shadowing is not supported: the generated code's "
+                                  "scalar names are flat)")
+        self.scopes[-1].add(name)
         self.locals[name] = ctype
 
     # -- expressions --------------------------------------------------------------------
@@ -876,10 +884,14 @@ class _Builder:
             return []
         if node.type == "compound_statement":
             out: list[Stmt] = []
-            for c in node.children:
-                if c.type in _SKIP_NODES:
-                    continue
-                out.extend(self.stmt(c))
+            self.scopes.append(set())
+            try:
+                for c in node.children:
+                    if c.type in _SKIP_NODES:
+                        continue
+                    out.extend(self.stmt(c))
+            finally:
+                self.scopes.pop()
             return out
         return self.stmt(node)
 
@@ -1055,6 +1067,13 @@ class _Builder:
         return ExprStmt(line, self.expr(node))
 
     def for_stmt(self, node: tree_sitter.Node) -> For:
+        self.scopes.append(set())  # a header's declaration is scoped to the loop
+        try:
+            return self._for_stmt(node)
+        finally:
+            self.scopes.pop()
+
+    def _for_stmt(self, node: tree_sitter.Node) -> For:
         line = node.start_point[0] + 1
         init_node = node.child_by_field_name("initializer")
         init: Stmt | None = None

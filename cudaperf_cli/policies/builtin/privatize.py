@@ -45,9 +45,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cudaperf_cli.core import ArrayParam, ProblemError, eval_int_expr
+from cudaperf_cli.core import ArrayParam, ProblemError, eval_int_expr, normalize_ctype
 from cudaperf_cli.policies.builtin import polyhedral
-from cudaperf_cli.policies.builtin.dependence import Dependence, header_arrays
+from cudaperf_cli.policies.builtin.dependence import SIGNED_INTS, Dependence, header_arrays
 from cudaperf_cli.policies.builtin.ir import (
     Assign,
     Binary,
@@ -69,6 +69,7 @@ from cudaperf_cli.policies.builtin.ir import (
     Unary,
     accesses,
     c_text,
+    int_literal,
     iter_expr,
     own_jumps,
     scalars_written,
@@ -179,6 +180,30 @@ def _counts_up(L: For) -> bool:
                 and L.first is not None and L.bound is not None)
 
 
+def integer_header(L: For, fn: Function) -> bool:
+    """``L``'s index and every name its bounds read are signed integers, and the bounds are
+    made of them, integer literals without an unsigned suffix and ``+ - * / %``: the host's
+    ``(long long)(bound) - (long long)(first)`` (the copies' sizes, the write-back, a
+    collapsed loop's bound) is then the count C runs.  A floating bound (``c < alpha * n``)
+    or an unsigned one (C compares ``-1 < n`` as unsigned and runs nothing) is not."""
+    if normalize_ctype(L.ctype or fn.ctype_of(L.var or "") or "") not in SIGNED_INTS:
+        return False
+    for e in (L.first, L.bound):
+        for x in iter_expr(e):  # type: ignore[arg-type]
+            if isinstance(x, Name):
+                if normalize_ctype(fn.ctype_of(x.name) or "") not in SIGNED_INTS:
+                    return False
+            elif isinstance(x, Const):
+                if int_literal(x.text) is None or any(c in x.text for c in "uU"):
+                    return False
+            elif isinstance(x, Binary):
+                if x.op not in ("+", "-", "*", "/", "%"):
+                    return False
+            elif not isinstance(x, (Paren, Unary)):
+                return False
+    return True
+
+
 def _mentions(stmts: Sequence[Stmt], array: str) -> bool:
     return any(a.array == array for a in accesses(stmts))
 
@@ -187,9 +212,11 @@ def _subscript_is(x: Index, var: str) -> bool:
     return len(x.subs) == 1 and strip_parens(x.subs[0]) == Name(var)
 
 
-def _kill_loop(P: Stmt, t: str, invariant_bad: set[str]) -> bool:
+def _kill_loop(P: Stmt, t: str, invariant_bad: set[str], fn: Function) -> bool:
     """``P`` writes ``t[p]`` first in every iteration and touches nothing else of ``t``."""
     if not isinstance(P, For) or not _counts_up(P) or P.header_names() & invariant_bad:
+        return False
+    if not integer_header(P, fn):  # the host counts what it wrote for the write-back
         return False
     if (P.var or "") in scalars_written(P.body):  # every element of its range, in turn
         return False
@@ -240,7 +267,7 @@ def _read_in_range(x: Index, write: bool, P: For, loops: dict[str, For]) -> bool
     return _counts_up(X) and _header(X) == _header(P) and sub.name not in scalars_written(X.body)
 
 
-def privatisable(body: Sequence[Stmt], t: str, chain_vars: set[str]) -> For | None:
+def privatisable(body: Sequence[Stmt], t: str, chain_vars: set[str], fn: Function) -> For | None:
     """The loop ``P`` that writes ``t`` first in every iteration of a chain whose body is
     ``body``, when ``t`` may get a copy per iteration (rules 2-4 of the module's docstring);
     else None."""
@@ -253,7 +280,7 @@ def privatisable(body: Sequence[Stmt], t: str, chain_vars: set[str]) -> For | No
     invariant_bad = chain_vars | scalars_written(body)
     at = next(i for i, s in enumerate(body) if _mentions([s], t))
     P = body[at]
-    if not _kill_loop(P, t, invariant_bad):
+    if not _kill_loop(P, t, invariant_bad, fn):
         return None
     assert isinstance(P, For)
     if not _covered_reads(body[at + 1:], t, P, {}):
@@ -284,15 +311,17 @@ def expand(dep: Dependence, L: For, prefix: str, start: int, chain_first: bool =
         body = chain[-1].body
     written = scalars_written(body)
     for C in chain:
-        if not _counts_up(C) or C.header_names() & (chain_vars | written):
+        if (not _counts_up(C) or C.header_names() & (chain_vars | written)
+                or not integer_header(C, fn)):
             return None
     if own_jumps(body):  # an iteration that skips the writing loop: the last copy is not the last write
         return None
     found: list[tuple[str, For]] = []
     for t in sorted({a.array for a in accesses(body) if a.write}):
-        if t not in fn.arrays or any(t in header_arrays(C) for C in chain):
+        # a local array is a static __device__ array: the launcher has no pointer to it
+        if t not in fn.arrays or t in fn.local_arrays or any(t in header_arrays(C) for C in chain):
             continue
-        P = privatisable(body, t, chain_vars)
+        P = privatisable(body, t, chain_vars, fn)
         if P is not None:
             found.append((t, P))
     if not found:
