@@ -1,4 +1,4 @@
-"""Privatisation by expansion: a scratch array gets one copy per iteration of a loop nest.
+"""Scratch copies that remove dependences: privatisation by expansion, and snapshots.
 
 PolyBench's doitgen::
 
@@ -13,31 +13,41 @@ PolyBench's doitgen::
 
 Every iteration of ``(r, q)`` writes all of ``sum[0..np)`` before it reads any of it, so the
 only dependences ``sum`` carries between iterations are anti and output dependences: with a
-copy of ``sum`` per iteration (``cp_pv0_sum[p][r][q]``, device memory the launcher allocates
-for the call) the nest is parallel.  Without it the nest stayed on the host, two launches per
-``(r, q)``: 42,000 launches, 137 ms on the H200 against 7.5 ms for PolyBench-ACC's CUDA.
+copy of ``sum`` per iteration (device memory the launcher allocates for the call) the nest is
+parallel.  Without it the nest stayed on the host, two launches per ``(r, q)``: 42,000
+launches, 137 ms on the H200; now 0.344 ms, against 7.56 ms for PolyBench-ACC's CUDA.
 
-:func:`expand` proves it, syntactically and conservatively (one-dimensional arrays only):
+:func:`expand` proves it, syntactically and conservatively (one-dimensional arrays that are
+parameters of the function only):
 
-1. the nest is a perfect chain of canonical loops counting up by one (``r``, then ``q``),
-   whose bounds use neither the chain's indices nor anything the body writes (a rectangle
-   the host can size);
+1. the nest is a perfect chain of canonical loops counting up by one (``r``, then ``q``)
+   with signed-integer headers (:func:`integer_header`), whose bounds use neither the
+   chain's indices nor anything the body writes (a rectangle the host can size);
 2. the array ``t`` is never subscripted with a chain index, nor read by a loop header;
 3. the first statement of the chain's body that mentions ``t`` is a loop ``P`` (counting up
-   by one, bounds invariant in the body, no ``break``/``continue``/``return`` inside, its
-   index not assigned in its body) whose body starts with ``t[p] = e`` (``e`` not reading
-   ``t``): every iteration of the chain writes ``t[first(P) .. last(P)]`` before anything
-   else touches it, and ``P`` only touches ``t[p]``; and no ``break``/``continue`` of the
-   chain's body can skip ``P`` (none at all);
+   by one with a signed-integer header, bounds invariant in the body, no
+   ``break``/``continue``/``return`` inside, its index not assigned in its body) whose body
+   starts with ``t[p] = e`` (``e`` not reading ``t``): every iteration of the chain writes
+   ``t[first(P) .. last(P)]`` before anything else touches it, and ``P`` only touches
+   ``t[p]``; and the chain's body has no ``break``/``continue`` of its own that could skip
+   ``P``;
 4. every later access to ``t`` in the body is a read ``t[x]`` where ``x`` is the index of an
    enclosing loop with ``P``'s exact header (so ``x`` is in the range ``P`` wrote).
 
 The elements of ``t`` hold, after the nest, what the last iteration wrote (the same range
-every time): the launcher copies that slice of the last copy back into ``t`` (a
-``cudaMemcpyAsync`` device to device), so the caller sees what the C function leaves.  The
-chain's parallelism is then asked of the dependence test as usual (:meth:`Dependence.parallel`
-on the rewritten nest); the analysis keeps the rewrite only when it proves the outer loop
-parallel.
+every time): the launcher copies that slice of the last copy back into ``t``, so the caller
+sees what the C function leaves.  The chain's parallelism is then asked of the dependence
+test as usual (:meth:`Dependence.parallel` on the rewritten nest); the analysis keeps the
+rewrite only when it proves the outer loop parallel, when the copies fit in the bytes of
+the function's own arrays (:func:`scratch_fits`), and when the headers the launcher reads
+can be evaluated on the host.  :func:`split_chain` then splits the chain into one collapsed
+loop per group of statements (doitgen: a block per ``(r, q)``, threads over ``p``).
+
+:func:`snapshot` removes anti dependences instead: reads that isl proves see only what an
+array held before a loop (trmm's ``B[k][j]``, ``k > i``, rows later iterations update) read
+a copy the launcher takes before the launch.
+
+The launch code is ``codegen._Gen.scratch_lines``; the docs: docs/builtin-policy.md §2.
 """
 
 from __future__ import annotations
