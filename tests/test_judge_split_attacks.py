@@ -70,6 +70,17 @@ def broken(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, raises=Broken, reason=reason)
 
 
+def skip_if_host_noise(r: EvalResult) -> None:
+    """Skip an open attack's test (one of the ``broken`` ones) that was rejected only by a
+    rule comparing host wall time across the two processes (the judge's clock, work left
+    behind): on a loaded machine those fire for honest candidates too (docs/evaluation.md
+    §6), so such a rejection says nothing of the attack, and a strict xfail would report
+    it as fixed (seen once in CI, 2026-12-03)."""
+    msg = r.message or ""
+    if r.status == WRONG and ("the judge's clock saw" in msg or "the device stayed busy" in msg):
+        pytest.skip(f"inconclusive on a loaded host: {msg[:200]}")
+
+
 @pytest.fixture
 def ref_lib(compile_c: Callable[..., Path]) -> Path:
     return compile_c(REF_C, "ref")
@@ -378,6 +389,7 @@ def test_mitm_scaled_figures_under_the_slack(ref_lib, compile_c):
     assert "mitm: installed" in r.stderr_tail, _why(r)
     assert r.status in (CORRECT, WRONG), _why(r)
     t = r.configs[-1].timing
+    skip_if_host_noise(r)
     secure(r.status == WRONG,
            f"accepted: kernel {t.gpu.median_ms if t and t.gpu else None} ms for 0.5 ms of work")
 
@@ -415,6 +427,7 @@ def test_batch_boundaries_leak_which_timed_calls_are_verified(ref_lib, compile_c
     assert "mitm: installed" in r.stderr_tail, _why(r)
     assert r.status in (CORRECT, WRONG), _why(r)
     t = r.configs[-1].timing
+    skip_if_host_noise(r)
     secure(r.status == WRONG or (t is not None and t.gpu is not None and t.gpu.median_ms >= 1.5),
            f"accepted: kernel {t.gpu.median_ms if t and t.gpu else None} ms for 3 ms of work "
            f"per call; verified reps {t.checked_reps if t else None}")
@@ -430,6 +443,7 @@ def test_work_deferred_until_the_judge_reads_the_outputs(ref_lib, compile_c):
     assert "mitm: installed" in r.stderr_tail, _why(r)
     assert r.status in (CORRECT, WRONG), _why(r)
     t = r.configs[-1].timing
+    skip_if_host_noise(r)
     secure(r.status == WRONG or (t is not None and t.gpu is not None and t.gpu.median_ms >= 2.5),
            f"accepted: kernel {t.gpu.median_ms if t and t.gpu else None} ms, call + synchronize "
            f"{t.sync_call.median_ms if t and t.sync_call else None} ms, judge's clock "
