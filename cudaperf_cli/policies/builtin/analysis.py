@@ -616,10 +616,12 @@ class _Scheduler:
         return ops2
 
     def privatised(self, L: For, host_loops: tuple[str, ...], st: _State) -> list[Op] | None:
-        """``L``'s nest as one parallel site once its scratch arrays get a copy per
-        iteration (``privatize.expand``) or, failing that, once the reads that see only an
-        array's earlier values read a copy taken before it (``privatize.snapshot``); None
-        when neither makes it parallel."""
+        """``L``'s nest as parallel sites once its scratch arrays get a copy per iteration
+        (``privatize.expand``; one site, or one per statement group after
+        ``privatize.split_chain``) or, failing that, once the reads that see only an array's
+        earlier values read a copy taken before it (``privatize.snapshot``); None when
+        neither makes it parallel, or the copies would not fit (``scratch_fits``), or the
+        launcher could not size them or write them back from the host."""
         exps: list[Expansion] = []
         snaps: list[Snapshot] = []
         split: list[For] | None = None
