@@ -136,30 +136,41 @@ def independent(loop: For, array: str) -> bool | None:
         return True
     for wx, _, wch in writes:
         for ax, _, ach in accs:
-            if len(wx.subs) != len(ax.subs):
+            meet = _may_meet(isl, wx, wch, ax, ach, variant, "({x} < {y} or {x} > {y})")
+            if meet is None:
                 return None
-            params: dict[str, str] = {}
-            try:
-                s1 = Side("x", wch, variant, params)
-                s2 = Side("y", ach, variant, params)
-                eqs = []
-                for d in range(len(wx.subs)):
-                    f1, f2 = affine(wx.subs[d]), affine(ax.subs[d])
-                    if f1 is None or f2 is None:
-                        return None
-                    eqs.append(f"{s1.affine_text(f1, len(wch))} = {s2.affine_text(f2, len(ach))}")
-                cons = [f"({s1.names[0]} < {s2.names[0]} or {s1.names[0]} > {s2.names[0]})",
-                        *s1.domain(), *s2.domain(), *eqs]
-            except Unencodable:
-                return None
-            text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
-                    f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
-            try:
-                if not isl.Map(text).is_empty():
-                    return False
-            except isl.Error:
-                return None
+            if meet:
+                return False
     return True
+
+
+def _may_meet(isl, a: Index, ach: tuple[For, ...], b: Index, bch: tuple[For, ...],
+              variant: set[str], order: str) -> bool | None:
+    """Whether isl finds iterations of ``a``'s and ``b``'s loop chains (``ach``, ``bch``,
+    outermost first; their first loops the same) that reach one element and whose outermost
+    indices satisfy ``order`` (isl text with ``{x}`` for ``a``'s, ``{y}`` for ``b``'s),
+    or None when an access cannot be encoded or isl refuses the set."""
+    if len(a.subs) != len(b.subs):
+        return None
+    params: dict[str, str] = {}
+    try:
+        s1 = Side("x", ach, variant, params)
+        s2 = Side("y", bch, variant, params)
+        eqs = []
+        for d in range(len(a.subs)):
+            f1, f2 = affine(a.subs[d]), affine(b.subs[d])
+            if f1 is None or f2 is None:
+                return None
+            eqs.append(f"{s1.affine_text(f1, len(ach))} = {s2.affine_text(f2, len(bch))}")
+        cons = [order.format(x=s1.names[0], y=s2.names[0]), *s1.domain(), *s2.domain(), *eqs]
+    except Unencodable:
+        return None
+    text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
+            f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
+    try:
+        return not isl.Map(text).is_empty()
+    except isl.Error:
+        return None
 
 
 def never_touches(acc: Index, read: Index, context: tuple[For, ...],
@@ -231,29 +242,12 @@ def reads_only_earlier_values(loop: For, array: str) -> list[Index] | None:
             continue
         earlier = False
         for wx, wch in writes:
-            if len(wx.subs) != len(rx.subs):
+            meet = _may_meet(isl, wx, wch, rx, rch, variant, "{x} <= {y}")
+            if meet is None:
                 return None
-            params: dict[str, str] = {}
-            try:
-                s1 = Side("x", wch, variant, params)
-                s2 = Side("y", rch, variant, params)
-                eqs = []
-                for d in range(len(wx.subs)):
-                    f1, f2 = affine(wx.subs[d]), affine(rx.subs[d])
-                    if f1 is None or f2 is None:
-                        return None
-                    eqs.append(f"{s1.affine_text(f1, len(wch))} = {s2.affine_text(f2, len(rch))}")
-                cons = [f"{s1.names[0]} <= {s2.names[0]}", *s1.domain(), *s2.domain(), *eqs]
-            except Unencodable:
-                return None
-            text = (f"[{', '.join(sorted(params.values()))}] -> {{ [{', '.join(s1.names)}] -> "
-                    f"[{', '.join(s2.names)}] : {' and '.join(cons)} }}")
-            try:
-                if not isl.Map(text).is_empty():
-                    earlier = True
-                    break
-            except isl.Error:
-                return None
+            if meet:
+                earlier = True
+                break
         if not earlier:
             out.append(rx)
     return out
