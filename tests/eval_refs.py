@@ -51,3 +51,13 @@ SAXPY_PARAMS = [
     ArrayParam("x", "float", ("n",), const=True),
     ArrayParam("y", "float", ("n",)),
 ]
+
+
+def host_clock_verdict(status: str, message: str | None) -> bool:
+    """A ``wrong`` verdict that came only from a rule comparing host wall time across the
+    judge's and the candidate's processes (``timing.judge_clock``, ``timing.side_work``): on
+    a badly loaded machine those fire for honest candidates too (docs/evaluation.md §6), so
+    a test about something else treats such a verdict as inconclusive."""
+    msg = message or ""
+    return status == "wrong" and ("the judge's clock saw" in msg or "the device stayed busy" in msg)
+

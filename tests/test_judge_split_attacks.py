@@ -49,7 +49,7 @@ from cudaperf_cli.evaluate import (
     run_evaluation,
 )
 from cudaperf_cli.evaluate.device_side import DeviceGone, RemoteDevice
-from tests.eval_refs import REF_C, SAXPY_PARAMS
+from tests.eval_refs import REF_C, SAXPY_PARAMS, host_clock_verdict
 
 HOST = {"CUDAPERF_WORKER_BACKEND": "host"}
 FAST = TimingSettings(warmup_reps=2, min_reps=5, max_reps=20, min_total_ms=1.0,
@@ -76,9 +76,8 @@ def skip_if_host_noise(r: EvalResult) -> None:
     behind): on a loaded machine those fire for honest candidates too (docs/evaluation.md
     §6), so such a rejection says nothing of the attack, and a strict xfail would report
     it as fixed (seen once in CI, 2026-12-03)."""
-    msg = r.message or ""
-    if r.status == WRONG and ("the judge's clock saw" in msg or "the device stayed busy" in msg):
-        pytest.skip(f"inconclusive on a loaded host: {msg[:200]}")
+    if host_clock_verdict(r.status, r.message):
+        pytest.skip(f"inconclusive on a loaded host: {r.message[:200]}")
 
 
 @pytest.fixture
