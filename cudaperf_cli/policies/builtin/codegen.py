@@ -525,16 +525,9 @@ class _Gen:
             out += [
                 f"{ind}/* {sn.describe()} ({sn.reads} read(s) in loop {sn.loop.var}): {sn.name} */",
                 f"{ind}const long long {n} = {count};",
-                f"{ind}{T} *{sn.name} = NULL;",
-                f"{ind}if ({n} > 0) {{",
-                f"{ind}{IND}cudaError_t {err} = cudaMallocAsync((void **)&{sn.name}, "
-                f"(size_t){n} * sizeof({T}), 0);",
-                f"{ind}{IND}if ({err} == cudaSuccess)",
-                f"{ind}{IND}{IND}{err} = cudaMemcpyAsync({sn.name}, {src}, (size_t){n} * "
-                f"sizeof({T}), cudaMemcpyDeviceToDevice, 0);",
-                f"{ind}{IND}if ({err} != cudaSuccess)",
-                f"{ind}{IND}{IND}return (int){err};",
-                f"{ind}}}",
+                *_scratch_alloc(sn.name, T, n, err, ind,
+                                f"cudaMemcpyAsync({sn.name}, {src}, (size_t){n} * sizeof({T}), "
+                                "cudaMemcpyDeviceToDevice, 0)"),
             ]
             post.append(f"{ind}if ({sn.name} != NULL)")
             post.append(f"{ind}{IND}cudaFreeAsync({sn.name}, 0);")
@@ -550,13 +543,7 @@ class _Gen:
             out += [
                 f"{ind}const long long {n} = ({positive}) ? (long long)({x.own_extent}) * "
                 f"{plane} : 0;",
-                f"{ind}{T} *{x.name} = NULL;",
-                f"{ind}if ({n} > 0) {{",
-                f"{ind}{IND}cudaError_t {err} = cudaMallocAsync((void **)&{x.name}, "
-                f"(size_t){n} * sizeof({T}), 0);",
-                f"{ind}{IND}if ({err} != cudaSuccess)",
-                f"{ind}{IND}{IND}return (int){err};",
-                f"{ind}}}",
+                *_scratch_alloc(x.name, T, n, err, ind),
             ]
             last = "0"
             for t in trips:
@@ -1572,6 +1559,21 @@ class _Gen:
                 continue
             out.append(line)
         return out
+
+
+def _scratch_alloc(name: str, T: str, n: str, err: str, ind: str, fill: str | None = None
+                   ) -> list[str]:
+    """Launcher lines that declare ``T *name`` and, when ``n`` elements are wanted,
+    allocate them on the default stream (``cudaMallocAsync``), then run ``fill`` (a CUDA
+    call, e.g. the snapshot's copy); a failure returns its error."""
+    lines = [f"{ind}{T} *{name} = NULL;",
+             f"{ind}if ({n} > 0) {{",
+             f"{ind}{IND}cudaError_t {err} = cudaMallocAsync((void **)&{name}, "
+             f"(size_t){n} * sizeof({T}), 0);"]
+    if fill is not None:
+        lines += [f"{ind}{IND}if ({err} == cudaSuccess)", f"{ind}{IND}{IND}{err} = {fill};"]
+    return lines + [f"{ind}{IND}if ({err} != cudaSuccess)", f"{ind}{IND}{IND}return (int){err};",
+                    f"{ind}}}"]
 
 
 def _wrap_comment(text: str, first: str, rest: str, width: int = 92) -> list[str]:
