@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from cudaperf_cli.core import CProblem, normalize_ctype
+from cudaperf_cli.core import C_TYPE_TO_DTYPE, CProblem, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin.dependence import (
     SIGNED_INTS,
@@ -328,8 +328,8 @@ def _unsigned_in(e: Expr | None, dep: Dependence) -> bool:
     for x in iter_expr(e) if e is not None else ():
         if isinstance(x, Name):
             t = normalize_ctype(dep.fn.ctype_of(x.name) or "")
-            if t.startswith("unsigned") or t in ("size_t", "uint32_t", "uint64_t", "uint16_t",
-                                                 "uint8_t", "uintptr_t"):
+            if (C_TYPE_TO_DTYPE.get(t, "").startswith("uint") or t.startswith("unsigned")
+                    or t == "uintptr_t"):
                 return True
         elif isinstance(x, Const) and int_literal(x.text) is not None and "u" in x.text.lower():
             return True  # hex digits have no u: only the suffix does
