@@ -678,6 +678,34 @@ def test_thread_watch(tmp_path: Path) -> None:
     stop.set()
 
 
+def test_thread_watch_sees_a_thread_before_it_runs() -> None:
+    """A thread started through ``_thread`` counts from the start call on, before it runs:
+    ``_thread._count()`` and ``sys._current_frames()`` see it only once it runs, which on a
+    loaded machine came after forward returned (the output was then merely ``wrong``).
+    Here the thread starts for real only after the check."""
+    import _thread
+    import threading
+
+    from cudaperf_cli.evaluate import torch_output_checks as toc
+
+    w = toc.ThreadWatch()
+    real_start = _thread.start_new_thread.__wrapped__
+    pending: list[tuple] = []
+    counted = toc.THREAD_STARTS._wrap(lambda fn, args: pending.append((fn, args)))
+    done = threading.Event()
+    w.before_call()
+    counted(done.set, ())
+    why = w.after_call()
+    assert why is not None and "still running" in why, why
+    real_start(*pending[0])  # now it runs, and ends
+    assert done.wait(5)
+    for _ in range(500):  # the count drops when its function has returned
+        if toc.THREAD_STARTS.running == w.running0:
+            break
+        threading.Event().wait(0.01)
+    assert w.python_leftovers() is None
+
+
 def test_host_lazy_output_only_in_timed_calls_is_output_type(
     tmp_path: Path, small_problem: Path, build_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

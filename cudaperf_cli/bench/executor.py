@@ -387,6 +387,11 @@ class RayExecutor:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = self.out_dir / (NODE_CHECK_FILE + self.token)
         self.token_file.write_text(self.token + "\n")
+        for old in self.out_dir.glob(STOP_FILE + "*"):  # an earlier stopped run's (close())
+            try:
+                old.unlink()
+            except OSError:
+                pass
         self.overlay = forwarded_env(api_key_env)
         self._task = ray.remote(run_on_node)
 
@@ -478,19 +483,20 @@ class RayExecutor:
                 pass
 
     def close(self) -> None:
-        """Disconnect (a Ray started here stops) and remove the token file; idempotent."""
+        """Disconnect (a Ray started here stops) and remove the token file; idempotent.
+
+        A stop file (:meth:`stop`) stays: a watcher on a loaded node may poll it only
+        seconds later (removed one second after the stop, it was missed once, and a hung
+        problem's child outlived the bench).  The next executor in the same folder removes
+        it; its token is this run's, which no later run's watcher reads."""
         try:
             self._ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
-        stop_file = self.out_dir / (STOP_FILE + self.token)
-        if stop_file.exists():
-            time.sleep(1.0)  # a few polls of the watchers before the file goes
-        for f in (self.token_file, stop_file):
-            try:
-                f.unlink()
-            except OSError:
-                pass
+        try:
+            self.token_file.unlink()
+        except OSError:
+            pass
 
 
 def make_executor(name: str, *, out_dir: Path, address: str | None = None, per_gpu: int = 2,

@@ -259,6 +259,54 @@ def native_threads() -> dict[int, str] | None:
     return out
 
 
+class _StartCounter:
+    """Counts the threads started through ``_thread.start_new_thread`` (and ``threading``'s
+    own reference to it, ``start_joinable_thread`` on Python 3.13+) whose function has not
+    returned yet.  The count rises in the call that starts the thread, before the new
+    thread runs: ``_thread._count()`` and ``sys._current_frames()`` see a thread only once
+    it has started running, which on a loaded machine can be after forward returned."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+
+    def _wrap(self, start: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self
+
+        def counted_start(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            def run(*a: Any, **kw: Any) -> Any:
+                try:
+                    return function(*a, **kw)
+                finally:
+                    with counter._lock:
+                        counter.running -= 1
+
+            with counter._lock:
+                counter.running += 1
+            try:
+                return start(run, *args, **kwargs)
+            except BaseException:
+                with counter._lock:
+                    counter.running -= 1
+                raise
+
+        counted_start.__wrapped__ = start  # type: ignore[attr-defined]
+        return counted_start
+
+    def install(self) -> None:
+        """Wrap the start functions of ``_thread`` and ``threading`` (once per process)."""
+        for owner, attr in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                            (threading, "_start_new_thread"),
+                            (threading, "_start_joinable_thread")):
+            fn = getattr(owner, attr, None)
+            if fn is not None and not hasattr(fn, "__wrapped__"):
+                setattr(owner, attr, self._wrap(fn))
+
+
+#: The process's counter of running threads (installed by the first :class:`ThreadWatch`).
+THREAD_STARTS = _StartCounter()
+
+
 class ThreadWatch:
     """Threads the candidate leaves running (guard ``background_thread``).
 
@@ -277,6 +325,9 @@ class ThreadWatch:
     """
 
     def __init__(self) -> None:
+        THREAD_STARTS.install()
+        #: threads started (through the wrapped start functions) and not finished
+        self.running0 = THREAD_STARTS.running
         self.baseline = python_threads()
         self.count0 = _thread._count()
         #: identities of every Python thread at the baseline (``_thread`` ones included)
@@ -284,6 +335,7 @@ class ThreadWatch:
         self.calls = 0
         self._before: dict[int, str] | None = None
         self._count_before = 0
+        self._running_before = 0
         #: identities of the Python threads (``_thread`` ones included) before a call: a
         #: count alone misses a new thread when another one ends during the call
         self._idents_before: set[int] = set()
@@ -302,7 +354,8 @@ class ThreadWatch:
         # the baseline ended meanwhile; an identity alone misses one that reused an ended
         # thread's identity
         started = len(set(sys._current_frames()) - self.idents0)
-        extra = max(started, _thread._count() - self.count0)
+        extra = max(started, _thread._count() - self.count0,
+                    THREAD_STARTS.running - self.running0)
         if extra > 0:
             return f"{extra} thread(s) started through _thread still running"
         return None
@@ -311,6 +364,7 @@ class ThreadWatch:
         """Record the OS threads and the Python thread count just before a candidate call."""
         self._before = native_threads()
         self._count_before = _thread._count()
+        self._running_before = THREAD_STARTS.running
         self._idents_before = set(sys._current_frames())
 
     def after_call(self) -> str | None:
@@ -321,7 +375,8 @@ class ThreadWatch:
         self.calls += 1
         py = self.python_leftovers()
         started = set(sys._current_frames()) - self._idents_before
-        if py or started or _thread._count() > self._count_before:
+        if (py or started or _thread._count() > self._count_before
+                or THREAD_STARTS.running > self._running_before):
             return py or "a thread started through _thread still running"
         if before is None:
             return None
@@ -343,9 +398,9 @@ class ThreadWatch:
         count = _thread._count
 
         def watched(*args: Any, **kwargs: Any) -> Any:
-            n0 = count()
+            n0, r0 = count(), THREAD_STARTS.running
             out = fn(*args, **kwargs)
-            if count() > n0 and self.timed_leftover is None:
+            if (count() > n0 or THREAD_STARTS.running > r0) and self.timed_leftover is None:
                 self.timed_leftover = self.python_leftovers() or "a thread started through _thread still running"
             return out
 
