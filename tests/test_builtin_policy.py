@@ -1216,6 +1216,101 @@ def _break_init(data, sizes):
     data["X"][1, 3] = 5.0  # row 1 stops writing t at c = 3; the others write it all
 
 
+LONG_ROWS = problem(  # gesummv's shape with few, long rows: a block per row first
+    "long_rows",
+    [size("n"), size("m"), coef("alpha"), arr("A", ("n", "m"), const=True),
+     arr("B", ("n", "m"), const=True), arr("x", ("m",), const=True), arr("t", ("n",)),
+     arr("y", ("n",))],
+    """
+    void long_rows(int n, int m, double alpha, const double A[n][m], const double B[n][m],
+                   const double x[m], double t[n], double y[n])
+    {
+        for (int i = 0; i < n; i++) {
+            t[i] = 0.0;
+            y[i] = 1.0;
+            for (int j = 0; j < m; j++) {
+                t[i] += A[i][j] * x[j];
+                y[i] = B[i][j] * x[j] + y[i];
+            }
+            y[i] = alpha * t[i] + y[i];
+        }
+    }
+    """,
+    {"n": 37, "m": 700},
+)
+
+LONG_COLS = problem(  # sums down few, long columns (atax's second product, bicg's s): split
+    "long_cols",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("x", ("n",), const=True),
+     arr("y", ("m",)), arr("M", ("n", "m"), "int", const=True), arr("c", ("m",), "int")],
+    """
+    void long_cols(int n, int m, const double A[n][m], const double x[n], double y[m],
+                   const int M[n][m], int c[m])
+    {
+        for (int j = 0; j < m; j++) {
+            y[j] = 0.5;
+            c[j] = 0;
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++) {
+                y[j] -= A[i][j] * x[i];
+                c[j] += M[i][j];
+            }
+    }
+    """,
+    {"n": 600, "m": 45},
+)
+
+COL_POST = problem(  # a column sum whose element is used after it: not split over blocks
+    "col_post",
+    [size("n"), size("m"), arr("A", ("n", "m"), const=True), arr("s", ("m",)),
+     arr("r", ("m",))],
+    """
+    void col_post(int n, int m, const double A[n][m], double s[m], double r[m])
+    {
+        for (int j = 0; j < m; j++) {
+            s[j] = 0.0;
+            for (int i = 0; i < n; i++)
+                s[j] = s[j] + A[i][j];
+            r[j] = s[j] * 0.5;
+        }
+    }
+    """,
+    {"n": 530, "m": 40},
+)
+
+
+def test_few_long_rows_get_a_block_per_row_first():
+    d = descriptions(LONG_ROWS)
+    assert d[0] == "block_reduce i->block j->thread block 256 (tree sums into t[i], y[i])", d
+    assert d[1] == "warp_reduce i->warp j->lane block 128 (shuffle sums into t[i], y[i])", d
+    assert "block_reduce i->block j->thread block 128 (tree sums into t[i], y[i])" in d
+
+
+def test_few_long_columns_are_split_over_blocks():
+    d = descriptions(LONG_COLS)
+    assert "col_reduce j->x i->y block 32x8 (tree sums into y[j], c[j], split over blocks: " \
+        "atomicAdd) (loops i, j interchanged)" in d[0], d
+    assert "grid1d j->x block 256 (loops i, j interchanged); i sequential" in d[1], d
+    src = POLICY.propose(LONG_COLS, 0).source
+    assert "atomicAdd(&y[j], -cp_part0);" in src and "atomicAdd(&c[j], cp_part1);" in src, src
+    assert "dim3(cp_gx, cp_gy), dim3(32, 8)" in src
+
+
+def test_a_column_sum_used_after_it_is_not_split():
+    d = descriptions(COL_POST)
+    assert d[0] == "col_reduce j->x i->y block 32x8 (tree sum into s[j])", d
+    src = POLICY.propose(COL_POST, 0).source
+    assert "atomicAdd" not in src and "const unsigned int cp_gy = 1;" in src
+
+
+def test_short_sums_keep_a_warp_or_a_thread():
+    """Sums under LONG_ROW terms at the problem's sizes get no block_reduce or col_reduce
+    (the small test problems elsewhere in this file keep their plans)."""
+    for prob in (MATVEC_ROW, MATVEC_COL, GESUMMV, SPMV):
+        assert not any("block_reduce" in x or "col_reduce" in x for x in descriptions(prob))
+
+
 PORTABLE = {
     "matmul": (MATMUL, None),
     "matvec_row": (MATVEC_ROW, None),
@@ -1273,6 +1368,9 @@ PORTABLE = {
     "scratch_short": (SCRATCH_SHORT, None),
     "scratch_break": (SCRATCH_BREAK, _break_init),
     "tri_update": (TRI_UPDATE, None),
+    "long_rows": (LONG_ROWS, None),
+    "long_cols": (LONG_COLS, None),
+    "col_post": (COL_POST, None),
     "shift_up": (SHIFT_UP, None),
     "shift_down": (SHIFT_DOWN, None),
 }

@@ -23,7 +23,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from cudaperf_cli.core import C_TYPE_TO_DTYPE, CProblem, normalize_ctype
+from cudaperf_cli.core import (
+    C_TYPE_TO_DTYPE,
+    CProblem,
+    ProblemError,
+    eval_int_expr,
+    normalize_ctype,
+)
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin.dependence import (
     SIGNED_INTS,
@@ -47,6 +53,7 @@ from cudaperf_cli.policies.builtin.ir import (
     accesses,
     affine,
     arrays_written,
+    c_text,
     calls_in,
     declared_in,
     has_loop,
@@ -60,7 +67,13 @@ from cudaperf_cli.policies.builtin.ir import (
     scalars_written,
     walk,
 )
-from cudaperf_cli.policies.builtin.mapping import BLOCKS, NestMapping
+from cudaperf_cli.policies.builtin.mapping import (
+    BLOCKS,
+    FEW_COLUMNS,
+    FEW_ROWS,
+    LONG_ROW,
+    NestMapping,
+)
 from cudaperf_cli.policies.builtin.privatize import (
     Expansion,
     Snapshot,
@@ -756,19 +769,71 @@ class _Scheduler:
                     # lane keeps a partial sum of each, the warp adds each with shuffles
                     reds = self.dep.sums(Q)
                     if reds and not any(self.reassociates(r) for r in reds):
+                        acc = ", ".join(r.acc_text for r in reds)
                         opts["warp_reduce"] = NestMapping(
                             site.id, "warp_reduce", BLOCKS["warp_reduce"][0],
                             ((p, "warp"), (q, "lane")), seq, hl, site.interchanged,
-                            ", ".join(r.acc_text for r in reds), sums=len(reds))
+                            acc, sums=len(reds))
+                        # a block per iteration of P (few long rows), or a tile of P's
+                        # iterations along x with Q split along y (sums down columns)
+                        opts["block_reduce"] = NestMapping(
+                            site.id, "block_reduce", BLOCKS["block_reduce"][0],
+                            ((p, "block"), (q, "thread")), seq, hl, site.interchanged,
+                            acc, sums=len(reds))
+                        if all(arrays_written([s]) and not scalars_written([s]) for s in pre):
+                            # (statements before the sum: array writes only, by each column's
+                            # first thread) split over blocks too when the sum is all the
+                            # body does
+                            post = body[idx + 1:]
+                            split = (not pre and not post
+                                     and all(isinstance(r.acc, Index) for r in reds))
+                            opts["col_reduce"] = NestMapping(
+                                site.id, "col_reduce", BLOCKS["col_reduce"][0],
+                                ((p, "x"), (q, "y")), seq, hl, site.interchanged,
+                                acc, sums=len(reds), split=split)
         seq = tuple(s.var or "?" for s in _loops_below(P))
         opts["grid1d"] = NestMapping(site.id, "grid1d", BLOCKS["grid1d"][0], ((p, "x"),), seq,
                                      hl, site.interchanged)
         order = ["grid2d"]
+        trip = self._trip_at_sizes(P)
         if "warp_reduce" in opts and self._row_reduction(opts, P):
-            order += ["warp_reduce", "block_per_row", "grid1d"]
+            # rows: a warp per row, or a block per row when there are too few rows for the
+            # warps to fill the device (and no column sum is coalesced)
+            opts.pop("col_reduce", None)
+            # (a block per row only for rows known to be long: a sparse row's length is not)
+            R = next(s for s in body if isinstance(s, For))
+            if (self._trip_at_sizes(R) or 0) < LONG_ROW:
+                opts.pop("block_reduce", None)
+            few = trip is not None and trip < FEW_ROWS
+            order += (["block_reduce", "warp_reduce"] if few else ["warp_reduce", "block_reduce"])
+            order += ["block_per_row", "grid1d"]
+        elif "warp_reduce" in opts:
+            # sums down columns: a thread per column keeps the C code's order, but too few
+            # columns leave most of the device idle; then the column's sum is split
+            opts.pop("block_reduce", None)
+            R = next(s for s in body if isinstance(s, For))
+            if (self._trip_at_sizes(R) or 0) < LONG_ROW:
+                opts.pop("col_reduce", None)
+            few = trip is not None and trip < FEW_COLUMNS
+            order += (["col_reduce", "block_per_row", "grid1d"] if few
+                      else ["block_per_row", "grid1d", "col_reduce"])
+            order += ["warp_reduce"]
         else:
-            order += ["block_per_row", "grid1d", "warp_reduce"]
+            order += ["block_per_row", "grid1d"]
         return [replace(opts[k], transforms=site.transforms) for k in order if k in opts]
+
+    def _trip_at_sizes(self, L: For) -> int | None:
+        """``L``'s iteration count at the problem's sizes, or None when its bounds name
+        something the sizes do not give (another loop's index, a computed scalar)."""
+        if not L.canonical or L.first is None or L.bound is None or abs(L.step) != 1:
+            return None
+        try:
+            first = eval_int_expr(c_text(L.first), self.problem.sizes)
+            bound = eval_int_expr(c_text(L.bound), self.problem.sizes)
+        except (ValueError, ProblemError):
+            return None
+        span = bound - first if L.step > 0 else first - bound
+        return max(span + (1 if L.cmp in ("<=", ">=") else 0), 0)
 
     def _row_reduction(self, opts: dict[str, NestMapping], P: For) -> bool:
         """The reduction loop walks arrays contiguously: every direct access that depends

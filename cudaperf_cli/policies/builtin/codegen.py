@@ -71,6 +71,10 @@ IND = "    "
 _MAX_GRID_X = 1048576  # grid-stride loops cover the rest
 _MAX_GRID_Y = 65535
 _MAX_REDUCE_BLOCKS = 1024
+#: A split col_reduce launches about this many blocks when its columns alone give fewer
+#: (4 per SM of an H200's 132), at most SPLIT_MAX_Y along y.
+SPLIT_TARGET_BLOCKS = 528
+SPLIT_MAX_Y = 64
 
 _ARITH = {"+", "-", "*", "/", "%"}
 
@@ -796,6 +800,9 @@ class _Gen:
             "lane": "the 32 lanes of the warp, combined with __shfl_down_sync",
             "grid": "all threads of the grid (grid-stride), block sums atomicAdd-ed",
         }
+        if nm.kind == "col_reduce":
+            role_text = {**role_text, "x": "threadIdx.x/blockIdx.x (grid-stride over tiles)",
+                         "y": "threadIdx.y, stride blockDim.y (a share of the sum each)"}
         loops = {root.var: root.line}
         for s in walk(root.body):
             if isinstance(s, For):
@@ -811,7 +818,12 @@ class _Gen:
             lines.append(f" *   and columns threadIdx.x + c * blockDim.x (c < {tx}) of the "
                          "block's tile; the k loop's update")
             lines.append(" *   accumulates in registers, in the order of k (tiling.py)")
-        if site.interchanged:
+        if site.interchanged and nm.kind in ("warp_reduce", "block_reduce", "col_reduce"):
+            o, i = site.interchanged
+            lines.append(f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each "
+                         f"element's sum over {o}")
+            lines.append(" *   is split between threads (see below)")
+        elif site.interchanged:
             o, i = site.interchanged
             lines.append(
                 f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each element keeps"
@@ -833,6 +845,16 @@ class _Gen:
         elif nm.kind == "warp_reduce":
             lines.append(f" *   lane 0 adds the warp's sum to {nm.accumulator} and runs the rest of the")
             lines.append(f" *   body of loop {root.var} in program order")
+        if nm.kind in ("block_reduce", "col_reduce"):
+            group = "the block" if nm.kind == "block_reduce" else "a column's threads (threadIdx.y)"
+            lines.append(f" *   the partial sums of {group} are added in a tree; its first thread")
+            lines.append(f" *   adds them to {nm.accumulator} and runs the rest of the body of loop "
+                         f"{root.var}")
+        if nm.split:
+            lines.append(f" *   with too few columns for the device, loop {nm.roles[1][0]} is split over "
+                         "the grid's y blocks too:")
+            lines.append(" *   each block's sums are added with atomicAdd (their order varies "
+                         "between runs)")
         if nm.kind == "grid_reduce":
             lines.append(f" *   the sum goes to {site.red_var}; a one-thread kernel combines it into "
                          f"{nm.accumulator}")
@@ -1250,6 +1272,126 @@ class _Gen:
         out.append(IND + "}")
         return out
 
+    def body_block_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        return self._group_reduce(site, nm)
+
+    def body_col_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        return self._group_reduce(site, nm)
+
+    def _group_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        """A sum over the inner loop R by a group of threads per iteration of the site's
+        loop P: ``block_reduce``, the block's threads over R for one iteration of P (a
+        shuffle sum per warp, then the first warp adds the warps' sums); ``col_reduce``,
+        blockDim.x consecutive iterations of P along x, R split along y (the partial sums
+        added in shared memory, a tree over y).  The group's first thread adds the sums to
+        their accumulators in source order and runs the rest of P's body, as warp_reduce's
+        lane 0 does.  Every thread of a block runs the same iterations of the tile loop,
+        so the barriers are reached by all."""
+        Pl = site.root
+        body = Pl.body
+        R = next(s for s in body if isinstance(s, For))
+        reds = self.an.dep.sums(R)
+        assert reds
+        k = body.index(R)
+        pre, post = body[:k], body[k + 1 :]
+        P = self.P
+        parts = [f"{P}part"] if len(reds) == 1 else [f"{P}part{n}" for n in range(len(reds))]
+        bufs = [f"{P}red"] if len(reds) == 1 else [f"{P}red{n}" for n in range(len(reds))]
+        dp = self.dp()
+        subst = {id(u): red.rewrite(u, part) for red, part in zip(reds, parts)
+                 for u in red.updates}
+        w = StmtWriter(dp, subst)
+        plain = StmtWriter(dp)
+        i2, i3, i4 = IND * 2, IND * 3, IND * 4
+        col = nm.kind == "col_reduce"
+        if col:
+            bx, by = nm.block
+            lane_r, first, active, leader = "threadIdx.y", f"{P}t", f"{P}t < {P}trip", \
+                f"threadIdx.y == 0 && {P}t < {P}trip"
+            out = [f"{IND}__shared__ {red.ctype} {b}[{by}][{bx}];" for red, b in zip(reds, bufs)]
+            out += [
+                f"{IND}const long long {P}trip = {self.trip(Pl, dp)};",
+                (f"{IND}for (long long {P}c = (long long)blockIdx.x * {bx}; {P}c < {P}trip; "
+                 f"{P}c += (long long)gridDim.x * {bx}) {{"),
+                f"{i2}const long long {P}t = {P}c + threadIdx.x;",
+            ]
+        else:
+            (by,) = nm.block
+            lane_r, first, active, leader = "threadIdx.x", f"{P}c", "", "threadIdx.x == 0"
+            out = [f"{IND}__shared__ {red.ctype} {b}[32];" for red, b in zip(reds, bufs)]
+            out += [
+                f"{IND}const long long {P}trip = {self.trip(Pl, dp)};",
+                f"{IND}for (long long {P}c = blockIdx.x; {P}c < {P}trip; {P}c += gridDim.x) {{",
+            ]
+        # the index of an idle column (past the trip) is computed but never used
+        out.append(i2 + self.var_decl(Pl, first, dp))
+        out += self.private_decls(body, {Pl.var or ""}, i2)
+        if pre:  # (col_reduce: array writes only, by each column's first thread)
+            pre_lines, _ = self._split_pre(pre, plain, i2, leader, "__syncthreads()")
+            out += pre_lines
+        for red, part in zip(reds, parts):
+            out.append(f"{i2}{red.ctype} {part} = 0;  /* this thread's share of the updates to "
+                       f"{red.acc_text} */")
+        T = R.ctype or self.ctype(R.var or "?")
+        if nm.split:  # the grid's y blocks share the sum too
+            init, cond, upd = self.offset_header(R, dp, f"({T})(blockIdx.y * {by} + threadIdx.y)",
+                                                 f"({T})(gridDim.y * {by})")
+        else:
+            init, cond, upd = self.offset_header(R, dp, f"({T}){lane_r}", f"({T}){by}")
+        ind = i2
+        if active:
+            out.append(f"{i2}if ({active}) {{")
+            ind = i3
+        out.append(f"{ind}for ({init}; {cond}; {upd}) {{")
+        out += w.stmts(R.body, ind + IND)
+        out.append(ind + "}")
+        if active:
+            out.append(i2 + "}")
+        if col:
+            out += [f"{i2}{b}[threadIdx.y][threadIdx.x] = {part};" for b, part in zip(bufs, parts)]
+            out.append(f"{i2}__syncthreads();")
+            out.append(f"{i2}for (int {P}s = {by // 2}; {P}s > 0; {P}s >>= 1) {{  /* tree over y */")
+            out.append(f"{i3}if (threadIdx.y < {P}s) {{")
+            out += [f"{i4}{b}[threadIdx.y][threadIdx.x] += {b}[threadIdx.y + {P}s][threadIdx.x];"
+                    for b in bufs]
+            out.append(i3 + "}")
+            out.append(f"{i3}__syncthreads();")
+            out.append(i2 + "}")
+            out += [f"{i2}{part} = {b}[0][threadIdx.x];" for b, part in zip(bufs, parts)]
+        else:
+            out.append(f"{i2}for (int {P}off = 16; {P}off > 0; {P}off >>= 1) {{  /* each warp */")
+            out += [f"{i3}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);" for part in parts]
+            out.append(i2 + "}")
+            out.append(f"{i2}if ((threadIdx.x & 31) == 0) {{")
+            out += [f"{i3}{b}[threadIdx.x >> 5] = {part};" for b, part in zip(bufs, parts)]
+            out.append(i2 + "}")
+            out.append(f"{i2}__syncthreads();")
+            out.append(f"{i2}if (threadIdx.x < 32) {{  /* the first warp adds the warps' sums */")
+            out += [f"{i3}{part} = threadIdx.x < {by // 32} ? {b}[threadIdx.x] : ({red.ctype})0;"
+                    for red, b, part in zip(reds, bufs, parts)]
+            out.append(f"{i3}for (int {P}off = 16; {P}off > 0; {P}off >>= 1) {{")
+            out += [f"{i4}{part} += __shfl_down_sync(0xffffffffu, {part}, {P}off);" for part in parts]
+            out.append(i3 + "}")
+            out.append(i2 + "}")
+        out.append(f"{i2}if ({leader}) {{")
+        # the group's sums reach their accumulators in source order, then the rest runs
+        combine = plain.stmts([red.combine(part) for red, part in zip(reds, parts)], i4)
+        if nm.split:
+            out.append(f"{i3}if (gridDim.y == 1) {{  /* the whole sum is this block's */")
+            out += combine
+            out.append(f"{i3}}} else {{  /* one share of it per y block */")
+            for red, part in zip(reds, parts):
+                val = f"-{part}" if red.form == "-=" else part
+                out.append(f"{i4}{self.atomic_add(red.ctype, dp.expr(red.acc), val)};")
+            out.append(i3 + "}")
+        else:
+            out += [ln[len(IND):] for ln in combine]
+        out += plain.stmts(post, i3)
+        out.append(i2 + "}")
+        out.append(f"{i2}__syncthreads();  /* the buffers are reused by the next iteration */")
+        out.append(IND + "}")
+        return out
+
     def body_grid_reduce(self, site: Site, nm: NestMapping) -> list[str]:
         R = site.root
         red = site.reduction
@@ -1314,7 +1456,26 @@ class _Gen:
         P, MAC = self.P, self.MAC
         i2 = ind + IND
         out = [ind + f"{{   /* kernel {site.id}: {nm.describe()} */"]
-        if nm.kind == "grid2d":
+        if nm.kind == "col_reduce":
+            bx, by = nm.block
+            i3 = i2 + IND
+            out += [
+                f"{i2}const long long {P}trip = {self.trip(root, hp)};  /* loop {root.var} */",
+                f"{i2}if ({P}trip > 0) {{",
+                f"{i3}const unsigned int {P}gx = {P}blocks({P}trip, {bx}, {_MAX_GRID_X});",
+            ]
+            if nm.split:  # too few columns: the sums are split over y blocks too
+                out.append(f"{i3}const unsigned int {P}gy = {P}gx >= {SPLIT_TARGET_BLOCKS} ? 1u : "
+                           f"({SPLIT_TARGET_BLOCKS}u + {P}gx - 1) / {P}gx > {SPLIT_MAX_Y}u ? "
+                           f"{SPLIT_MAX_Y}u : ({SPLIT_TARGET_BLOCKS}u + {P}gx - 1) / {P}gx;")
+            else:
+                out.append(f"{i3}const unsigned int {P}gy = 1;")
+            out += [
+                f"{i3}{name}<<<dim3({P}gx, {P}gy), dim3({bx}, {by})>>>({call_args});",
+                f"{i3}{MAC}CHECK_LAUNCH();",
+                f"{i2}}}",
+            ]
+        elif nm.kind == "grid2d":
             Q = root.body[0]
             assert isinstance(Q, For)
             self.host_used |= Q.header_names()
@@ -1345,7 +1506,7 @@ class _Gen:
             b = nm.block[0]
             if nm.kind == "grid1d":
                 grid = f"{P}blocks({P}trip, {b}, {_MAX_GRID_X})"
-            elif nm.kind == "block_per_row":
+            elif nm.kind in ("block_per_row", "block_reduce"):
                 grid = f"{P}blocks({P}trip, 1, {_MAX_GRID_X})"
             elif nm.kind == "warp_reduce":
                 grid = f"{P}blocks({P}trip, {b // 32}, {_MAX_GRID_X})"

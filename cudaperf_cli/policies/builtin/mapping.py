@@ -13,10 +13,29 @@ BLOCKS: dict[str, tuple[tuple[int, ...], ...]] = {
     "block_per_row": ((128,), (256,)),
     "grid1d": ((256,), (128,), (512,)),
     "grid_reduce": ((256,), (512,)),
+    "block_reduce": ((256,), (128,), (512,)),
+    "col_reduce": ((32, 8), (16, 16), (32, 16)),
 }
 
 #: Preference between kinds when several apply (best first).
-KIND_ORDER = ("grid2d", "warp_reduce", "block_per_row", "grid1d", "grid_reduce")
+KIND_ORDER = ("grid2d", "warp_reduce", "block_reduce", "col_reduce", "block_per_row", "grid1d",
+              "grid_reduce")
+
+#: A sum along rows over fewer rows than this gets a block per row first (``block_reduce``)
+#: and a warp per row second: a warp per row fills the H200 (132 SMs, 64 warps each: 8448
+#: warps) only from about this many rows on.
+FEW_ROWS = 4096
+
+#: block_reduce and col_reduce are offered only for sums of at least this many terms at
+#: the problem's sizes (known there: a sparse row's length is not), two or more per thread
+#: of a 256-thread block.
+LONG_ROW = 512
+
+#: A sum down columns over fewer columns than this gets ``col_reduce`` first (the column's
+#: sum split along threadIdx.y) instead of a thread per column: the H200 runs 270,336
+#: threads at once (132 SMs x 2048), and a thread per column keeps each thread's loads
+#: dependent on one long loop.
+FEW_COLUMNS = 65536
 
 
 def block_text(block: tuple[int, ...]) -> str:
@@ -30,22 +49,29 @@ class NestMapping:
 
     Attributes:
         site: index of the site in program order (0-based).
-        kind: ``grid2d``, ``grid1d``, ``block_per_row``, ``warp_reduce`` or ``grid_reduce``.
+        kind: ``grid2d``, ``grid1d``, ``block_per_row``, ``warp_reduce``, ``block_reduce``,
+            ``col_reduce`` or ``grid_reduce``.
         block: threads per block (``(32, 8)`` or ``(256,)``).
-        roles: ``(loop index, role)`` pairs; roles are ``x``/``y`` (grid2d), ``x``
-            (grid1d), ``block``/``thread`` (block_per_row), ``warp``/``lane``
+        roles: ``(loop index, role)`` pairs; roles are ``x``/``y`` (grid2d; col_reduce: the
+            parallel loop along x, the summed loop split along y), ``x`` (grid1d),
+            ``block``/``thread`` (block_per_row, block_reduce), ``warp``/``lane``
             (warp_reduce), ``grid`` (grid_reduce).
         sequential: loops that stay sequential inside each thread.
         host_loops: enclosing loops that stay on the host (one launch per iteration).
         interchanged: ``(outer, inner)`` when the nest was interchanged, else None.
         accumulator: the accumulator of a reduction mapping (``y[i]``, ``s``), else None;
             for several sums, their accumulators in source order (``tmp[i], y[i]``).
-        sums: how many sums a ``warp_reduce`` adds at once (one accumulator each).
+        sums: how many sums a ``warp_reduce``, ``block_reduce`` or ``col_reduce`` adds at
+            once (one accumulator each).
         transforms: rewrites of the nest before mapping (``k, j interchanged``,
             ``2 j loops fused``: ``transform.py``).
         tile: grid2d only: outputs per thread along y and x (``(4, 4)``: a register tile,
             ``tiling.py``), or ``()`` for one output per thread.
         staged: a tiled grid2d whose operands go through shared memory (``tiling.py``).
+        split: col_reduce only: the summed loop is also split over the grid's y blocks when
+            the x blocks alone are too few, each block's sums added with atomicAdd
+            (``codegen.SPLIT_TARGET_BLOCKS``; the order of the additions then varies from
+            run to run).
     """
 
     site: int
@@ -60,6 +86,7 @@ class NestMapping:
     tile: tuple[int, ...] = ()
     staged: bool = False
     sums: int = 1
+    split: bool = False
 
     def with_block(self, block: tuple[int, ...]) -> NestMapping:
         """The same mapping with another block shape."""
@@ -73,6 +100,9 @@ class NestMapping:
             text += f" tile {block_text(self.tile)}" + (" smem" if self.staged else "")
         if self.kind == "warp_reduce":
             text += f" (shuffle {'sums' if self.sums > 1 else 'sum'} into {self.accumulator})"
+        elif self.kind in ("block_reduce", "col_reduce"):
+            text += f" (tree {'sums' if self.sums > 1 else 'sum'} into {self.accumulator}"
+            text += ", split over blocks: atomicAdd)" if self.split else ")"
         elif self.kind == "grid_reduce":
             text += f" (atomicAdd sum into {self.accumulator})"
         if self.interchanged:
@@ -98,6 +128,7 @@ class NestMapping:
             "tile": list(self.tile),
             "staged": self.staged,
             "sums": self.sums,
+            "split": self.split,
         }
 
 
@@ -159,4 +190,5 @@ class Mapping:
         }
 
 
-__all__ = ["BLOCKS", "KIND_ORDER", "Mapping", "NestMapping", "block_text"]
+__all__ = ["BLOCKS", "FEW_COLUMNS", "FEW_ROWS", "KIND_ORDER", "LONG_ROW", "Mapping", "NestMapping",
+           "block_text"]

@@ -41,10 +41,12 @@ def _serial_text(g: Serial) -> str:
 def build_mappings(an: Analysis) -> list[Mapping]:
     """All function-level mappings for a scheduled function, best first.
 
-    Entry 0 gives every site its preferred mapping.  Then, for each mapping kind in order
-    of preference (a kind ranks by the best position it has in any site's list), every
+    Entry 0 gives every site its preferred mapping; entry 1 the same without the sums split
+    over a block (``block_reduce``, ``col_reduce``), when that differs.  Then, for each
+    mapping kind in order of preference (a kind ranks by the best position it has in any site's list), every
     site that supports the kind uses it and the others keep their preferred one.  Block
-    shape variants follow all default-shape entries.
+    shape variants follow all default-shape entries: the block shapes of the kinds of the
+    deepest nests change together (:func:`_varied_kinds`).
     """
     defaults, variants = _mapping_parts(an)
     return _dedupe(defaults + variants)
@@ -68,6 +70,11 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
 
     best = [s.options[0] for s in sites]
     out: list[Mapping] = [make(best[0].kind, best[0].block, best)]
+    # second, every sum a group of threads adds (block_reduce, col_reduce) kept in one warp
+    # or one thread instead: the preferred entry before those kinds existed
+    whole = [next((o for o in s.options if o.kind not in _GROUP_SUMS), s.options[0])
+             for s in sites]
+    out.append(make(whole[0].kind, whole[0].block, whole))
     rank: dict[str, tuple[int, int]] = {}
     for s in sites:
         for pos, o in enumerate(s.options):
@@ -79,9 +86,14 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
     defaults = _dedupe(out)
     variants: list[Mapping] = []
     for m in defaults:
-        for b in BLOCKS[m.kind][1:]:
-            nests = [n.with_block(b) if n.kind == m.kind else n for n in m.nests]
-            variants.append(make(m.kind, b, nests))
+        # the block shapes of the deepest nests' kinds change together (atax: the block per
+        # row and the column tiles, not the zeroing loops before them)
+        kinds = _varied_kinds(m)
+        for v in range(1, max(len(BLOCKS[k]) for k in kinds)):
+            nests = [n.with_block(BLOCKS[n.kind][v])
+                     if n.kind in kinds and v < len(BLOCKS[n.kind]) else n for n in m.nests]
+            block = next((n.block for n in nests if n.kind == m.kind), m.block)
+            variants.append(make(m.kind, block, nests))
     # register-tiled products (tiling.py): the first tile shape leads the plan, the others
     # lead the variants
     base = next((m for m in defaults if any(n.kind == "grid2d" and sites[n.site].tileable
@@ -101,9 +113,26 @@ def _mapping_parts(an: Analysis) -> tuple[list[Mapping], list[Mapping]]:
     return defaults, variants
 
 
+#: Kinds whose sum is split over a group of threads larger than a warp.
+_GROUP_SUMS = ("block_reduce", "col_reduce")
+
+
+def _varied_kinds(m: Mapping) -> list[str]:
+    """The kinds of ``m``'s deepest nests (loops mapped plus loops sequential in a thread),
+    in program order; ``m.kind`` when ``m`` has no nest."""
+    if not m.nests:
+        return [m.kind] if m.kind in BLOCKS else list(BLOCKS)[:1]
+    depth = max(len(n.roles) + len(n.sequential) for n in m.nests)
+    out: list[str] = []
+    for n in m.nests:
+        if len(n.roles) + len(n.sequential) == depth and n.kind not in out:
+            out.append(n.kind)
+    return out
+
+
 def _splits_a_float_sum(an: Analysis, m: Mapping) -> bool:
-    """``m`` adds a floating-point sum in parallel (``grid_reduce``, ``warp_reduce``, a
-    one-block kernel)."""
+    """``m`` adds a floating-point sum in parallel (``grid_reduce``, ``warp_reduce``,
+    ``block_reduce``, ``col_reduce``, a one-block kernel)."""
     if any(g.float_sum for g in an.serials):
         return True
     for n in m.nests:
@@ -111,7 +140,7 @@ def _splits_a_float_sum(an: Analysis, m: Mapping) -> bool:
         if n.kind == "grid_reduce" and site.reduction is not None:
             if normalize_ctype(site.reduction.ctype) in FLOAT_TYPES:
                 return True
-        elif n.kind == "warp_reduce":
+        elif n.kind in ("warp_reduce", "block_reduce", "col_reduce"):
             return True  # its accumulator's type is checked by the source-order analysis
     return False
 
@@ -128,7 +157,8 @@ def _dedupe(ms: list[Mapping]) -> list[Mapping]:
 
 class BuiltinPolicy:
     """Model-free policy: ports loop nests with a conservative dependence test and a
-    fixed menu of mappings (grid2d, warp_reduce, block_per_row, grid1d, grid_reduce)."""
+    fixed menu of mappings (grid2d, warp_reduce, block_reduce, col_reduce, block_per_row,
+    grid1d, grid_reduce)."""
 
     name = "builtin"
 
