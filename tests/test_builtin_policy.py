@@ -1311,6 +1311,48 @@ def test_short_sums_keep_a_warp_or_a_thread():
         assert not any("block_reduce" in x or "col_reduce" in x for x in descriptions(prob))
 
 
+TRI_EMPTY_ROWS = problem(  # rows past n have no element: their A rows are never read
+    "tri_empty_rows",
+    [size("n"), size("m"), arr("C", ("n", "n")), arr("A", ("n", "m"), const=True)],
+    """
+    void tri_empty_rows(int n, int m, double C[n][n], const double A[n][m])
+    {
+        for (int i = 0; i < n + 40; i++)
+            for (int j = i; j < n; j++)
+                for (int k = 0; k < m; k++)
+                    C[i][j] += A[i][k] * A[j][k];
+    }
+    """,
+    {"n": 70, "m": 37},
+)
+
+TRI_STEEP = problem(  # a bound moving by two a row: columns of the box no row reads
+    "tri_steep",
+    [size("n"), size("m"), arr("C", ("n", "2 * n")), arr("A", ("2 * n", "m"), const=True)],
+    """
+    void tri_steep(int n, int m, double C[n][2 * n], const double A[2 * n][m])
+    {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= 2 * i; j++)
+                for (int k = 0; k < m; k++)
+                    C[i][j] += A[i][k] * A[j][k];
+    }
+    """,
+    {"n": 40, "m": 20},
+)
+
+
+def test_triangles_are_staged_with_their_rows_checked_and_empty_tiles_skipped():
+    d = descriptions(TRI_EMPTY_ROWS)
+    assert d[0].startswith("grid2d i->y j->x block 16x16 tile 4x4 smem"), d
+    src = POLICY.propose(TRI_EMPTY_ROWS, 0).source
+    assert "if ((i) < (n))  /* a row some iteration reads */" in src, src
+    assert "continue;  /* the tile lies outside the triangle */" in src
+    steep = descriptions(TRI_STEEP)
+    assert not any("smem" in x for x in steep), steep
+    assert steep[0].startswith("grid2d i->y j->x block 16x16 tile 2x2"), steep
+
+
 PORTABLE = {
     "matmul": (MATMUL, None),
     "matvec_row": (MATVEC_ROW, None),
@@ -1371,6 +1413,8 @@ PORTABLE = {
     "long_rows": (LONG_ROWS, None),
     "long_cols": (LONG_COLS, None),
     "col_post": (COL_POST, None),
+    "tri_empty_rows": (TRI_EMPTY_ROWS, None),
+    "tri_steep": (TRI_STEEP, None),
     "shift_up": (SHIFT_UP, None),
     "shift_down": (SHIFT_DOWN, None),
 }
@@ -1711,7 +1755,7 @@ def test_triangular_nest_maps_its_bounding_box():
     in the triangle.  block_per_row (each block walks its row's own range) stays in the plan."""
     plan = POLICY.plan(TRIANGULAR)
     assert [m.describe() for m in plan[:4]] == [
-        "grid2d i->y j->x block 16x16 tile 2x2; k sequential",  # no shared memory: a triangle
+        "grid2d i->y j->x block 16x16 tile 4x4 smem; k sequential",  # staged: rows checked
         "grid2d i->y j->x block 32x8; k sequential",
         "block_per_row i->block j->thread block 128; k sequential",
         "grid1d i->x block 256; j, k sequential",
@@ -1720,7 +1764,8 @@ def test_triangular_nest_maps_its_bounding_box():
     assert "const long long cp_trip_x = cp_q_hi - cp_q_lo + 1;  /* loop j */" in k
     assert "const int j = (int)(cp_q_lo + cp_tx);" in k
     assert "if (!(j >= (0) && j <= (i))) continue;  /* outside the triangle */" in k
-    tiled = kernel_text(POLICY.propose(TRIANGULAR, 0).source, "syrk_lower_k0_grid2d")
+    reg = next(m for m in plan if m.describe().startswith("grid2d i->y j->x block 16x16 tile 2x2;"))
+    tiled = kernel_text(POLICY.source(TRIANGULAR, reg), "syrk_lower_k0_grid2d")
     assert "auto cp_in = [&](long long cp_ty, long long cp_tx) -> bool {" in tiled
     assert tiled.count("&& cp_in(") == 4 + 3  # four corners; PRE, k loop and POST guarded
     src = POLICY.propose(TRIANGULAR, 2).source
@@ -2258,7 +2303,7 @@ def test_k_outside_j_is_interchanged_and_fused_into_a_2d_nest():
     assert POLICY.plan(MATMUL_KJ)[0].to_json()["nests"][0]["transforms"] == [
         "k, j interchanged", "2 j loops fused"]
     tri = descriptions(TRIANGULAR_KJ)
-    assert tri[0] == ("grid2d i->y j->x block 16x16 tile 2x2 (k, j interchanged, "
+    assert tri[0] == ("grid2d i->y j->x block 16x16 tile 4x4 smem (k, j interchanged, "
                       "2 j loops fused); k sequential")
 
 
@@ -2736,7 +2781,8 @@ def test_staged_tile_loads_operands_through_shared_memory():
     """The smem tile: A[i][k] (k and the y index) and B[k][j] (k and the x index) are
     loaded by the whole block, 16 values of k a step, along k for A (k is its last
     subscript) and along j for B, between two barriers; the updates read the cells in the
-    order of k.  A triangle gets no staged entry (its box can hold rows no iteration reads)."""
+    order of k.  A triangle is staged only when its bounds move by at most one a row
+    (test_triangles_are_staged_with_their_rows_checked_and_empty_tiles_skipped)."""
     plan = POLICY.plan(MATMUL)
     m = next(m for m in plan if m.describe().startswith("grid2d i->y j->x block 16x16 tile 2x2 smem"))
     src = POLICY.source(MATMUL, m)
@@ -2775,7 +2821,6 @@ def test_staged_tile_loads_operands_through_shared_memory():
     assert ks.count("if (cp_kn == 16) {") == 1
     edge = ks[ks.index("} else {", ks.index("if (cp_by + cp_tile_y")):]
     assert "if (cp_ty < cp_trip_y && cp_tx < cp_trip_x) {" in edge
-    assert not any(n.staged for m in POLICY.plan(TRIANGULAR) for n in m.nests)
     # six operands would pass the 48 KiB of static shared memory at the 4x4 tile: none staged
     many = problem("many", MATMUL.params, """
         void many(int ni, int nj, int nk, double alpha, double beta,

@@ -109,7 +109,8 @@ class Site:
         transforms: the rewrites of the root's body (``transform.perfect_nest``), in words.
         tileable: its grid2d option has the product shape that ``tiling.tile_parts``
             register-tiles.
-        stageable: tileable, rectangular, and with operands to stage in shared memory
+        stageable: tileable, with operands to stage in shared memory (a triangle's
+            tiles load the bounding box's rows and columns)
             (``tiling.staged_operands``).
         expansions: arrays privatised for this nest (``privatize.py``): the launcher
             allocates their copies around the launch and copies the last one back.
@@ -750,8 +751,8 @@ class _Scheduler:
                                              ((y, "y"), (x, "x")), seq, hl, site.interchanged)
                 parts = tile_parts(P, Q)
                 site.tileable = parts is not None
-                site.stageable = bool(parts is not None and rect
-                                      and staged_operands(parts, y, x))
+                site.stageable = bool(parts is not None and staged_operands(parts, y, x)
+                                      and (rect or self._stageable_triangle(P, Q)))
         if len(top_loops) == 1 and not any(has_loop([s]) for s in others) and not p_continue:
             Q = top_loops[0]
             q = Q.var or "?"
@@ -821,6 +822,18 @@ class _Scheduler:
         else:
             order += ["block_per_row", "grid1d"]
         return [replace(opts[k], transforms=site.transforms) for k in order if k in opts]
+
+    @staticmethod
+    def _stageable_triangle(P: For, Q: For) -> bool:
+        """A triangle whose bounds move by at most one a row (coefficients of ``P``'s index
+        in -1, 0, 1): the rows' ranges of ``Q`` then join without gaps, so every column of
+        the bounding box is read by some row and staging may load it; rows of ``P`` whose
+        range is empty are not loaded (``codegen``: the load checks the row)."""
+        for e in (Q.first, Q.bound):
+            f = affine(e) if e is not None else None
+            if f is None or abs(f.coeff(P.var or "")) > 1:
+                return False
+        return True
 
     def _trip_at_sizes(self, L: For) -> int | None:
         """``L``'s iteration count at the problem's sizes, or None when its bounds name

@@ -683,20 +683,32 @@ class _Gen:
         assert P_loop.first is not None and Q.first is not None and Q.bound is not None
         first = self.first_as_index(P_loop, printer, T) or printer.expr(P_loop.first)
         pf, pl = f"{P}p_first", f"{P}p_last"
-
-        def at(e: Expr, value: str) -> str:
-            q = DevicePrinter(self.an, {**printer.rename, P_loop.var or "": value})
-            return f"(long long)({q.expr(e)})"
-
-        less = " - 1" if Q.cmp == "<" else ""
-        f1, f2 = at(Q.first, pf), at(Q.first, pl)
-        l1, l2 = at(Q.bound, pf) + less, at(Q.bound, pl) + less
+        f1, f2 = self._q_end(P_loop, Q, Q.first, pf, printer), self._q_end(P_loop, Q, Q.first, pl, printer)
+        l1, l2 = self._q_end(P_loop, Q, Q.bound, pf, printer), self._q_end(P_loop, Q, Q.bound, pl, printer)
         return [
             f"const long long {pf} = (long long)({first});  /* loop {P_loop.var}: first value */",
             f"const long long {pl} = {pf} + ({self.trip(P_loop, printer)}) - 1;",
             f"const long long {P}q_lo = {f1} < {f2} ? {f1} : {f2};  /* loop {Q.var}: least */",
             f"const long long {P}q_hi = {l1} > {l2} ? {l1} : {l2};  /* loop {Q.var}: greatest */",
         ], f"{P}q_hi - {P}q_lo + 1"
+
+    def _q_end(self, P_loop: For, Q: For, e: Expr | None, value: str, printer: Printer) -> str:
+        """``Q``'s first value (``e`` is ``Q.first``) or last value (``e`` is ``Q.bound``: one
+        less for ``<``) at ``P_loop``'s index ``value``, as ``long long``."""
+        assert e is not None
+        q = DevicePrinter(self.an, {**getattr(printer, "rename", {}), P_loop.var or "": value})
+        less = " - 1" if e is Q.bound and Q.cmp == "<" else ""
+        return f"(long long)({q.expr(e)}){less}"
+
+    def tri_tile_empty(self, P_loop: For, Q: For, p0: str, p1: str, q0: str, q1: str,
+                       printer: Printer) -> str:
+        """C condition: the tile of ``P_loop``'s indices ``p0..p1`` and ``Q``'s ``q0..q1``
+        holds no point of the triangle (``Q`` from f(p) to g(p), both linear): every row's
+        range ends before ``q0`` (max of g at the ends) or starts after ``q1`` (min of f).
+        Conservative: a tile that passes may still be empty, never the reverse."""
+        g0, g1 = (self._q_end(P_loop, Q, Q.bound, v, printer) for v in (p0, p1))
+        f0, f1 = (self._q_end(P_loop, Q, Q.first, v, printer) for v in (p0, p1))
+        return (f"(({g0} < {q0} && {g1} < {q0}) || ({f0} > {q1} && {f1} > {q1}))")
 
     def tri_decl(self, Q: For, t: str) -> str:
         """``const int j = (int)(cp_q_lo + t);``: ``Q``'s index over the bounding span."""
@@ -982,7 +994,13 @@ class _Gen:
         k_loop: Callable[[str, bool], list[str]] = plain_k_loop
         shared: list[str] = []
         if staged:
-            k_loop, shared = self.staged_k_loop(parts, staged, nm, X, Y, each, acc)
+            # a triangle's row with no element is read by no iteration: not loaded
+            row_ok = (f"({dp.expr(Q.first)}) {Q.cmp} ({dp.expr(Q.bound)})"  # type: ignore[arg-type]
+                      if span else None)
+            k_loop, shared = self.staged_k_loop(
+                parts, staged, nm, X, Y, each, acc,
+                lambda L, t: self.box_decl(L, Q, span, t, dp),
+                lambda L: row_ok if L is P_loop else None)
 
         out = [IND + ln for ln in shared]
         out += [IND + ln for ln in (span[0] if span else [])]
@@ -1000,8 +1018,20 @@ class _Gen:
              f"{P}by += (long long)gridDim.y * {P}tile_y) {{"),
             (f"{i2}for (long long {P}bx = (long long)blockIdx.x * {P}tile_x; {P}bx < {P}trip_x; "
              f"{P}bx += (long long)gridDim.x * {P}tile_x) {{"),
-            f"{i3}{T} {P}acc[{TY}][{TX}];",
         ]
+        if span:  # a tile of the bounding box with no point of the triangle: nothing to do
+            pv = P_loop.var or ""
+            TP = P_loop.ctype or self.ctype(pv)
+            pfirst = self.first_as_index(P_loop, dp, TP) or dp.expr(P_loop.first)  # type: ignore[arg-type]
+            pb, qb = (f"{P}by", f"{P}bx") if Y is P_loop else (f"{P}bx", f"{P}by")
+            pt, qt = (f"{P}tile_y", f"{P}tile_x") if Y is P_loop else (f"{P}tile_x", f"{P}tile_y")
+            p0 = f"(long long)({pfirst}) + {pb}"
+            q0 = f"{P}q_lo + {qb}"
+            empty = self.tri_tile_empty(P_loop, Q, f"({p0})", f"({p0} + {pt} - 1)", f"({q0})",
+                                        f"({q0} + {qt} - 1)", dp)
+            out += [f"{i3}if {empty}",
+                    f"{i3}{IND}continue;  /* the tile lies outside the triangle */"]
+        out += [f"{i3}{T} {P}acc[{TY}][{TX}];"]
         out += self.private_decls(Q.body, {P_loop.var or "", Q.var or ""}, i3)
         pre = []
         for s in parts.pre:
@@ -1025,12 +1055,17 @@ class _Gen:
 
     def staged_k_loop(self, parts: TileParts, staged: list[tuple[Index, str]], nm: NestMapping,
                       X: For, Y: For, each: Callable[[str, bool, list[str]], list[str]],
-                      acc: str) -> tuple[Callable[[str, bool], list[str]], list[str]]:
+                      acc: str, decl: Callable[[For, str], str],
+                      loadable: Callable[[For], str | None]
+                      ) -> tuple[Callable[[str, bool], list[str]], list[str]]:
         """The k loop of a tile whose operands go through shared memory (``tiling.py``):
         STAGE_K values of k at a time, the block loads each staged operand's slice (threads
         on consecutive addresses: along k when k is in the last subscript, else along the
         output index), a barrier, the tile's updates from shared memory in the order of k,
-        a barrier.  Returns (the k-loop writer, the ``__shared__`` declarations)."""
+        a barrier.  ``decl(L, t)`` declares an output loop's index at offset ``t`` of the
+        tile's box (over the bounding span for a triangle's inner loop); ``loadable(L)`` is
+        a C condition an index of ``L`` must meet to be loaded (a triangle's row with
+        elements), or None.  Returns (the k-loop writer, the ``__shared__`` declarations)."""
         P, K, BK = self.P, parts.loop, STAGE_K
         dp = self.dp()
         TY, TX = nm.tile
@@ -1074,10 +1109,15 @@ class _Gen:
                         f"{ind}{IND}const int {P}a = {a}, {P}b = {b};  /* output index, k in the step */",
                         f"{ind}{IND}const long long {t_out} = {base} + {P}a, {P}tk = {P}k0 + {P}b;",
                         f"{ind}{IND}if ({t_out} < {trip_out} && {P}tk < {P}trip_k) {{",
-                        f"{ind}{IND * 2}" + self.var_decl(L, t_out, dp),
-                        f"{ind}{IND * 2}" + self.var_decl(K, f"{P}tk", dp),
-                        f"{ind}{IND * 2}{cell} = {dp.expr(held)};",
-                        f"{ind}{IND}}}",
+                        f"{ind}{IND * 2}" + decl(L, t_out),
+                        f"{ind}{IND * 2}" + self.var_decl(K, f"{P}tk", dp)]
+                ok = loadable(L)
+                if ok:
+                    out += [f"{ind}{IND * 2}if ({ok})  /* a row some iteration reads */",
+                            f"{ind}{IND * 3}{cell} = {dp.expr(held)};"]
+                else:
+                    out.append(f"{ind}{IND * 2}{cell} = {dp.expr(held)};")
+                out += [f"{ind}{IND}}}",
                         f"{ind}}}"]
             return out
 
