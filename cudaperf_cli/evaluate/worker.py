@@ -537,6 +537,8 @@ class Worker:
         #: judge-clock ms of an empty request to the candidate's process (the fastest of 5,
         #: at most PING_CAP_MS)
         self.ping_ms: float | None = None
+        #: call + synchronize phases measured again after the judge's clock disagreed
+        self.second_looks = 0
 
     # -- entry -------------------------------------------------------------------------
 
@@ -734,7 +736,7 @@ class Worker:
         if not isinstance(self.backend, RemoteDevice):
             return {}
         return {"processes": {"judge": os.getpid(), "candidate": dict(self.backend.process),
-                              "ping_ms": self.ping_ms}}
+                              "ping_ms": self.ping_ms, "second_looks": self.second_looks}}
 
     # -- data --------------------------------------------------------------------------
 
@@ -1684,17 +1686,38 @@ class Worker:
                     sync_samples.append(reuse.sync_ms)
                     want = 1
                 sync_set: int | None = None
-                while len(sync_samples) < want:
-                    sync_set = rot.next()[0]
-                    b.run_ops(prepare(sync_set))
-                    self._sync(where)
-                    rec = b.sync_call([], args)
-                    if rec.judge_ms is not None:
-                        judge_samples.append(rec.judge_ms)
-                    self.cand_calls += 1
-                    self._check_record(rec, where)
-                    sync_samples.append((rec.ms or [0.0])[0])
-                    want = min(want, fit_reps(ts.max_total_ms, sync_samples[0], ts.sync_reps))
+
+                def sync_calls(count: int) -> int:
+                    """``count`` call + synchronize requests (fewer when they fill
+                    max_total_ms), their figures appended; the last input set used."""
+                    k = 0
+                    while len(sync_samples) < count:
+                        k = rot.next()[0]
+                        b.run_ops(prepare(k))
+                        self._sync(where)
+                        rec = b.sync_call([], args)
+                        if rec.judge_ms is not None:
+                            judge_samples.append(rec.judge_ms)
+                        self.cand_calls += 1
+                        self._check_record(rec, where)
+                        sync_samples.append((rec.ms or [0.0])[0])
+                        count = min(count, fit_reps(ts.max_total_ms, sync_samples[0], ts.sync_reps))
+                    return k
+
+                if len(sync_samples) < want:
+                    sync_set = sync_calls(want)
+                if (sync_set is not None and gpu_stats is not None and judge_samples
+                        and self.ping_ms is not None
+                        and judge_clock(gpu_stats.median_ms, float(np.median(sync_samples)),
+                                        float(np.median(judge_samples)), self.ping_ms)):
+                    # a busy host can slow the judge's side alone (seen on a 2-core CI
+                    # machine): a second look, with fresh pings (still capped) and fresh
+                    # calls, decides; figures that were forged stay far below it
+                    self.second_looks += 1
+                    self.ping_ms = min(min(b.ping() for _ in range(5)), PING_CAP_MS)
+                    sync_samples.clear()
+                    judge_samples.clear()
+                    sync_set = sync_calls(max(want, 3))
                 sync_stats = summarize(sync_samples)
                 if sync_set is not None:
                     # the judge times these calls on its own clock: their work is checked too
@@ -1721,24 +1744,39 @@ class Worker:
                     want = 1
                 e2e_ran = False
                 last = 0
-                while len(e2e_samples) < want:
-                    e2e_ran = True
-                    last = rot.next()[0]
-                    rec = b.e2e_call([self._poison_op(dev[n], dtypes[n]) for n in writes
-                                      if roles[n] == WRITE_ONLY],
-                                     [(dev[n].ptr, inputs[last][n]) for n in reads],
-                                     [(dev[n].ptr, cand[n]) for n in writes], args)
-                    if rec.judge_ms is not None and warm is not None:  # not the warm-up
-                        judge_e2e.append(rec.judge_ms)
-                    self.cand_calls += 1
-                    self._check_record(rec, where)
-                    dt = (rec.ms or [0.0])[0]
-                    if warm is None:  # the first one is a warm-up, unless it fills the budget
-                        warm = dt
-                        want = fit_reps(ts.max_total_ms, dt, ts.e2e_reps)
-                        if dt < ts.max_total_ms:
-                            continue
-                    e2e_samples.append(dt)
+
+                def e2e_runs(count: int) -> None:
+                    nonlocal e2e_ran, last, warm
+                    while len(e2e_samples) < count:
+                        e2e_ran = True
+                        last = rot.next()[0]
+                        rec = b.e2e_call([self._poison_op(dev[n], dtypes[n]) for n in writes
+                                          if roles[n] == WRITE_ONLY],
+                                         [(dev[n].ptr, inputs[last][n]) for n in reads],
+                                         [(dev[n].ptr, cand[n]) for n in writes], args)
+                        if rec.judge_ms is not None and warm is not None:  # not the warm-up
+                            judge_e2e.append(rec.judge_ms)
+                        self.cand_calls += 1
+                        self._check_record(rec, where)
+                        dt = (rec.ms or [0.0])[0]
+                        if warm is None:  # the first one is a warm-up, unless it fills the budget
+                            warm = dt
+                            count = fit_reps(ts.max_total_ms, dt, ts.e2e_reps)
+                            if dt < ts.max_total_ms:
+                                continue
+                        e2e_samples.append(dt)
+
+                e2e_runs(want)
+                if (judge_e2e and e2e_samples and self.ping_ms is not None
+                        and judge_clock(float(np.median(e2e_samples)), float(np.median(e2e_samples)),
+                                        float(np.median(judge_e2e)), self.ping_ms,
+                                        what="end-to-end run")):
+                    # as for call + synchronize: a second look decides
+                    self.second_looks += 1
+                    self.ping_ms = min(min(b.ping() for _ in range(5)), PING_CAP_MS)
+                    e2e_samples.clear()
+                    judge_e2e.clear()
+                    e2e_runs(max(want, 3))
                 e2e_stats = summarize(e2e_samples)
                 bytes_in = sum(inputs[0][n].nbytes for n in reads)
                 bytes_out = sum(cand[n].nbytes for n in writes)
