@@ -1353,6 +1353,69 @@ def test_triangles_are_staged_with_their_rows_checked_and_empty_tiles_skipped():
     assert steep[0].startswith("grid2d i->y j->x block 16x16 tile 2x2"), steep
 
 
+def test_narrow_accumulators_indices_and_too_many_sums_keep_simple_mappings():
+    """An attack pass on block_reduce/col_reduce (thirteenth session): a 16-bit column sum was
+    split over blocks with a 64-bit atomicAdd on its 2-byte elements (wrong numbers next to
+    them); 13 column sums passed the 48 KiB of shared memory; a short index strided by a
+    block wrapped past 32767 and never ended.  Now: no group sum for 8/16-bit accumulators,
+    at most MAX_COL_SUMS sums a col_reduce, no striding of an index narrower than int."""
+    short_cols = problem(
+        "short_cols", [size("n"), size("m"), arr("M", ("n", "m"), "short", const=True),
+                       arr("c", ("m",), "short")],
+        """
+        void short_cols(int n, int m, const short M[n][m], short c[m])
+        {
+            for (int j = 0; j < m; j++)
+                for (int i = 0; i < n; i++)
+                    c[j] += M[i][j];
+        }
+        """, {"n": 600, "m": 45})
+    assert not any("reduce" in x or "atomicAdd" in x for x in descriptions(short_cols))
+    sums = "\n".join(f"                y{k}[j] += A[i][j] * {k + 1}.0;" for k in range(13))
+    many = problem(
+        "many_cols", [size("n"), size("m"), arr("A", ("n", "m"), const=True)]
+        + [arr(f"y{k}", ("m",)) for k in range(13)],
+        "void many_cols(int n, int m, const double A[n][m], "
+        + ", ".join(f"double y{k}[m]" for k in range(13)) + ")\n{\n"
+        "    for (int i = 0; i < n; i++)\n        for (int j = 0; j < m; j++) {\n"
+        + sums + "\n        }\n}\n", {"n": 600, "m": 45})
+    d = descriptions(many)
+    assert not any("col_reduce" in x for x in d) and any("warp_reduce" in x for x in d), d
+    short_index = problem(
+        "short_index", [size("n"), size("m"), arr("A", ("n", "m"), const=True),
+                        arr("y", ("m",))],
+        """
+        void short_index(int n, int m, const double A[n][m], double y[m])
+        {
+            for (int j = 0; j < m; j++)
+                for (short i = 0; i < n; i++)
+                    y[j] += A[i][j];
+        }
+        """, {"n": 32767, "m": 2})
+    d = descriptions(short_index)
+    assert d and not any("reduce" in x for x in d), d
+
+
+def test_a_size_assigned_in_the_function_is_refused():
+    """C fixes a VLA's extents at the call; the generated code indexes A[i * m + j] with m
+    as it is then (found by the same attack pass)."""
+    changed = problem(
+        "size_changed", [size("n"), size("m"), arr("A", ("n", "m"), const=True),
+                         arr("y", ("n",))],
+        """
+        void size_changed(int n, int m, const double A[n][m], double y[n])
+        {
+            m = m - 1;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < m; j++)
+                    y[i] += A[i][j];
+        }
+        """, {"n": 4, "m": 6})
+    with pytest.raises(PolicyRefusal, match="'m' is assigned in 'size_changed' and is in the "
+                                            r"extents of 'A' \(A\[n\]\[m\]\)"):
+        POLICY.plan(changed)
+
+
 PORTABLE = {
     "matmul": (MATMUL, None),
     "matvec_row": (MATVEC_ROW, None),

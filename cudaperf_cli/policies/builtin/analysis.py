@@ -325,11 +325,23 @@ SHUFFLE_TYPES = (
 )  # fmt: skip
 
 
+#: Index types narrower than int: a stride of a block or a grid can step such an index
+#: past its largest value, where it wraps and the loop never ends (``short i < 32767``).
+_NARROW_INDEX = ("short", "short int", "unsigned short", "unsigned short int", "char",
+                 "signed char", "unsigned char", "int8_t", "uint8_t", "int16_t", "uint16_t")
+
+#: Most sums a col_reduce adds at once: each takes a shared buffer of the block's size
+#: (at 32x16 doubles, 4 KiB), under the 48 KiB of static shared memory.
+MAX_COL_SUMS = 8
+
+
 def strideable(dep: Dependence, loop: For) -> bool:
     """Threads may start ``loop`` at ``first +- threadIdx.x`` and step by the block: it
     counts up, or its index is signed (an unsigned index counting down would wrap past 0
-    instead of ending the loop)."""
+    instead of ending the loop), and its index is at least as wide as an int."""
     T = normalize_ctype(loop.ctype or dep.fn.ctype_of(loop.var or "") or "")
+    if T in _NARROW_INDEX:
+        return False
     if loop.step > 0:
         # a signed index against an unsigned bound: C compares as unsigned (``-1 < m`` is
         # false: no iteration), the threads' own starts (``first + threadIdx.x``) would not
@@ -769,7 +781,8 @@ class _Scheduler:
                     # one sum, or several independent ones (gesummv's tmp[i] and y[i]): each
                     # lane keeps a partial sum of each, the warp adds each with shuffles
                     reds = self.dep.sums(Q)
-                    if reds and not any(self.reassociates(r) for r in reds):
+                    if (reds and not any(self.reassociates(r) for r in reds)
+                            and all(normalize_ctype(r.ctype) in SHUFFLE_TYPES for r in reds)):
                         acc = ", ".join(r.acc_text for r in reds)
                         opts["warp_reduce"] = NestMapping(
                             site.id, "warp_reduce", BLOCKS["warp_reduce"][0],
@@ -781,13 +794,15 @@ class _Scheduler:
                             site.id, "block_reduce", BLOCKS["block_reduce"][0],
                             ((p, "block"), (q, "thread")), seq, hl, site.interchanged,
                             acc, sums=len(reds))
-                        if all(arrays_written([s]) and not scalars_written([s]) for s in pre):
+                        if (all(arrays_written([s]) and not scalars_written([s]) for s in pre)
+                                and len(reds) <= MAX_COL_SUMS):
                             # (statements before the sum: array writes only, by each column's
                             # first thread) split over blocks too when the sum is all the
                             # body does
                             post = body[idx + 1:]
                             split = (not pre and not post
-                                     and all(isinstance(r.acc, Index) for r in reds))
+                                     and all(isinstance(r.acc, Index) and self.dep.atomic_ok(r)
+                                             for r in reds))
                             opts["col_reduce"] = NestMapping(
                                 site.id, "col_reduce", BLOCKS["col_reduce"][0],
                                 ((p, "x"), (q, "y")), seq, hl, site.interchanged,
@@ -1025,6 +1040,16 @@ def _check_supported(fn: Function) -> None:
         elif isinstance(s, If) and all(isinstance(x, Jump) and x.kind == "return"
                                        for x in s.then + s.orelse):
             allowed |= {id(x) for x in s.then + s.orelse}
+    # C fixes a variably modified array's extents when the function is entered; the CUDA
+    # indexes flat arrays with the size parameters as they are at each access
+    assigned = scalars_written(fn.body)
+    for a in fn.arrays.values():
+        for e in a.extents:
+            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", e)) & assigned):
+                raise PolicyRefusal(
+                    f"'{name}' is assigned in '{fn.name}' and is in the extents of '{a.name}' "
+                    f"({a.name}[{']['.join(a.extents)}]): C keeps the extents of the call, the "
+                    "generated indices would use the new value")
     for s in walk(fn.body):
         if isinstance(s, Jump) and s.kind == "return" and id(s) not in allowed:
             raise PolicyRefusal(

@@ -1477,9 +1477,16 @@ class _Gen:
 
     @staticmethod
     def atomic_add(T: str, var: str, val: str) -> str:
+        """``atomicAdd`` of ``val`` to ``var`` of C type ``T`` (the analysis offers atomics only
+        for ``Dependence.atomic_ok`` types: 8- and 16-bit ones have no atomicAdd).
+
+        Raises:
+            AssertionError: ``T`` is narrower than 32 bits."""
         if T in ("float", "double", "int", "unsigned int", "unsigned", "int32_t", "uint32_t",
                  "signed int", "unsigned long long"):
             return f"atomicAdd(&{var}, {val})"
+        assert T not in ("short", "short int", "unsigned short", "char", "signed char",
+                         "unsigned char", "_Bool", "bool"), T
         # 64-bit integers: two's complement addition through the unsigned overload
         return f"atomicAdd((unsigned long long *)&{var}, (unsigned long long){val})"
 
