@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from cudaperf_cli.core import ArrayParam, ScalarParam, normalize_ctype
 from cudaperf_cli.policies.base import PolicyRefusal
@@ -1261,22 +1262,29 @@ class _Gen:
         out.append(IND + "}")
         return out
 
-    def body_warp_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+    def _sums(self, site: Site) -> _Sums:
+        """The parts of a site whose loop P holds one sum loop R (warp_reduce, block_reduce,
+        col_reduce): one partial sum per accumulator (``cp_part``; ``cp_part0``,
+        ``cp_part1``... for several) and writers with and without R's updates rewritten
+        onto them."""
         Pl = site.root
         body = Pl.body
         R = next(s for s in body if isinstance(s, For))
         reds = self.an.dep.sums(R)
         assert reds
         k = body.index(R)
-        pre, post = body[:k], body[k + 1 :]
         P = self.P
-        # one partial sum per accumulator (cp_part; cp_part0, cp_part1... for several)
         parts = [f"{P}part"] if len(reds) == 1 else [f"{P}part{n}" for n in range(len(reds))]
         dp = self.dp()
         subst = {id(u): red.rewrite(u, part) for red, part in zip(reds, parts)
                  for u in red.updates}
-        w = StmtWriter(dp, subst)
-        plain = StmtWriter(dp)
+        return _Sums(Pl, R, reds, body[:k], body[k + 1:], parts, dp, StmtWriter(dp, subst),
+                     StmtWriter(dp))
+
+    def body_warp_reduce(self, site: Site, nm: NestMapping) -> list[str]:
+        Pl, R, reds, pre, post, parts, dp, w, plain = self._sums(site)
+        body = Pl.body
+        P = self.P
         i2, i3 = IND * 2, IND * 3
         out = [
             f"{IND}const int {P}lane = threadIdx.x & 31;",
@@ -1327,21 +1335,10 @@ class _Gen:
         their accumulators in source order and runs the rest of P's body, as warp_reduce's
         lane 0 does.  Every thread of a block runs the same iterations of the tile loop,
         so the barriers are reached by all."""
-        Pl = site.root
+        Pl, R, reds, pre, post, parts, dp, w, plain = self._sums(site)
         body = Pl.body
-        R = next(s for s in body if isinstance(s, For))
-        reds = self.an.dep.sums(R)
-        assert reds
-        k = body.index(R)
-        pre, post = body[:k], body[k + 1 :]
         P = self.P
-        parts = [f"{P}part"] if len(reds) == 1 else [f"{P}part{n}" for n in range(len(reds))]
         bufs = [f"{P}red"] if len(reds) == 1 else [f"{P}red{n}" for n in range(len(reds))]
-        dp = self.dp()
-        subst = {id(u): red.rewrite(u, part) for red, part in zip(reds, parts)
-                 for u in red.updates}
-        w = StmtWriter(dp, subst)
-        plain = StmtWriter(dp)
         i2, i3, i4 = IND * 2, IND * 3, IND * 4
         col = nm.kind == "col_reduce"
         if col:
@@ -1767,6 +1764,20 @@ class _Gen:
                 continue
             out.append(line)
         return out
+
+
+class _Sums(NamedTuple):
+    """What :meth:`_Gen._sums` returns."""
+
+    loop: For
+    sum_loop: For
+    reds: list[Reduction]
+    pre: list[Stmt]
+    post: list[Stmt]
+    parts: list[str]
+    dp: DevicePrinter
+    writer: StmtWriter
+    plain: StmtWriter
 
 
 def _scratch_alloc(name: str, T: str, n: str, err: str, ind: str, fill: str | None = None
