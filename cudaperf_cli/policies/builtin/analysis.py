@@ -1041,10 +1041,11 @@ def _check_supported(fn: Function) -> None:
                                        for x in s.then + s.orelse):
             allowed |= {id(x) for x in s.then + s.orelse}
     # C fixes a variably modified array's extents when the function is entered; the CUDA
-    # indexes flat arrays with the size parameters as they are at each access
+    # indexes flat arrays with the size parameters as they are at each access.  The first
+    # extent is in no stride (copies sized from it are refused where they are made)
     assigned = scalars_written(fn.body)
     for a in fn.arrays.values():
-        for e in a.extents:
+        for e in a.extents[1:]:
             for name in sorted(set(re.findall(r"[A-Za-z_]\w*", e)) & assigned):
                 raise PolicyRefusal(
                     f"'{name}' is assigned in '{fn.name}' and is in the extents of '{a.name}' "
