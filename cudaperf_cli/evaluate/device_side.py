@@ -269,15 +269,12 @@ class DeviceOps:
                 rec.rc = rc
                 break
             timers[i].wait_stop()
-            t1 = time.perf_counter()
-            code = b.synchronize()
-            tails.append((time.perf_counter() - t1) * 1e3)
-            if code != 0:
-                rec.sync = code
-                break
-            t2 = time.perf_counter()
-            code = b.synchronize()
-            floors.append((time.perf_counter() - t2) * 1e3)
+            for into in (tails, floors):  # the tail, then the same wait on the idle device
+                t0 = time.perf_counter()
+                code = b.synchronize()
+                into.append((time.perf_counter() - t0) * 1e3)
+                if code != 0:
+                    break
             if code != 0:
                 rec.sync = code
                 break
