@@ -812,13 +812,14 @@ class _Scheduler:
                                      hl, site.interchanged)
         order = ["grid2d"]
         trip = self._trip_at_sizes(P)
+        # block_reduce and col_reduce only for sums known to be long at the problem's sizes
+        # (a sparse row's length is not)
+        long_sum = "warp_reduce" in opts and (self._trip_at_sizes(top_loops[0]) or 0) >= LONG_ROW
         if "warp_reduce" in opts and self._row_reduction(opts, P):
             # rows: a warp per row, or a block per row when there are too few rows for the
             # warps to fill the device (and no column sum is coalesced)
             opts.pop("col_reduce", None)
-            # (a block per row only for rows known to be long: a sparse row's length is not)
-            R = next(s for s in body if isinstance(s, For))
-            if (self._trip_at_sizes(R) or 0) < LONG_ROW:
+            if not long_sum:
                 opts.pop("block_reduce", None)
             few = trip is not None and trip < FEW_ROWS
             order += (["block_reduce", "warp_reduce"] if few else ["warp_reduce", "block_reduce"])
@@ -827,8 +828,7 @@ class _Scheduler:
             # sums down columns: a thread per column keeps the C code's order, but too few
             # columns leave most of the device idle; then the column's sum is split
             opts.pop("block_reduce", None)
-            R = next(s for s in body if isinstance(s, For))
-            if (self._trip_at_sizes(R) or 0) < LONG_ROW:
+            if not long_sum:
                 opts.pop("col_reduce", None)
             few = trip is not None and trip < FEW_COLUMNS
             order += (["col_reduce", "block_per_row", "grid1d"] if few

@@ -65,7 +65,7 @@ from cudaperf_cli.policies.builtin.ir import (
     scalars_written,
     walk,
 )
-from cudaperf_cli.policies.builtin.mapping import Mapping, NestMapping, block_text
+from cudaperf_cli.policies.builtin.mapping import SPLIT_SUMS, Mapping, NestMapping, block_text
 from cudaperf_cli.policies.builtin.tiling import STAGE_K, TileParts, staged_operands, tile_parts
 
 IND = "    "
@@ -693,16 +693,17 @@ class _Gen:
             f"const long long {P}q_hi = {l1} > {l2} ? {l1} : {l2};  /* loop {Q.var}: greatest */",
         ], f"{P}q_hi - {P}q_lo + 1"
 
-    def _q_end(self, P_loop: For, Q: For, e: Expr | None, value: str, printer: Printer) -> str:
+    def _q_end(self, P_loop: For, Q: For, e: Expr | None, value: str,
+               printer: DevicePrinter) -> str:
         """``Q``'s first value (``e`` is ``Q.first``) or last value (``e`` is ``Q.bound``: one
         less for ``<``) at ``P_loop``'s index ``value``, as ``long long``."""
         assert e is not None
-        q = DevicePrinter(self.an, {**getattr(printer, "rename", {}), P_loop.var or "": value})
+        q = DevicePrinter(self.an, {**printer.rename, P_loop.var or "": value})
         less = " - 1" if e is Q.bound and Q.cmp == "<" else ""
         return f"(long long)({q.expr(e)}){less}"
 
     def tri_tile_empty(self, P_loop: For, Q: For, p0: str, p1: str, q0: str, q1: str,
-                       printer: Printer) -> str:
+                       printer: DevicePrinter) -> str:
         """C condition: the tile of ``P_loop``'s indices ``p0..p1`` and ``Q``'s ``q0..q1``
         holds no point of the triangle (``Q`` from f(p) to g(p), both linear): every row's
         range ends before ``q0`` (max of g at the ends) or starts after ``q1`` (min of f).
@@ -831,7 +832,7 @@ class _Gen:
             lines.append(f" *   and columns threadIdx.x + c * blockDim.x (c < {tx}) of the "
                          "block's tile; the k loop's update")
             lines.append(" *   accumulates in registers, in the order of k (tiling.py)")
-        if site.interchanged and nm.kind in ("warp_reduce", "block_reduce", "col_reduce"):
+        if site.interchanged and nm.kind in SPLIT_SUMS:
             o, i = site.interchanged
             lines.append(f" *   loops {o} and {i} are interchanged ({i} outer, parallel); each "
                          f"element's sum over {o}")
@@ -1412,17 +1413,17 @@ class _Gen:
             out.append(i2 + "}")
         out.append(f"{i2}if ({leader}) {{")
         # the group's sums reach their accumulators in source order, then the rest runs
-        combine = plain.stmts([red.combine(part) for red, part in zip(reds, parts)], i4)
+        combine = [red.combine(part) for red, part in zip(reds, parts)]
         if nm.split:
             out.append(f"{i3}if (gridDim.y == 1) {{  /* the whole sum is this block's */")
-            out += combine
+            out += plain.stmts(combine, i4)
             out.append(f"{i3}}} else {{  /* one share of it per y block */")
             for red, part in zip(reds, parts):
                 val = f"-{part}" if red.form == "-=" else part
                 out.append(f"{i4}{self.atomic_add(red.ctype, dp.expr(red.acc), val)};")
             out.append(i3 + "}")
         else:
-            out += [ln[len(IND):] for ln in combine]
+            out += plain.stmts(combine, i3)
         out += plain.stmts(post, i3)
         out.append(i2 + "}")
         out.append(f"{i2}__syncthreads();  /* the buffers are reused by the next iteration */")

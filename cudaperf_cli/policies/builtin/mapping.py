@@ -17,6 +17,10 @@ BLOCKS: dict[str, tuple[tuple[int, ...], ...]] = {
     "col_reduce": ((32, 8), (16, 16), (32, 16)),
 }
 
+#: Kinds that split one sum between the threads of a warp or a block (its floating-point
+#: result is then rounded in another order than the C code's).
+SPLIT_SUMS = ("warp_reduce", "block_reduce", "col_reduce")
+
 #: Preference between kinds when several apply (best first).
 KIND_ORDER = ("grid2d", "warp_reduce", "block_reduce", "col_reduce", "block_per_row", "grid1d",
               "grid_reduce")
@@ -191,4 +195,4 @@ class Mapping:
 
 
 __all__ = ["BLOCKS", "FEW_COLUMNS", "FEW_ROWS", "KIND_ORDER", "LONG_ROW", "Mapping", "NestMapping",
-           "block_text"]
+           "SPLIT_SUMS", "block_text"]

@@ -18,6 +18,7 @@ from cudaperf_cli.policies.builtin.ir import For, Printer
 from cudaperf_cli.policies.builtin.mapping import (
     BLOCKS,
     KIND_ORDER,
+    SPLIT_SUMS,
     Mapping,
     NestMapping,
 )
@@ -119,9 +120,7 @@ _GROUP_SUMS = ("block_reduce", "col_reduce")
 
 def _varied_kinds(m: Mapping) -> list[str]:
     """The kinds of ``m``'s deepest nests (loops mapped plus loops sequential in a thread),
-    in program order; ``m.kind`` when ``m`` has no nest."""
-    if not m.nests:
-        return [m.kind] if m.kind in BLOCKS else list(BLOCKS)[:1]
+    in program order (``m`` has a nest: a function without sites has no variants)."""
     depth = max(len(n.roles) + len(n.sequential) for n in m.nests)
     out: list[str] = []
     for n in m.nests:
@@ -140,7 +139,7 @@ def _splits_a_float_sum(an: Analysis, m: Mapping) -> bool:
         if n.kind == "grid_reduce" and site.reduction is not None:
             if normalize_ctype(site.reduction.ctype) in FLOAT_TYPES:
                 return True
-        elif n.kind in ("warp_reduce", "block_reduce", "col_reduce"):
+        elif n.kind in SPLIT_SUMS:
             return True  # its accumulator's type is checked by the source-order analysis
     return False
 
