@@ -404,3 +404,22 @@ def test_huge_feature_values_do_not_overflow():
     fb = -fa
     r = M.PairwiseRanker().fit(np.vstack([fa, fb]), np.vstack([fb, fa]), np.array([1, 1, 1, 1, 0, 0, 0, 0]))
     np.testing.assert_allclose(r.predict_proba(fa[:1], fb[:1]), [0.5])  # an infinite difference is no evidence
+
+
+def test_split_by_family_keeps_each_family_on_one_side():
+    """Pairs of cudaperf data measure carry family and problem_kind: --split-by family never
+    puts a family (of one kind) on both sides, in the split and in cross-validation folds."""
+    pairs = [{"problem": f"c/f{i % 5}_{i % 11:05d}.c", "family": f"f{i % 5}", "problem_kind": "c"}
+             for i in range(110)]
+    pairs += [{"problem": f"torch/f0_{i:05d}.py", "family": "f0", "problem_kind": "torch"} for i in range(10)]
+    assert P.group_of(pairs[0], "family") == "c/f0" and P.group_of(pairs[-1], "family") == "torch/f0"
+    tr, te, trg, teg = P.split_by_problem(pairs, test_fraction=0.3, seed=1, by="family")
+    assert set(trg).isdisjoint(teg) and teg
+    assert {P.group_of(pairs[i], "family") for i in te} == set(teg)
+    assert {P.group_of(pairs[i], "family") for i in tr} == set(trg)
+    folds = P.problem_folds(pairs, 3, seed=0, by="family")
+    assert sorted(g for f in folds for g in f) == sorted({P.group_of(p, "family") for p in pairs})
+    with pytest.raises(CudaperfError, match="family"):
+        P.group_of({"problem": "x"}, "family")
+    with pytest.raises(CudaperfError, match="--split-by"):
+        P.group_of(pairs[0], "size")

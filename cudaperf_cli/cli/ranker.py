@@ -23,7 +23,7 @@ from cudaperf_cli.cli.common import fail
 from cudaperf_cli.core import CudaperfError, check_checkpoint_folder
 
 data_app = typer.Typer(
-    name="data", help="Build training data from measured candidates (cudaperf data pairs).",
+    name="data", help="Training data: generate and check a dataset of problems, measure it, build the ranker's pairs (cudaperf data generate|check|measure|pairs).",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
 train_app = typer.Typer(
@@ -134,6 +134,12 @@ def train_ranker(
         None, "--cv", min=2, help="Also cross-validate by problem with this many folds: every pair predicted "
         "once by a ranker trained without its problem (K more trainings; the checkpoint is still the --seed "
         "split's model)."),
+    split_by: str = typer.Option(
+        "problem", "--split-by", help="What the held-out split and the --cv folds keep apart: problem, or family "
+        "(pairs of cudaperf data measure: no problem family on both sides)."),
+    eval_on: List[Path] = typer.Option(
+        [], "--eval-on", metavar="PAIRS", help="features only: also report the trained ranker's accuracy on "
+        "these pairs files (a held-out set it never saw, e.g. an older measurement); repeatable."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty checkpoint folder."),
     json_out: bool = typer.Option(False, "--json", help="Print the held-out metrics as one JSON document (no bar)."),
 ) -> None:
@@ -145,6 +151,10 @@ def train_ranker(
     try:
         if kind not in ("features", "lm"):
             raise CudaperfError(f"unknown --kind '{kind}'", hint="--kind features or --kind lm")
+        if eval_on and kind != "features":
+            raise CudaperfError("--eval-on: only for --kind features")
+        if split_by not in ("problem", "family"):
+            raise CudaperfError(f"--split-by must be problem or family, not '{split_by}'")
         if kind == "features":
             given = [flag for flag, value in lm_flags.items() if value is not None]
             if given:
@@ -155,7 +165,7 @@ def train_ranker(
         from cudaperf_cli.ranker import train as T
 
         if kind == "lm":
-            result, meta = _train_lm(data, output, test_fraction=test_fraction, seed=seed, json_out=json_out, cv=cv, model=model,
+            result, meta = _train_lm(data, output, test_fraction=test_fraction, seed=seed, json_out=json_out, cv=cv, split_by=split_by, model=model,
                                      epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
                                      max_length=max_length, margin=margin, correctness_margin=correctness_margin,
                                      lora=lora)
@@ -169,12 +179,16 @@ def train_ranker(
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           console=console, transient=True, disable=json_out) as progress:
                 task = progress.add_task("features", total=len(pairs))
-                result = T.train(pairs, test_fraction=test_fraction, seed=seed,
+                result = T.train(pairs, test_fraction=test_fraction, seed=seed, split_by=split_by,
                                  advance=lambda n: progress.advance(task, n))
             if cv is not None:
                 result.metrics["cv"] = T.cross_validate(
-                    pairs, cv, seed, lambda fold: T.train(pairs, seed=seed, test_problems=fold))
-            meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs))
+                    pairs, cv, seed, lambda fold: T.train(pairs, seed=seed, test_problems=fold, split_by=split_by),
+                    split_by=split_by)
+            for path in eval_on:
+                result.metrics.setdefault("eval_on", {})[str(path)] = T.evaluate_on(result.ranker, P.read_pairs(path))
+            meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs),
+                              split_by=split_by)
             M.save(result.ranker, output, meta)
     except CudaperfError as err:
         fail(err)
@@ -194,7 +208,7 @@ def train_ranker(
 
 
 def _train_lm(data: Path, output: Path, *, test_fraction: float, seed: int, json_out: bool, cv: int | None,
-              **flags):  # noqa: ANN003
+              split_by: str = "problem", **flags):  # noqa: ANN003
     """``train ranker --kind lm``: read and check the pairs, train (:func:`lm.train`), save.
     Returns ``(result, metadata)``."""
     from cudaperf_cli.ranker import lm
@@ -206,12 +220,13 @@ def _train_lm(data: Path, output: Path, *, test_fraction: float, seed: int, json
     pairs = P.read_pairs(data)
     T.check_enough(pairs)
     if cv is not None:
-        P.problem_folds(pairs, cv, seed)  # a bad --cv fails before any training
-    result = lm.train(pairs, options, test_fraction=test_fraction, seed=seed)
+        P.problem_folds(pairs, cv, seed, by=split_by)  # a bad --cv fails before any training
+    result = lm.train(pairs, options, test_fraction=test_fraction, seed=seed, split_by=split_by)
     if cv is not None:
         result.metrics["cv"] = T.cross_validate(
-            pairs, cv, seed, lambda fold: lm.train(pairs, options, seed=seed, test_problems=fold))
-    meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs))
+            pairs, cv, seed, lambda fold: lm.train(pairs, options, seed=seed, test_problems=fold, split_by=split_by),
+            split_by=split_by)
+    meta = T.metadata(result, data, test_fraction=test_fraction, seed=seed, pairs=len(pairs), split_by=split_by)
     lm.save(result, output, meta)
     return result, meta
 

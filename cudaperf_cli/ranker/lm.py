@@ -499,6 +499,7 @@ def train(
     test_fraction: float = 0.25,
     seed: int = 0,
     test_problems: Sequence[str] | None = None,
+    split_by: str = "problem",
 ) -> LMTrainResult:
     """Split by problem, train the reward model on the training problems' pairs with TRL's
     ``RewardTrainer``, evaluate on the held-out ones (ranker, baselines, calibration).
@@ -511,7 +512,7 @@ def train(
     options.check()
     T.check_enough(pairs)
     train_idx, test_idx, train_p, test_p = P.split_by_problem(
-        pairs, test_fraction=test_fraction, seed=seed, test_problems=test_problems)
+        pairs, test_fraction=test_fraction, seed=seed, test_problems=test_problems, by=split_by)
     texts = [pair_texts(p, i) for i, p in enumerate(pairs)]
     require_libraries(training=True, lora=options.lora)
 

@@ -213,6 +213,17 @@ def evaluate_proba(pairs: Sequence[Mapping[str, Any]], proba: Sequence[float]) -
         for name, fn in BASELINES.items():
             row[name] = accuracy([fn(pairs[i]) for i in idx], ys)
         out["by_kind"][kind] = row
+    families = sorted({f"{p.get('problem_kind') or '?'}/{p['family']}" for p in pairs if p.get("family")})
+    if families:  # pairs of cudaperf data measure: accuracy per problem family
+        out["by_family"] = {}
+        for fam in families:
+            idx = [i for i, p in enumerate(pairs) if p.get("family")
+                   and f"{p.get('problem_kind') or '?'}/{p['family']}" == fam]
+            ys = [labels[i] for i in idx]
+            row = {"pairs": len(idx), "accuracy": accuracy([model_calls[i] for i in idx], ys)}
+            for name, fn in BASELINES.items():
+                row[name] = accuracy([fn(pairs[i]) for i in idx], ys)
+            out["by_family"][fam] = row
     return out
 
 

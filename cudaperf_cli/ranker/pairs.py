@@ -392,54 +392,79 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def split_by_problem(
-    pairs: Sequence[Mapping[str, Any]], *, test_fraction: float = 0.25, seed: int = 0,
-    test_problems: Sequence[str] | None = None,
-) -> tuple[list[int], list[int], list[str], list[str]]:
-    """Split pair indices into train and test **by problem** (never by pair).
+SPLIT_KEYS = ("problem", "family")
 
-    The distinct problem ids, sorted then shuffled with ``random.Random(seed)``; the first
-    ``max(1, round(test_fraction * n))`` (at most ``n - 1``) are the test problems.
-    ``test_problems`` (a fold of :func:`problem_folds`) names the test problems instead.
 
-    Returns:
-        ``(train indices, test indices, train problems, test problems)``.
+def group_of(pair: Mapping[str, Any], by: str = "problem") -> str:
+    """The split group of a pair: its ``problem`` id, or with ``by="family"`` its
+    ``family`` (pairs of ``cudaperf data measure``) prefixed by the problem's kind
+    (``c/stencil2d``), since the two generators name their families independently.
 
     Raises:
-        CudaperfError: fewer than 2 problems, or ``test_fraction`` not in (0, 1).
+        CudaperfError: an unknown ``by``, or a pair without a family.
+    """
+    if by == "problem":
+        return str(pair["problem"])
+    if by == "family":
+        fam = pair.get("family")
+        if not fam:
+            raise CudaperfError(f"a pair of problem {pair.get('problem')} has no 'family'",
+                                hint="family splits need pairs from cudaperf data measure; use --split-by problem")
+        return f"{pair.get('problem_kind') or '?'}/{fam}"
+    raise CudaperfError(f"--split-by must be one of {', '.join(SPLIT_KEYS)}, not '{by}'")
+
+
+def split_by_problem(
+    pairs: Sequence[Mapping[str, Any]], *, test_fraction: float = 0.25, seed: int = 0,
+    test_problems: Sequence[str] | None = None, by: str = "problem",
+) -> tuple[list[int], list[int], list[str], list[str]]:
+    """Split pair indices into train and test **by problem** (never by pair), or by family
+    (``by="family"``: :func:`group_of`; no family on both sides).
+
+    The distinct groups, sorted then shuffled with ``random.Random(seed)``; the first
+    ``max(1, round(test_fraction * n))`` (at most ``n - 1``) are the test groups.
+    ``test_problems`` (a fold of :func:`problem_folds`) names the test groups instead.
+
+    Returns:
+        ``(train indices, test indices, train groups, test groups)``.
+
+    Raises:
+        CudaperfError: fewer than 2 groups, ``test_fraction`` not in (0, 1), a pair without
+            the group key.
     """
     if not (0.0 < test_fraction < 1.0):
         raise CudaperfError(f"--test-fraction must be between 0 and 1 (exclusive), got {test_fraction}")
-    problems = sorted({str(p["problem"]) for p in pairs})
+    keys = [group_of(p, by) for p in pairs]
+    problems = sorted(set(keys))
     if len(problems) < 2:
         raise CudaperfError(
-            f"pairs of {len(problems)} problem(s): a split by problem needs at least 2",
+            f"pairs of {len(problems)} {by}(s): a split by {by} needs at least 2",
             hint="measure more problems (cudaperf bench SUITE), then cudaperf data pairs",
         )
     if test_problems is not None:
         test_set = set(test_problems) & set(problems)
         if not test_set or len(test_set) == len(problems):
-            raise CudaperfError("a fold must hold out some problems, not all of them")
+            raise CudaperfError(f"a fold must hold out some {by}s, not all of them")
     else:
         random.Random(seed).shuffle(problems)
         n_test = min(len(problems) - 1, max(1, round(test_fraction * len(problems))))
         test_set = set(problems[:n_test])
     test_p = sorted(test_set)
-    train_idx = [i for i, p in enumerate(pairs) if p["problem"] not in test_set]
-    test_idx = [i for i, p in enumerate(pairs) if p["problem"] in test_set]
+    train_idx = [i for i, k in enumerate(keys) if k not in test_set]
+    test_idx = [i for i, k in enumerate(keys) if k in test_set]
     return train_idx, test_idx, sorted(set(problems) - test_set), test_p
 
 
-def problem_folds(pairs: Sequence[Mapping[str, Any]], k: int, seed: int = 0) -> list[list[str]]:
-    """``k`` disjoint folds of the distinct problem ids (for cross-validation by problem):
-    sorted, shuffled with ``random.Random(seed)``, dealt round-robin.
+def problem_folds(pairs: Sequence[Mapping[str, Any]], k: int, seed: int = 0, by: str = "problem") -> list[list[str]]:
+    """``k`` disjoint folds of the distinct problem ids (or families, ``by="family"``) for
+    cross-validation: sorted, shuffled with ``random.Random(seed)``, dealt round-robin.
 
     Raises:
-        CudaperfError: ``k`` below 2 or above the number of problems.
+        CudaperfError: ``k`` below 2 or above the number of groups.
     """
-    problems = sorted({str(p["problem"]) for p in pairs})
+    problems = sorted({group_of(p, by) for p in pairs})
     if not 2 <= k <= len(problems):
-        raise CudaperfError(f"--cv {k}: needs 2 to {len(problems)} folds ({len(problems)} problems)")
+        raise CudaperfError(f"--cv {k}: needs 2 to {len(problems)} folds ({len(problems)} {by}s)")
     random.Random(seed).shuffle(problems)
     return [sorted(problems[i::k]) for i in range(k)]
 
@@ -466,5 +491,7 @@ __all__ = [
     "run_problem_id",
     "speed_gap",
     "split_by_problem",
+    "group_of",
+    "SPLIT_KEYS",
     "write_pairs",
 ]

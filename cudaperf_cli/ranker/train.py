@@ -60,6 +60,13 @@ def pair_matrices(
     return (np.asarray(fa, float).reshape(-1, n), np.asarray(fb, float).reshape(-1, n), np.asarray(y, int))
 
 
+def evaluate_on(ranker: M.PairwiseRanker, pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`model.evaluate_proba` of a fitted feature ranker on other pairs (a held-out
+    set it never saw, e.g. an older measurement: ``train ranker --eval-on PAIRS``)."""
+    fa, fb, _ = pair_matrices(pairs)
+    return M.evaluate_proba(pairs, ranker.predict_proba(fa, fb) if len(pairs) else np.zeros(0))
+
+
 def check_enough(pairs: Sequence[Mapping[str, Any]]) -> None:
     """Refuse too little data.
 
@@ -82,6 +89,7 @@ def train(
     seed: int = 0,
     advance: Callable[[int], None] | None = None,
     test_problems: Sequence[str] | None = None,
+    split_by: str = "problem",
 ) -> TrainResult:
     """Split by problem (or hold out ``test_problems``), fit on the training problems,
     evaluate on the held-out ones (``test_index``/``test_proba`` of the result: the
@@ -92,7 +100,7 @@ def train(
     """
     check_enough(pairs)
     train_idx, test_idx, train_p, test_p = P.split_by_problem(
-        pairs, test_fraction=test_fraction, seed=seed, test_problems=test_problems)
+        pairs, test_fraction=test_fraction, seed=seed, test_problems=test_problems, by=split_by)
     fa, fb, y = pair_matrices(pairs, advance)
     ranker = M.PairwiseRanker(seed=seed).fit(fa[train_idx], fb[train_idx], y[train_idx])
     test_pairs = [pairs[i] for i in test_idx]
@@ -106,6 +114,7 @@ def train(
 def cross_validate(
     pairs: Sequence[Mapping[str, Any]], k: int, seed: int,
     fit_fold: Callable[[list[str]], Any],
+    split_by: str = "problem",
 ) -> dict[str, Any]:
     """Cross-validation **by problem**: ``k`` folds of problems (:func:`pairs.problem_folds`);
     each fold's pairs are predicted by a ranker trained without its problems
@@ -117,7 +126,7 @@ def cross_validate(
         the pooled metrics plus ``folds`` (k), ``fold_accuracy`` (ranker accuracy per
         fold, in fold order) and ``seed``.
     """
-    folds = P.problem_folds(pairs, k, seed)
+    folds = P.problem_folds(pairs, k, seed, by=split_by)
     order: list[int] = []
     proba: list[float] = []
     per_fold: list[float] = []
@@ -127,15 +136,16 @@ def cross_validate(
         proba += res.test_proba
         per_fold.append(res.metrics["accuracy"])
     metrics = M.evaluate_proba([pairs[i] for i in order], proba)
-    metrics.update({"folds": k, "fold_accuracy": per_fold, "seed": seed})
+    metrics.update({"folds": k, "fold_accuracy": per_fold, "seed": seed, "by": split_by})
     return metrics
 
 
-def metadata(result: TrainResult, data: Path, *, test_fraction: float, seed: int, pairs: int) -> dict[str, Any]:
+def metadata(result: TrainResult, data: Path, *, test_fraction: float, seed: int, pairs: int,
+             split_by: str = "problem") -> dict[str, Any]:
     """The data and evaluation fields of the checkpoint's ``metadata.json``."""
     return {
         "data": {"path": str(data), "sha256": P.file_sha256(data), "pairs": pairs},
-        "split": {"by": "problem", "test_fraction": test_fraction, "seed": seed,
+        "split": {"by": split_by, "test_fraction": test_fraction, "seed": seed,
                   "train_problems": result.train_problems, "test_problems": result.test_problems},
         "metrics": result.metrics,
     }
@@ -166,10 +176,19 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
     cv = metrics.get("cv")
     if cv:
         lines.append(
-            f"cross-validated by problem ({cv['folds']} folds, every pair predicted once by a ranker that "
-            f"never saw its problem): {cv['pairs']} pairs of {cv['problems']} problem(s); ranker "
+            f"cross-validated by {cv.get('by', 'problem')} ({cv['folds']} folds, every pair predicted once by a "
+            f"ranker that never saw its {cv.get('by', 'problem')}): {cv['pairs']} pairs of {cv['problems']} problem(s); ranker "
             f"{pct(cv['accuracy'])}"
             + "".join(f", {name.replace('_', ' ')} {pct(b['accuracy'])}" for name, b in cv["baselines"].items())
             + f"; per fold {' '.join(pct(a) for a in cv['fold_accuracy'])}; Brier {cv['calibration']['brier']:.3f}"
         )
+    for path, ev in (metrics.get("eval_on") or {}).items():
+        lines.append(f"on {path} (never trained on): {ev['pairs']} pairs of {ev['problems']} problem(s); ranker "
+                     f"{pct(ev['accuracy'])}"
+                     + "".join(f", {name.replace('_', ' ')} {pct(b['accuracy'])}" for name, b in ev["baselines"].items()))
+    for title, rows in (("by family (held-out split)", metrics.get("by_family")),
+                        ("by family (cross-validated)", (cv or {}).get("by_family"))):
+        for fam, row in sorted((rows or {}).items()):
+            lines.append(f"  {title}: {fam}: {row['pairs']} pairs, ranker {pct(row['accuracy'])}, "
+                         + ", ".join(f"{name.replace('_', ' ')} {pct(row[name])}" for name in metrics["baselines"]))
     return lines
