@@ -30,6 +30,7 @@ from cudaperf_cli.cli.common import fail, parse_sizes
 from cudaperf_cli.cli.bench import bench_app
 from cudaperf_cli.cli.port import port
 from cudaperf_cli.cli.ranker import data_app, rank, train_app
+from cudaperf_cli.cli import dataset as _dataset  # noqa: F401,E402 - registers data generate/check/measure
 from cudaperf_cli.cli.score import score
 from cudaperf_cli.cli.train_policy import train_policy
 from cudaperf_cli.core import CudaperfError, ProblemError

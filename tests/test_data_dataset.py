@@ -1,0 +1,185 @@
+"""cudaperf data generate / check / measure (cudaperf_cli/data): the manifest, deduplication,
+the family split, never overwriting without --force, resumable checks, and a measure through
+bench with a fake optimize (no GPU) whose pairs carry family and split."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudaperf_cli.core import CudaperfError
+from cudaperf_cli.data import dataset as D
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cudaperf_cli", "data", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def test_generate_writes_files_manifest_and_a_family_split(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    gen = D.generate(root, "c", 30, 4)
+    doc = D.read_manifest(root)
+    assert gen["count"] == 30 and gen["draws"] == 30 + gen["duplicates"]
+    assert len(doc["problems"]) == 30
+    from cudaperf_cli.data.c_gen import FAMILIES
+
+    assert set(gen["per_family"]) == set(FAMILIES)
+    for e in doc["problems"]:
+        text = (root / e["id"]).read_text()
+        assert D.sha256_text(text) == e["sha256"]
+        assert e["id"] == f"c/{e['family']}_{doc['problems'].index(e):05d}.c"
+        assert {c["name"] for c in e["configs"]} == {"small_odd", "main", "large"}
+    keys = [e["structure_key"] for e in doc["problems"]]
+    assert len(set(keys)) == len(keys)
+    split = doc["splits"]["c"]
+    assert split["by"] == "family" and split["test"] and split["train"]
+    assert not set(split["train"]) & set(split["test"])
+    assert set(split["train"]) | set(split["test"]) == set(FAMILIES)
+    assert D.split_of(doc, "c", split["test"][0]) == "test"
+
+
+def test_same_seed_same_set_and_a_larger_count_extends(tmp_path: Path) -> None:
+    a = D.generate(tmp_path / "a", "c", 20, 9)
+    D.generate(tmp_path / "b", "c", 35, 9)
+    da, db = D.read_manifest(tmp_path / "a"), D.read_manifest(tmp_path / "b")
+    assert [e["sha256"] for e in da["problems"]] == [e["sha256"] for e in db["problems"]][:20]
+    assert a["count"] == 20
+    other = D.generate(tmp_path / "c", "c", 20, 10)
+    assert other["count"] == 20
+    assert [e["sha256"] for e in D.read_manifest(tmp_path / "c")["problems"]] != [e["sha256"] for e in da["problems"]]
+
+
+def test_duplicates_are_dropped_and_families_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudaperf_cli.data import c_gen
+
+    real = c_gen.generate_c
+
+    def few(rng, family):  # a grammar with 3 structures in "map1d", the real one elsewhere
+        p = real(rng, family)
+        if family == "map1d":
+            from dataclasses import replace
+
+            return replace(p, structure_key=f"map1d|{rng.randrange(3)}")
+        return p
+
+    monkeypatch.setattr(c_gen, "generate_c", few)
+    monkeypatch.setattr(D, "EXHAUSTED_AFTER", 5)
+    drawn = D.draw_unique("c", 150, 1)
+    fams = [p.family for _, p in drawn.problems]
+    assert fams.count("map1d") == 3 and len(fams) == 150
+    assert "map1d" in drawn.exhausted and drawn.duplicates >= 5
+
+
+def test_never_overwrites_without_force(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    D.generate(root, "c", 5, 1)
+    before = {p: p.read_text() for p in (root / "c").iterdir()}
+    with pytest.raises(CudaperfError, match="already holds problems"):
+        D.generate(root, "c", 5, 2)
+    assert {p: p.read_text() for p in (root / "c").iterdir()} == before
+    D.generate(root, "c", 3, 2, force=True)
+    assert len(list((root / "c").iterdir())) == 3 and len(D.read_manifest(root)["problems"]) == 3
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CudaperfError, match="not a folder"):
+        D.generate(tmp_path / "file", "c", 1, 1)
+    with pytest.raises(CudaperfError, match="--kind"):
+        D.generate(tmp_path / "x", "fortran", 1, 1)
+
+
+def test_read_manifest_errors(tmp_path: Path) -> None:
+    with pytest.raises(CudaperfError, match="not a dataset"):
+        D.read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(CudaperfError, match="unreadable"):
+        D.read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"schema_version": 99, "problems": []}')
+    with pytest.raises(CudaperfError, match="not a cudaperf dataset"):
+        D.read_manifest(tmp_path)
+
+
+def test_family_split_edges() -> None:
+    assert D.family_split(["a"], seed=1) == {"train": ["a"], "test": []}
+    two = D.family_split(["a", "b"], seed=1, test_fraction=0.9)
+    assert len(two["test"]) == 1 and len(two["train"]) == 1
+    many = D.family_split([f"f{i}" for i in range(10)], seed=3, test_fraction=0.2)
+    assert len(many["test"]) == 2 and many == D.family_split([f"f{i}" for i in range(10)], seed=3)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_cli_generate_check_resume_and_errors(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    proc = cli("generate", "--kind", "c", "--count", "4", "--seed", "3", "-o", str(root), "--compile", "none",
+               "-j", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["generation"]["count"] == 4 and out["check"]["kinds"]["c"]["reference_ok"] == 4
+    doc = D.read_manifest(root)
+    assert all(e["check"]["ok"] and e["check"]["reference"] == "ok" for e in doc["problems"])
+    rows = (root / "check.jsonl").read_text().splitlines()
+    assert len(rows) == 4
+    # a second check resumes: nothing left to check
+    again = cli("check", str(root), "--compile", "none", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["checked_now"] == 0
+    assert len((root / "check.jsonl").read_text().splitlines()) == 4
+    # a problem broken by hand fails its check: exit 1, one line per failure kind
+    first = doc["problems"][0]
+    (root / first["id"]).write_text("void broken(int n, double x[n]) { for (;;) }\n")
+    bad = cli("check", str(root), "--compile", "none", "--recheck")
+    assert bad.returncode == 1
+    assert "loads 3" in bad.stdout
+    # the user's data is kept: generate into it again refuses
+    refused = cli("generate", "--kind", "c", "--count", "2", "-o", str(root), "--no-check")
+    assert refused.returncode != 0
+    assert "already holds problems" in refused.stderr and len(refused.stderr.strip().splitlines()) <= 2
+    missing = cli("check", str(tmp_path / "nothing"))
+    assert missing.returncode != 0 and "not a dataset" in missing.stderr
+    badkind = cli("generate", "--kind", "rust", "--count", "2", "-o", str(tmp_path / "z"))
+    assert badkind.returncode != 0 and "--kind" in badkind.stderr
+
+
+def test_measure_through_bench_writes_candidates_and_family_pairs(tmp_path: Path) -> None:
+    """data measure with a fake optimize (tests/test_bench.py's): a suite per configuration,
+    bench's candidates gathered with config/family/split, pairs that never mix families."""
+    from tests.test_bench import FAKE_OPTIMIZE
+
+    root = tmp_path / "ds"
+    D.generate(root, "c", 6, 5)
+    script = tmp_path / "fake_optimize.py"
+    script.write_text(FAKE_OPTIMIZE)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"CUDAPERF_BENCH_OPTIMIZE": f"{sys.executable} {script}", "FAKE_LOG": str(tmp_path / "calls.log"),
+           "FAKE_PIDS": str(pids), "CUDAPERF_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    proc = cli("measure", str(root), "--configs", "main,small_odd", "--limit", "4", "-j", "2", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["problems"] == 4 and summary["candidates"] == 2 * 4 * 3
+    toml = (root / "measure" / "small_odd" / "suite" / "bench.toml").read_text()
+    doc = D.read_manifest(root)
+    picked = [e for e in doc["problems"] if e["id"] in toml]
+    assert len(picked) == 4 and len({e["family"] for e in picked}) == 4  # round-robin over families
+    small = picked[0]["configs"][0]["sizes"]
+    assert "sizes = { " + ", ".join(f"{k} = {v}" for k, v in small.items()) + " }" in toml
+    rows = [json.loads(ln) for ln in (root / "candidates.jsonl").read_text().splitlines()]
+    assert {r["config"] for r in rows} == {"main", "small_odd"}
+    fam = {e["id"]: e["family"] for e in doc["problems"]}
+    assert all(r["family"] == fam[r["problem"]] and r["split"] in ("train", "test") for r in rows)
+    pairs = [json.loads(ln) for ln in (root / "pairs.jsonl").read_text().splitlines()]
+    assert pairs and all(p["family"] == fam[p["problem"]] and p["config"] in ("main", "small_odd") for p in pairs)
+    # a second run resumes the benches: no problem runs again
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    again = cli("measure", str(root), "--configs", "main,small_odd", "--limit", "4", "-j", "2", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "calls.log").read_text().splitlines() == calls
+    bad = cli("measure", str(root), "--configs", "huge")
+    assert bad.returncode != 0 and "unknown configuration" in bad.stderr
