@@ -183,3 +183,24 @@ def test_measure_through_bench_writes_candidates_and_family_pairs(tmp_path: Path
     assert (tmp_path / "calls.log").read_text().splitlines() == calls
     bad = cli("measure", str(root), "--configs", "huge")
     assert bad.returncode != 0 and "unknown configuration" in bad.stderr
+
+
+def test_torch_check_in_batches_keeps_each_problems_own_verdict(tmp_path: Path) -> None:
+    """PyTorch problems are checked TORCH_BATCH at a time by one loader child: a broken file
+    of a batch fails alone, the others load and are planned."""
+    pytest.importorskip("torch")
+    from cudaperf_cli.data import check as C
+
+    root = tmp_path / "ds"
+    D.generate(root, "torch", 4, 2)
+    doc = D.read_manifest(root)
+    broken = doc["problems"][1]
+    path = root / broken["id"]
+    path.write_text(path.read_text() + "\nraise ValueError('boom')\n")
+    summary = C.check_dataset(root, kinds=["torch"], compile_mode="none", jobs=1)
+    rows = C.read_check_log(root)
+    assert len(rows) == 4 and summary["checked_now"] == 4
+    assert not rows[broken["id"]]["loads"] and "boom" in rows[broken["id"]]["error"]
+    others = [rows[e["id"]] for e in doc["problems"] if e["id"] != broken["id"]]
+    assert all(r["loads"] and r["reference"] == "ok" and (r["candidates"] > 0 or r["refusal"]) for r in others)
+    assert all(r["seconds"] > 0 for r in rows.values())

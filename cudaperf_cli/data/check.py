@@ -11,9 +11,10 @@ its environment):
   the built-in policy plans it (mappings, or its refusal), and its candidates compile with
   ``nvcc -arch=<arch> -cubin`` (the whole front end and the device compiler; not the host
   compiler).
-* **PyTorch**: it loads at the ``small_odd`` constants (``load_torch_problem``: the model
-  runs in a child process, outputs and footprint known), the built-in PyTorch policy plans
-  it (fused kernels, or its refusal), and its variants' ``kernel.cu`` compile the same way.
+* **PyTorch**: it loads at the ``small_odd`` constants (``load_torch_problems``: the model
+  runs in a child process, outputs and footprint known; :data:`TORCH_BATCH` problems share
+  one child, so PyTorch is imported once for them), the built-in PyTorch policy plans it
+  (fused kernels, or its refusal), and its variants' ``kernel.cu`` compile the same way.
 
 ``compile`` chooses which candidates compile: ``distinct`` (default: for C the first
 mapping of each combination of kernel kinds, block-shape variants left out; for PyTorch the
@@ -180,20 +181,68 @@ def check_c(path: Path, entry: dict[str, Any], work: Path, *, compile_mode: str,
     return res
 
 
+def _small(entry: dict[str, Any]) -> dict[str, int] | None:
+    return next((c["sizes"] for c in entry["configs"] if c["name"] == "small_odd"), None)
+
+
 def check_torch(path: Path, entry: dict[str, Any], work: Path, *, compile_mode: str, arch: str) -> CheckResult:
     """Check one generated PyTorch problem (see the module docstring)."""
-    from cudaperf_cli.policies.base import PolicyRefusal
-    from cudaperf_cli.policies.builtin_torch import BuiltinTorchPolicy
-    from cudaperf_cli.policies.builtin_torch.codegen import VARIANTS
     from cudaperf_cli.problems.pytorch import load_torch_problem
 
     res = CheckResult(entry["id"], "torch")
-    small = next((c["sizes"] for c in entry["configs"] if c["name"] == "small_odd"), None)
     try:
-        problem = load_torch_problem(path, constants=small, alt_shapes=False, timeout_s=120)
+        problem = load_torch_problem(path, constants=_small(entry), alt_shapes=False, timeout_s=120)
     except CudaperfError as exc:
         res.error = _one_line(exc)
         return res
+    _plan_torch(res, problem, work, compile_mode=compile_mode, arch=arch)
+    return res
+
+
+def check_torch_batch(root: Path, entries: Sequence[dict[str, Any]], work: Path, *, compile_mode: str,
+                      arch: str) -> list[CheckResult]:
+    """Check several PyTorch problems with one loader child (``load_torch_problems`` over a
+    folder of their copies: PyTorch is imported once, not once a file); otherwise as
+    :func:`check_torch`. ``seconds`` of each result: its share of the load plus its own
+    planning and compiling."""
+    from cudaperf_cli.problems.pytorch import load_torch_problems
+
+    folder = work / "problems"
+    folder.mkdir(parents=True)
+    by_stem = {}
+    for e in entries:
+        stem = Path(e["id"]).stem
+        shutil.copyfile(root / e["id"], folder / f"{stem}.py")
+        by_stem[stem] = e
+    t0 = time.perf_counter()
+    results = {stem: CheckResult(e["id"], "torch") for stem, e in by_stem.items()}
+    try:
+        problems, errors = load_torch_problems(folder, constants={s: _small(e) or {} for s, e in by_stem.items()},
+                                               alt_shapes=False, timeout_s=120)
+    except CudaperfError as exc:
+        problems, errors = [], []
+        for r in results.values():
+            r.error = _one_line(exc)
+    share = (time.perf_counter() - t0) / max(1, len(entries))
+    for err in errors:
+        results[err.path.stem].error = _one_line(err.message)
+    for problem in problems:
+        stem = Path(problem.path).stem
+        t1 = time.perf_counter()
+        _plan_torch(results[stem], problem, work / stem, compile_mode=compile_mode, arch=arch)
+        results[stem].seconds = time.perf_counter() - t1
+    for r in results.values():
+        r.seconds += share
+    return [results[Path(e["id"]).stem] for e in entries]
+
+
+def _plan_torch(res: CheckResult, problem: Any, work: Path, *, compile_mode: str, arch: str) -> None:
+    """The built-in PyTorch policy's plan of a loaded problem and its variants' compile."""
+    from cudaperf_cli.policies.base import PolicyRefusal
+    from cudaperf_cli.policies.builtin_torch import BuiltinTorchPolicy
+    from cudaperf_cli.policies.builtin_torch.codegen import VARIANTS
+
+    work.mkdir(parents=True, exist_ok=True)
     res.loads, res.reference = True, "ok"
     policy = BuiltinTorchPolicy()
     try:
@@ -202,33 +251,40 @@ def check_torch(path: Path, entry: dict[str, Any], work: Path, *, compile_mode: 
             raise PolicyRefusal(plan.describe())
     except (PolicyRefusal, CudaperfError) as exc:
         res.refusal = _one_line(exc)
-        return res
+        return
     n = len(VARIANTS)
     res.candidates = n
     if compile_mode == "none":
-        return res
+        return
     picks = {"all": list(range(n)), "first": [0], "distinct": sorted({0, n - 1})}[compile_mode]
     try:
         sources = [policy.propose(problem, t).files["kernel.cu"] for t in picks]
     except CudaperfError as exc:
         res.compile_failed, res.compile_error = len(picks), f"code generation: {_one_line(exc)}"
-        return res
+        return
     _compile(res, sources, work, arch)
-    return res
 
 
-def _check_one(root: str, entry: dict[str, Any], compile_mode: str, arch: str) -> dict[str, Any]:
-    """Pool worker: check one problem in a scratch folder removed afterwards."""
+#: PyTorch problems checked by one worker at once (one loader child for them all).
+TORCH_BATCH = 20
+
+
+def _check_batch(root: str, entries: list[dict[str, Any]], compile_mode: str, arch: str) -> list[dict[str, Any]]:
+    """Pool worker: check one C problem, or a batch of PyTorch problems, in a scratch folder
+    removed afterwards."""
     t0 = time.perf_counter()
-    path = Path(root) / entry["id"]
     with tempfile.TemporaryDirectory(prefix="cudaperf-check-") as tmp:
-        fn = check_c if entry["kind"] == "c" else check_torch
         try:
-            res = fn(path, entry, Path(tmp), compile_mode=compile_mode, arch=arch)
+            if entries[0]["kind"] == "torch":
+                results = check_torch_batch(Path(root), entries, Path(tmp), compile_mode=compile_mode, arch=arch)
+            else:
+                results = [check_c(Path(root) / entries[0]["id"], entries[0], Path(tmp), compile_mode=compile_mode,
+                                   arch=arch)]
+                results[0].seconds = time.perf_counter() - t0
         except Exception as exc:  # a bug of ours, not the problem's: recorded, never fatal
-            res = CheckResult(entry["id"], entry["kind"], error=f"internal: {type(exc).__name__}: {_one_line(exc)}")
-    res.seconds = time.perf_counter() - t0
-    return asdict(res) | {"ok": res.ok}
+            results = [CheckResult(e["id"], e["kind"], error=f"internal: {type(exc).__name__}: {_one_line(exc)}",
+                                   seconds=(time.perf_counter() - t0) / len(entries)) for e in entries]
+    return [asdict(r) | {"ok": r.ok} for r in results]
 
 
 def _pool_init() -> None:
@@ -281,16 +337,19 @@ def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_
     if todo:
         with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_pool_init) as pool, \
                 open(root / CHECK_LOG, "a") as log:
-            futures = [pool.submit(_check_one, str(root), e, compile_mode, arch) for e in todo]
+            c_todo = [[e] for e in todo if e["kind"] == "c"]
+            t_todo = [e for e in todo if e["kind"] == "torch"]
+            batches = c_todo + [t_todo[i:i + TORCH_BATCH] for i in range(0, len(t_todo), TORCH_BATCH)]
+            futures = [pool.submit(_check_batch, str(root), b, compile_mode, arch) for b in batches]
             try:
                 for fut in as_completed(futures):
-                    row = fut.result()
-                    row["compile_mode"] = compile_mode
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                    done[row["id"]] = row
-                    if progress is not None:
-                        progress(row)
+                    for row in fut.result():
+                        row["compile_mode"] = compile_mode
+                        log.write(json.dumps(row) + "\n")
+                        log.flush()
+                        done[row["id"]] = row
+                        if progress is not None:
+                            progress(row)
             except KeyboardInterrupt:
                 for f in futures:
                     f.cancel()
@@ -364,5 +423,5 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["CHECK_LOG", "COMPILE_MODES", "CheckResult", "check_c", "check_dataset", "check_torch",
+__all__ = ["CHECK_LOG", "COMPILE_MODES", "CheckResult", "check_c", "check_dataset", "check_torch", "check_torch_batch",
            "nvcc_cubin", "read_check_log", "summarise", "summary_lines"]
