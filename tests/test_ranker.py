@@ -423,3 +423,17 @@ def test_split_by_family_keeps_each_family_on_one_side():
         P.group_of({"problem": "x"}, "family")
     with pytest.raises(CudaperfError, match="--split-by"):
         P.group_of(pairs[0], "size")
+
+
+def test_pairs_read_gzipped(tmp_path):
+    import gzip
+
+    pair = {"schema_version": P.SCHEMA_VERSION, "problem": "p", "label": 1, "kind": "speed", "a": {}, "b": {}}
+    plain = tmp_path / "pairs.jsonl"
+    P.write_pairs([pair], plain)
+    packed = tmp_path / "pairs.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert P.read_pairs(packed) == P.read_pairs(plain)
+    (tmp_path / "bad.jsonl.gz").write_text("not gzip")
+    with pytest.raises(CudaperfError, match="cannot read"):
+        P.read_pairs(tmp_path / "bad.jsonl.gz")

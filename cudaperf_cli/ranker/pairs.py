@@ -111,6 +111,21 @@ def _num(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def read_text(path: Path) -> str:
+    """The text of a JSON-lines file, gunzipped when its name ends in ``.gz`` (the
+    measured datasets under ``data/`` are kept compressed).
+
+    Raises:
+        OSError: unreadable file; gzip.BadGzipFile (an OSError): a ``.gz`` that is not gzip.
+    """
+    if path.suffix == ".gz":
+        import gzip
+
+        with gzip.open(path, "rt", errors="replace") as fh:
+            return fh.read()
+    return path.read_text(errors="replace")
+
+
 def _read_jsonl(path: Path, tolerant: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` of each JSON line of ``path``.  A line that does not parse
     is skipped when it is the last one (a killed writer) or, with ``tolerant`` (a run
@@ -120,9 +135,9 @@ def _read_jsonl(path: Path, tolerant: bool = False) -> Iterator[tuple[int, dict[
         CudaperfError: unreadable file; another bad line; a line that is not an object.
     """
     try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise CudaperfError(f"cannot read {path}: {exc.strerror or exc}") from None
+        text = read_text(path)
+    except (OSError, EOFError) as exc:
+        raise CudaperfError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     lines = text.splitlines()
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     for i, line in enumerate(lines, 1):
@@ -373,8 +388,12 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
     """
     if not path.is_file():
         raise CudaperfError(f"no such pairs file: {path}", hint="write one with: cudaperf data pairs RUNS... -o pairs.jsonl")
+    try:
+        text = read_text(path)
+    except (OSError, EOFError) as exc:
+        raise CudaperfError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     out = []
-    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
