@@ -204,3 +204,15 @@ def test_torch_check_in_batches_keeps_each_problems_own_verdict(tmp_path: Path) 
     others = [rows[e["id"]] for e in doc["problems"] if e["id"] != broken["id"]]
     assert all(r["loads"] and r["reference"] == "ok" and (r["candidates"] > 0 or r["refusal"]) for r in others)
     assert all(r["seconds"] > 0 for r in rows.values())
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine times candidates")
+def test_measure_without_a_gpu_says_so(tmp_path: Path) -> None:
+    """On a machine without a GPU nothing is timed: one error line and its hint, exit 4
+    (incomplete: no CUDA device), the bench's report kept."""
+    root = tmp_path / "ds"
+    D.generate(root, "c", 1, 1)
+    proc = cli("measure", str(root), "--turns", "1", "--patience", "1")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "no candidate was verified and timed" in proc.stderr and "GPU" in proc.stderr
+    assert (root / "measure" / "main" / "bench" / "report.json").exists()

@@ -114,7 +114,7 @@ def generate_cmd(
         raise typer.Exit(130)
     if json_out:
         print(json.dumps({"output": str(output), "kind": kind, "generation": gen, "check": summary}))
-        return
+        raise typer.Exit(_check_exit(summary))
     print(f"{output}: {gen['count']} {kind} problem(s) of {len(gen['per_family'])} families from {gen['draws']} draws "
           f"in {gen['seconds']:.1f} s ({gen['duplicates']} duplicate structures, {gen['degenerate']} degenerate"
           + (f"; exhausted: {', '.join(gen['exhausted_families'])}" if gen["exhausted_families"] else "") + ")")
@@ -122,6 +122,14 @@ def generate_cmd(
         print(f"warning: {count} asked, {gen['count']} distinct structures exist in the grammar", file=sys.stderr)
     if summary is not None:
         _print_check(summary)
+    raise typer.Exit(_check_exit(summary))
+
+
+def _check_exit(summary: Optional[dict]) -> int:
+    """1 when a checked problem failed its check (load, reference or compile), else 0."""
+    if summary is None:
+        return 0
+    return 1 if any(k.get("checked", 0) > k.get("ok", 0) for k in summary["kinds"].values()) else 0
 
 
 @data_app.command("check")
@@ -152,8 +160,7 @@ def check_cmd(
         print(json.dumps(summary))
     else:
         _print_check(summary)
-    failed = sum(k.get("checked", 0) - k.get("ok", 0) for k in summary["kinds"].values())
-    raise typer.Exit(1 if failed else 0)
+    raise typer.Exit(_check_exit(summary))
 
 
 @data_app.command("measure")
@@ -216,6 +223,7 @@ def measure_cmd(
         print(f"interrupted: run the same command again to resume ({root}/measure/<config>/bench)", file=sys.stderr)
         raise typer.Exit(130)
     doc = summary.to_json()
+    timed = doc["correct"] > 0 or not doc["candidates"]
     if json_out:
         print(json.dumps(doc))
     else:
@@ -223,11 +231,18 @@ def measure_cmd(
               f"{doc['speed_pairs']} speed + {doc['correctness_pairs']} correctness pairs of "
               f"{doc['problems_with_pairs']} problems in {doc['families_with_pairs']} families; "
               f"{doc['bench_wall_s']} s")
-        if 130 in codes:
-            print(f"interrupted: run the same command again to resume ({root}/measure/<config>/bench)", file=sys.stderr)
-        else:
+        if timed and 130 not in codes:
             print(f"next: cudaperf train ranker --data {root / 'pairs.jsonl'} --split-by family --cv 5 -o checkpoints/NAME")
-    raise typer.Exit(130 if 130 in codes else 0)
-
+    if 130 in codes:
+        print(f"interrupted: run the same command again to resume ({root}/measure/<config>/bench)", file=sys.stderr)
+        raise typer.Exit(130)
+    if not timed:  # nothing verified and timed: no pairs, nothing to train on
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(doc["statuses"].items(), key=lambda kv: -kv[1]))
+        err = CudaperfError(f"no candidate was verified and timed ({verdicts}): no pairs were made",
+                            hint="measure on a machine with a GPU" if "no_device" in doc["statuses"] else
+                            f"see {root}/measure/<config>/bench/report.md")
+        err.exit_code = 4 if "no_device" in doc["statuses"] else 1  # docs/exit-codes.md: incomplete / none correct
+        fail(err)
+    raise typer.Exit(0)
 
 __all__ = ["check_cmd", "generate_cmd", "measure_cmd"]

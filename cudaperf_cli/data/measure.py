@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -111,6 +111,7 @@ class MeasureSummary:
     problems_with_pairs: int = 0
     families_with_pairs: int = 0
     bench_wall_s: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -157,6 +158,7 @@ def gather(root: Path, configs: Sequence[str], *, min_margin: float = 0.05) -> M
             cand_lines.append(json.dumps(row))
             problems.add(row.get("problem"))
             s.correct += row.get("status") in ("correct", "slow")
+            s.statuses[str(row.get("status"))] = s.statuses.get(str(row.get("status")), 0) + 1
         cands = P.read_candidates_file(path)
         pairs, stats = P.build_pairs(cands, min_margin=min_margin)
         for p in pairs:
