@@ -30,6 +30,7 @@ def _run_check(root: Path, *, kinds: list[str], compile_mode: str, arch: str, jo
                recheck: bool, json_out: bool) -> dict:
     """The check with a progress bar (stderr); returns its summary."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from cudaperf_cli.data.check import check_dataset, read_check_log
@@ -50,8 +51,8 @@ def _run_check(root: Path, *, kinds: list[str], compile_mode: str, arch: str, jo
             tallies[key] += 1
             bar.update(task, advance=1, description=f"ok {tallies['ok']}, refused by the built-in policy "
                        f"{tallies['refused']}, failed {tallies['failed']}")
-            if not row["ok"]:
-                bar.console.print(f"[red]failed[/red] {row['id']}: {row['error'] or row['compile_error']}",
+            if not row["ok"]:  # the message quotes code (A[i][j]): escaped, not read as markup
+                bar.console.print(f"[red]failed[/red] {escape(row['id'])}: {escape(str(row['error'] or row['compile_error']))}",
                                   highlight=False, markup=True)
 
         return check_dataset(root, kinds=kinds, compile_mode=compile_mode, arch=arch, jobs=jobs, limit=limit,

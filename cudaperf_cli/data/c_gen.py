@@ -296,8 +296,8 @@ class _File:
         for a in self.arrays:
             if not a.const:
                 count = " * ".join(f"({big(d)})" for d in a.dims)
-                lines.append(f"    for (size_t q = 0; q < (size_t){count}; q++)")
-                lines.append(f"        checksum += ((const {a.ty.name} *){a.name})[q];")
+                lines.append(f"    for (size_t cp_q = 0; cp_q < (size_t){count}; cp_q++)")
+                lines.append(f"        checksum += ((const {a.ty.name} *){a.name})[cp_q];")
         lines.append('    printf("checksum = %.6e\\n", checksum);')
         lines += [f"    free({a.name});" for a in self.arrays]
         lines += ["    return 0;", "}"]

@@ -355,6 +355,7 @@ def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_
                     f.cancel()
                 raise
     wall = time.perf_counter() - t0
+    doc = read_manifest(root)  # again: another run (the other kind's check) may have written it meanwhile
     for e in doc["problems"]:
         row = done.get(e["id"])
         if row is not None:

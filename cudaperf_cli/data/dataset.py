@@ -266,6 +266,12 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
         raise CudaperfError("--count must be at least 1")
     doc = check_output(root, kind, force=force)
     folder = root / kind
+    if force:  # measurements of the replaced problems would be resumed as the new ones'
+        import shutil
+
+        shutil.rmtree(root / "measure", ignore_errors=True)
+        for stale in ("candidates.jsonl", "pairs.jsonl"):
+            (root / stale).unlink(missing_ok=True)
     if folder.exists():
         for f in folder.iterdir():
             if f.is_file() and f.suffix in (".c", ".py"):
