@@ -216,3 +216,9 @@ def test_measure_without_a_gpu_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "no candidate was verified and timed" in proc.stderr and "GPU" in proc.stderr
     assert (root / "measure" / "main" / "bench" / "report.json").exists()
+
+
+def test_bad_compile_mode_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    proc = cli("generate", "--kind", "c", "--count", "2", "-o", str(tmp_path / "x"), "--compile", "bogus")
+    assert proc.returncode == 2 and "--compile must be one of" in proc.stderr
+    assert not (tmp_path / "x").exists()

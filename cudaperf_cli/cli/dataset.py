@@ -96,6 +96,10 @@ def generate_cmd(
 
     try:
         check_output(output, kind, force=force)
+        from cudaperf_cli.data.check import COMPILE_MODES
+
+        if check and compile_mode not in COMPILE_MODES:  # before anything is drawn or written
+            raise CudaperfError(f"--compile must be one of {', '.join(COMPILE_MODES)}, not '{compile_mode}'")
         with Progress(TextColumn(f"generating {kind}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=Console(stderr=True), disable=json_out) as bar:
             task = bar.add_task("", total=count)
@@ -200,7 +204,7 @@ def measure_cmd(
     from cudaperf_cli.data.measure import measure
 
     try:
-        names = [c.strip() for c in configs.split(",") if c.strip()]
+        names = list(dict.fromkeys(c.strip() for c in configs.split(",") if c.strip()))  # main,main: once
         bad = [c for c in names if c not in ("small_odd", "main", "large")]
         if not names or bad:
             raise CudaperfError(f"--configs: unknown configuration {', '.join(bad) or '(none)'}",
