@@ -162,7 +162,7 @@ def test_measure_through_bench_writes_candidates_and_family_pairs(tmp_path: Path
            "FAKE_PIDS": str(pids), "CUDAPERF_GPU_LOCK_DIR": str(tmp_path / "locks")}
     proc = cli("measure", str(root), "--configs", "main,small_odd", "--limit", "4", "-j", "2", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json.loads(proc.stdout)  # --json: one document on stdout
     assert summary["problems"] == 4 and summary["candidates"] == 2 * 4 * 3
     toml = (root / "measure" / "small_odd" / "suite" / "bench.toml").read_text()
     doc = D.read_manifest(root)

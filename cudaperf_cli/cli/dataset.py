@@ -219,9 +219,13 @@ def measure_cmd(
                                   base_url=base_url, timeout=timeout, compile_baseline=compile_baseline)
         opts = BenchOptions(settings=settings, jobs=jobs, problem_timeout_s=problem_timeout, json_output=json_out,
                             known_flags=optimize_flags(), executor=executor, ray_address=ray_address)
-        summary, codes = measure(root, configs=names, kinds=[kind] if kind else ["c", "torch"], split=split,
-                                 limit=limit, only_checked=not all_problems, bench_options=opts,
-                                 min_margin=min_margin)
+        import contextlib
+
+        # --json: stdout holds the summary alone; the benches' own output goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
+            summary, codes = measure(root, configs=names, kinds=[kind] if kind else ["c", "torch"], split=split,
+                                     limit=limit, only_checked=not all_problems, bench_options=opts,
+                                     min_margin=min_margin)
     except CudaperfError as err:
         fail(err)
     except KeyboardInterrupt:
