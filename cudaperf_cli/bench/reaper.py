@@ -7,7 +7,9 @@ this watcher for it (``bench/executor.py``).  When the task is cancelled or its 
 the command started would be stopped (its compiles, its evaluation worker in a session of
 its own, a ``sleep``) and a retry could run beside them.  The watcher is not the worker's
 child (it detaches: double fork, ``setsid``), so it survives; every :data:`POLL_S` seconds
-it records ROOT's process group and descendants (:func:`group_and_descendants`), and once
+it records ROOT's process group and descendants (:func:`group_and_descendants`; once ROOT
+is gone, the members of every group it recorded: a child ROOT started just before Ray
+killed it is still in ROOT's group, though never seen as ROOT's descendant), and once
 PID is gone it sends SIGTERM to every process group it recorded (optimize's own Ctrl-C path
 then stops its children), waits up to :data:`GRACE_S` seconds, and sends SIGKILL.  It exits
 by itself once ROOT and everything it recorded are gone.  ``--stop-file``: the bench's driver
@@ -49,6 +51,19 @@ def _pgrp(pid: int) -> int | None:
         return None
 
 
+def _group_members(groups: set[int]) -> set[int]:
+    """The processes whose process group is in ``groups`` (one scan of ``/proc``)."""
+    out: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit() and _pgrp(int(name)) in groups:
+            out.add(int(name))
+    return out
+
+
 def watch(pid: int, root: int, stop_file: str | None = None) -> None:
     """The watcher's loop (see the module docstring); returns when it is done."""
     from cudaperf_cli.evaluate.child import group_and_descendants
@@ -69,6 +84,13 @@ def watch(pid: int, root: int, stop_file: str | None = None) -> None:
                 g = _pgrp(p)
                 if g is not None and g != own:
                     groups.add(g)
+        if not same_root and groups:  # a group outlives its leader: its members still count
+            members = _group_members(groups)
+            for p in members:
+                st = _start_time(p)
+                if st is not None and st >= (root_start or 0) and p != os.getpid():
+                    seen[p] = st
+            groups = {g for g in groups if any(_pgrp(p) == g for p in members)}
         alive = {p for p, st in seen.items() if _start_time(p) == st}
         if worker is None or _start_time(pid) != worker:
             break  # the worker died: stop the tree
