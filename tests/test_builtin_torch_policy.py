@@ -465,7 +465,7 @@ def test_model_py_copies_the_constructor(candidates: dict[tuple[str, int], Path]
     assert "class ModelNew(nn.Module):" in text
     assert "self.norm = nn.GroupNorm(num_groups, channels, eps=1e-05)" in text
     assert "def forward(self, x):" in text and "class Model(" not in text
-    assert "lib.k0_group_norm(" in text and "_cp_group_rows(_s0, 8)" in text
+    assert "lib.k0_group_norm(" in text and "_cp_group_rows(_s0, self.norm.num_groups)" in text
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -683,6 +683,101 @@ def test_a_problem_with_views_tuples_numbers_and_strided_reductions(tmp_path: Pa
     assert "self.block.net[0].weight" in prop.source and "float(scale)" in prop.source
     assert check_candidate_source(prop.source, problem=p, allow_torch_ops=LIBRARY_OPS,
                                   cuda_sources={"kernel.cu": prop.files["kernel.cu"]}) == []
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r
+
+
+_SIZE_SET_STRUCTURE = {
+    "depthwise_conv": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 16
+        channels = 24
+        height = 20
+        width = 28
+        class Model(nn.Module):
+            def __init__(self, channels):
+                super().__init__()
+                self.conv = nn.Conv2d(channels, channels, 3, stride=2, padding=1, groups=channels)
+            def forward(self, x):
+                return torch.logsumexp(F.gelu(self.conv(x)).abs(), dim=1, keepdim=True)
+        def get_inputs():
+            return [torch.randn(batch_size, channels, height, width)]
+        def get_init_inputs():
+            return [channels]
+    """,
+    "group_norm_of_shape": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        channels = 40
+        height = 24
+        width = 20
+        class Model(nn.Module):
+            def forward(self, x):
+                x = F.softplus(x)
+                return F.softsign(torch.relu(F.group_norm(x, x.shape[1], eps=1e-6)))
+        def get_inputs():
+            return [torch.randn(batch_size, channels, height, width)]
+        def get_init_inputs():
+            return []
+    """,
+    "group_norm_of_arithmetic": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        channels = 40
+        length = 500
+        class Model(nn.Module):
+            def forward(self, x):
+                return F.group_norm(x * 1.5, x.size(1) // 4) + 1.0
+        def get_inputs():
+            return [torch.randn(batch_size, channels, length)]
+        def get_init_inputs():
+            return []
+    """,
+    "group_norm_module": """
+        import torch
+        import torch.nn as nn
+        batch_size = 6
+        channels = 48
+        length = 300
+        class Model(nn.Module):
+            def __init__(self, channels):
+                super().__init__()
+                self.gn = nn.GroupNorm(channels // 4, channels)
+            def forward(self, x):
+                return torch.tanh(self.gn(x * 2.0))
+        def get_inputs():
+            return [torch.randn(batch_size, channels, length)]
+        def get_init_inputs():
+            return [channels]
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SIZE_SET_STRUCTURE))
+def test_structure_set_by_a_size_constant_is_read_at_run_time(name: str, tmp_path: Path) -> None:
+    """groups / num_groups equal to (or computed from) a size constant: the trace runs at
+    shrunken constants, so the traced value must not be written into model.py (a depthwise
+    conv and group norms of the generated dataset failed at their real sizes)."""
+    path = _write_problem(tmp_path, name, _SIZE_SET_STRUCTURE[name])
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        g = pol.graph(p)
+        assert g.constants != p.constants, "traced at the real sizes: nothing tested"
+        plan = pol.plan(p)
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
     d = tmp_path / "cand"
     d.mkdir()
     for fname, text in prop.files.items():

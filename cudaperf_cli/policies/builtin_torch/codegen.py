@@ -826,6 +826,8 @@ class _ModelWriter:
                 return self.node_expr(a["node"])
             if "attr" in a:
                 return _attr_expr(a["attr"])
+            if "modattr" in a:  # a module's structural attribute, as __init__ set it
+                return _attr_expr(a["modattr"])
             if "float" in a:
                 return f'float("{a["float"]}")'
             if "dtype" in a:
@@ -922,7 +924,10 @@ class _ModelWriter:
         red_shape = None
         if k.rows is not None:
             if k.rows.kind == "groups":
-                lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_group_rows({S}, {k.rows.groups})")
+                ref = k.rows.groups_ref
+                G = (str(k.rows.groups) if ref is None else _attr_expr(ref[1]) if ref[0] == "attr"
+                     else f"int({S}[{int(ref[1])}])" if ref[0] == "dim" else f"int({self.node_expr(ref[1])})")
+                lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_group_rows({S}, {G})")
             else:
                 lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_rows({S}, {k.rows.start}, {k.rows.stop})")
                 if any(l.domain == "reduced" for l in k.leaves):

@@ -215,13 +215,20 @@ class RowSpec:
     prod(shape[:start])``, ``R = prod(shape[start:stop])``, ``inner = prod(shape[stop:])``;
     ``inner == 1`` is a row reduction, one block per row; otherwise a strided (column)
     reduction).  ``kind == "groups"``: group norm's ``groups`` contiguous channel groups
-    per sample (``outer = shape[0] * groups``, ``R = numel / outer``, ``inner = 1``).
+    per sample (``outer = shape[0] * groups``, ``R = numel / outer``, ``inner = 1``);
+    ``groups`` is the traced value, ``groups_ref`` where the generated code reads it at run
+    time: ``("attr", "gn.num_groups")`` (a module's attribute, set by ``__init__``),
+    ``("dim", "1")`` (``x.shape[1]`` of the normalised tensor: dim 1 of the kernel's shape),
+    ``("node", name)`` (another Python number computed in forward), or None (a literal in
+    the source).  The trace may run at shrunken constants, so a traced value
+    that came from a constant is never written into the code.
     """
 
     kind: str
     start: int = 0
     stop: int = 0
     groups: int = 0
+    groups_ref: tuple[str, str] | None = None
 
     def describe(self) -> str:
         if self.kind == "groups":
@@ -592,13 +599,44 @@ class _Planner:
         raise self.refuse(n, f"{what} must be a Python number")
 
     def literal(self, a: Any) -> Any:
-        """A structural argument's traced value (node references are read from the trace)."""
+        """A structural argument's traced value (node references and module attributes,
+        ``{"modattr": path, "value": v}``, are read from the trace)."""
+        if isinstance(a, dict) and "modattr" in a:
+            return a.get("value")
         if _is_node(a):
             src = self.nodes[a["node"]]
             return src.value
         if isinstance(a, list):
             return [self.literal(x) for x in a]
         return a
+
+    def shape_dim(self, name: str, shape: Sequence[int]) -> int | None:
+        """``d`` when node ``name`` is ``T.shape[d]``, ``T.size(d)`` or ``T.size()[d]`` of a
+        tensor ``T`` whose traced shape is ``shape`` (so its value is dim ``d`` of that
+        shape at any size), else None."""
+        node = self.nodes.get(name)
+        if node is None or node.kind != "number":
+            return None
+        t, args = node.target, list(node.args)
+        if t == "size" and len(args) == 2:
+            tensor, d = args
+        elif t == "getitem" and len(args) == 2 and _is_node(args[0]) and isinstance(args[1], int):
+            base = self.nodes.get(args[0]["node"])
+            if base is None or not (
+                (base.target == "getattr" and len(base.args) == 2 and base.args[1] == "shape")
+                    or (base.target == "size" and len(base.args) == 1)):
+                return None
+            tensor, d = base.args[0], args[1]
+        else:
+            return None
+        if not _is_node(tensor) or not isinstance(d, int):
+            return None
+        src = self.nodes.get(tensor["node"])
+        if src is None or src.kind != "tensor" or src.shape is None or list(src.shape) != list(shape):
+            return None
+        rank = len(shape)
+        d = d + rank if d < 0 else d
+        return d if 0 <= d < rank else None
 
     def dims(self, a: Any, rank: int, n: GraphNode) -> tuple[int, int]:
         """A dim argument (int, list, None = all) as a contiguous range [start, stop)."""
@@ -999,13 +1037,25 @@ class _Planner:
                 y = self.add("add", [y, self._vec(b, n, None)], shape, n, t)
             return y
         if t == "group_norm":
-            G = self.literal(a.get("num_groups"))
+            raw = a.get("num_groups")
+            G = self.literal(raw)
             if not isinstance(G, int) or G < 1:
                 raise self.refuse(n, f"num_groups {G!r}")
             if rank < 2 or shape[1] % G:
                 raise self.refuse(n, "group_norm needs [N, C, ...] with C a multiple of num_groups")
+            src: tuple[str, str] | None = None
+            if isinstance(raw, dict) and "modattr" in raw:
+                src = ("attr", str(raw["modattr"]))
+            elif _is_node(raw):
+                dim = self.shape_dim(raw["node"], shape)
+                if dim is not None:  # x.shape[1], x.size(1): read from the kernel's shape
+                    src = ("dim", str(dim))
+                elif self.units.get(raw["node"]) == "py":
+                    src = ("node", raw["node"])
+                else:
+                    raise self.refuse(n, f"num_groups '{raw['node']}' is not a Python number computed in forward")
             eps = self.scalar(a.get("eps", 1e-5), n, "eps")
-            rows = RowSpec("groups", groups=G)
+            rows = RowSpec("groups", groups=G, groups_ref=src)
             s = self.reduce("red_sum", x, 0, 0, True, n, t, rows=rows)
             mean = self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
             d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
@@ -1385,6 +1435,9 @@ def _live_nodes(pl: _Planner, graph: Graph) -> set[str]:
             if i in seen:
                 continue
             seen.add(i)
+            rows = pl.prims[i].rows
+            if rows is not None and rows.groups_ref is not None and rows.groups_ref[0] == "node":
+                out.append(rows.groups_ref[1])
             for r in pl.prims[i].ins:
                 if isinstance(r, PRef):
                     todo.append(r.id)
@@ -1555,6 +1608,9 @@ def _schedule(plan: FusionPlan, pl: _Planner, live: set[str]) -> list[tuple[str,
         for c in k.consts:
             if c.var is not None and pl.units.get(c.var) == "py":
                 d.add(("node", c.var))
+        ref = k.rows.groups_ref if k.rows is not None else None
+        if ref is not None and ref[0] == "node" and pl.units.get(ref[1]) == "py":
+            d.add(("node", ref[1]))
         d.discard(u)
         deps[u] = d
     # Order: Kahn's algorithm, preferring the unit whose first graph position is earliest.

@@ -39,7 +39,10 @@ buffer; ``target`` is its dotted name, ``attr_kind`` ``parameter``/``buffer``/``
 unknown leaf modules ``module:<ClassName>``).  ``args``/``kwargs`` hold JSON values, node
 references ``{"node": name}``, parameter references ``{"attr": "ln.weight"}``, and
 ``{"dtype": "float32"}``, ``{"slice": [a, b, c]}``, ``{"ellipsis": true}``,
-``{"float": "inf"}``, ``{"repr": "..."}`` for other objects.  When ``normalized`` is true the
+``{"float": "inf"}``, ``{"repr": "..."}`` for other objects, and ``{"modattr": "conv.groups",
+"value": 4}`` for a leaf module's structural int (``groups``, ``num_groups``): ``__init__``
+may set it from a size constant, which the trace may have shrunk, so the generated code
+reads the module's attribute instead of the traced value.  When ``normalized`` is true the
 arguments were bound to the operator's parameter names (all in ``kwargs``).  ``kind`` is the
 result's kind: ``tensor`` (with ``shape``, ``dtype``, ``contiguous``), ``number`` (``value``),
 ``shape`` (a ``torch.Size``/tuple of ints in ``value``), ``tensors`` (a tuple of tensors:
@@ -619,6 +622,9 @@ class _Tracer:
         def attr(name: str) -> Any:
             return None if getattr(mod, name, None) is None else {"attr": f"{t}.{name}"}
 
+        def modattr(name: str) -> dict[str, Any]:  # an int set by __init__, maybe from a
+            return {"modattr": f"{t}.{name}", "value": int(getattr(mod, name))}  # size constant
+
         if isinstance(mod, nn.Linear):
             return "linear", [], {"input": X, "weight": attr("weight"), "bias": attr("bias")}, True
         conv = {nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d"}
@@ -629,7 +635,7 @@ class _Tracer:
                 return name, [], {
                     "input": X, "weight": attr("weight"), "bias": attr("bias"),
                     "stride": list(mod.stride), "padding": self.enc(mod.padding),
-                    "dilation": list(mod.dilation), "groups": int(mod.groups),
+                    "dilation": list(mod.dilation), "groups": modattr("groups"),
                 }, True
         convt = {nn.ConvTranspose1d: "conv_transpose1d", nn.ConvTranspose2d: "conv_transpose2d", nn.ConvTranspose3d: "conv_transpose3d"}
         for cls, name in convt.items():
@@ -637,7 +643,7 @@ class _Tracer:
                 return name, [], {
                     "input": X, "weight": attr("weight"), "bias": attr("bias"),
                     "stride": list(mod.stride), "padding": list(mod.padding),
-                    "output_padding": list(mod.output_padding), "groups": int(mod.groups),
+                    "output_padding": list(mod.output_padding), "groups": modattr("groups"),
                     "dilation": list(mod.dilation),
                 }, True
         simple = {
@@ -682,7 +688,7 @@ class _Tracer:
             }, True
         if type(mod) is nn.GroupNorm:
             return "group_norm", [], {
-                "input": X, "num_groups": int(mod.num_groups), "weight": attr("weight"),
+                "input": X, "num_groups": modattr("num_groups"), "weight": attr("weight"),
                 "bias": attr("bias"), "eps": float(mod.eps),
             }, True
         if type(mod) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
