@@ -181,6 +181,13 @@ def test_measure_through_bench_writes_candidates_and_family_pairs(tmp_path: Path
     again = cli("measure", str(root), "--configs", "main,small_odd", "--limit", "4", "-j", "2", "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "calls.log").read_text().splitlines() == calls
+    # a run with other options (one configuration, fewer problems) keeps what was measured
+    fewer = cli("measure", str(root), "--configs", "main", "--limit", "2", "-j", "2", "--json", env=env)
+    assert fewer.returncode == 0, fewer.stderr
+    assert json.loads(fewer.stdout)["candidates"] == 2 * 4 * 3
+    assert (root / "candidates.jsonl").read_text().splitlines() == [json.dumps(r) for r in rows]
+    assert len((root / "pairs.jsonl").read_text().splitlines()) == len(pairs)
+    assert (tmp_path / "calls.log").read_text().splitlines() == calls
     bad = cli("measure", str(root), "--configs", "huge")
     assert bad.returncode != 0 and "unknown configuration" in bad.stderr
 
@@ -208,14 +215,14 @@ def test_torch_check_in_batches_keeps_each_problems_own_verdict(tmp_path: Path) 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine times candidates")
 def test_measure_without_a_gpu_says_so(tmp_path: Path) -> None:
-    """On a machine without a GPU nothing is timed: one error line and its hint, exit 4
-    (incomplete: no CUDA device), the bench's report kept."""
+    """On a machine without a GPU nothing can be timed: one error line and its hint, exit 4
+    (incomplete: no CUDA device), before anything is compiled or written."""
     root = tmp_path / "ds"
     D.generate(root, "c", 1, 1)
     proc = cli("measure", str(root), "--turns", "1", "--patience", "1")
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "no candidate was verified and timed" in proc.stderr and "GPU" in proc.stderr
-    assert (root / "measure" / "main" / "bench" / "report.json").exists()
+    assert proc.stderr.startswith("error: no CUDA device here") and "GPU" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 2 and not (root / "measure").exists()
 
 
 def test_bad_compile_mode_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -215,6 +215,20 @@ def measure_cmd(
             raise CudaperfError(f"--split must be train or test, not '{split}'")
         if executor not in ("local", "ray"):
             raise CudaperfError(f"--executor must be local or ray, not '{executor}'")
+        from cudaperf_cli.bench.executor import OPTIMIZE_CMD_ENV
+
+        # nothing is timed without a GPU: say so before compiling anything (unless the
+        # optimize command was replaced, $CUDAPERF_BENCH_OPTIMIZE: its needs are its own)
+        if executor == "local" and not os.environ.get(OPTIMIZE_CMD_ENV):
+            from cudaperf_cli.evaluate import probe_device
+
+            dev = probe_device()
+            if not dev.get("available"):
+                err = CudaperfError(f"no CUDA device here ({dev.get('reason', 'unknown reason')}): "
+                                    "data measure verifies and times candidates on a GPU",
+                                    hint="run it on a GPU machine, or with --executor ray on a cluster with GPU nodes")
+                err.exit_code = 4  # docs/exit-codes.md: incomplete (no CUDA device)
+                raise err
         settings = PolicySettings(policy=policy, turns=turns, samples=samples, patience=patience, model=model,
                                   base_url=base_url, timeout=timeout, compile_baseline=compile_baseline)
         opts = BenchOptions(settings=settings, jobs=jobs, problem_timeout_s=problem_timeout, json_output=json_out,
@@ -236,7 +250,7 @@ def measure_cmd(
     if json_out:
         print(json.dumps(doc))
     else:
-        print(f"{root}: {doc['candidates']} candidates ({doc['correct']} verified) of {doc['problems']} problems; "
+        print(f"{root}, all measured so far: {doc['candidates']} candidates ({doc['correct']} verified) of {doc['problems']} problems; "
               f"{doc['speed_pairs']} speed + {doc['correctness_pairs']} correctness pairs of "
               f"{doc['problems_with_pairs']} problems in {doc['families_with_pairs']} families; "
               f"{doc['bench_wall_s']} s")

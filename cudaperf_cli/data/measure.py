@@ -8,11 +8,15 @@ since PyTorch shapes are module constants), and ``cudaperf bench`` runs it into
 ``ray``).  A bench folder that exists is resumed (``--resume``), so an interrupted measure
 continues where it stopped.
 
-Then every bench's ``candidates.jsonl`` is gathered into ``DIR/candidates.jsonl`` (each row
-with its ``config``, ``family`` and ``split`` added) and the ranker's pairs are built per
-bench (one input = one configuration on one GPU: pairs never mix sizes or machines) into
-``DIR/pairs.jsonl``, each pair with ``family``, ``split`` and ``config``, so that
-``cudaperf train ranker --split-by family`` keeps every family on one side.
+Then everything measured so far is gathered, whatever this run's ``--configs``, ``--kind``
+or ``--limit``: every finished problem result (``problems/*.json``) of every configuration's
+bench folder, also those of earlier runs with other options.  Each configuration's
+candidates go to ``DIR/measure/<config>/candidates.jsonl`` (a bench's own
+``candidates.jsonl`` holds only its last suite) and all of them to ``DIR/candidates.jsonl``
+(each row with its ``config``, ``family`` and ``split`` added); the ranker's pairs are built
+per configuration (one input = one configuration on one GPU: pairs never mix sizes or
+machines) into ``DIR/pairs.jsonl``, each pair with ``family``, ``split`` and ``config``, so
+that ``cudaperf train ranker --split-by family`` keeps every family on one side.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Sequence
 
 from cudaperf_cli.core import CudaperfError, write_text_atomic
 from cudaperf_cli.data.dataset import read_manifest, split_of
+from cudaperf_cli.data.spec import CONFIG_NAMES
 
 MEASURE_DIR = "measure"
 
@@ -117,26 +122,58 @@ class MeasureSummary:
         return dict(self.__dict__)
 
 
-def bench_dirs(root: Path, configs: Sequence[str]) -> list[tuple[str, Path]]:
-    """The ``(config, bench folder)`` pairs that exist, in ``configs`` order."""
-    return [(c, root / MEASURE_DIR / c / "bench") for c in configs
-            if (root / MEASURE_DIR / c / "bench" / "candidates.jsonl").exists()]
+def bench_dirs(root: Path, configs: Sequence[str] | None = None) -> list[tuple[str, Path]]:
+    """The ``(config, bench folder)`` pairs with results, in ``configs`` order (None: every
+    configuration measured so far, in :data:`CONFIG_NAMES` order)."""
+    if configs is None:
+        base = root / MEASURE_DIR
+        names = sorted((d.name for d in base.iterdir() if d.is_dir()) if base.is_dir() else (),
+                       key=lambda n: (CONFIG_NAMES.index(n) if n in CONFIG_NAMES else len(CONFIG_NAMES), n))
+    else:
+        names = list(configs)
+    return [(c, root / MEASURE_DIR / c / "bench") for c in names
+            if (root / MEASURE_DIR / c / "bench" / "problems").is_dir()]
 
 
-def gather(root: Path, configs: Sequence[str], *, min_margin: float = 0.05) -> MeasureSummary:
-    """Gather the benches' candidates into ``DIR/candidates.jsonl`` and their pairs into
-    ``DIR/pairs.jsonl`` (module docstring).
+def finished_results(bench: Path, order: Sequence[str]) -> list[dict[str, Any]]:
+    """The finished problem results of a bench folder (``problems/*.json``; interrupted,
+    unreadable and not-run-by-the-executor ones left out), problems in ``order`` (the
+    manifest's) first, the rest by name."""
+    rank = {pid: i for i, pid in enumerate(order)}
+    out = []
+    for path in sorted((bench / "problems").glob("*.json")):
+        try:
+            res = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if (isinstance(res, dict) and isinstance(res.get("id"), str) and res.get("status") != "interrupted"
+                and not res.get("executor_error")):
+            out.append(res)
+    return sorted(out, key=lambda r: (rank.get(r["id"], len(rank)), r["id"]))
+
+
+def gather(root: Path, configs: Sequence[str] | None = None, *, min_margin: float = 0.05) -> MeasureSummary:
+    """Gather what the benches measured into ``DIR/measure/<config>/candidates.jsonl``,
+    ``DIR/candidates.jsonl`` and ``DIR/pairs.jsonl`` (module docstring).
+
+    Args:
+        configs: the configurations to gather; None (what ``measure`` passes): every one
+            measured so far, so a run with other options never drops earlier results.
 
     Raises:
-        CudaperfError: no bench of these configurations has candidates.
+        CudaperfError: no bench of these configurations has a finished problem.
     """
+    from cudaperf_cli.bench.report import write_candidates
     from cudaperf_cli.ranker import pairs as P
 
     doc = read_manifest(root)
     info = {e["id"]: e for e in doc["problems"]}
-    benches = bench_dirs(root, configs)
+    order = [e["id"] for e in doc["problems"]]
+    benches = [(c, b, finished_results(b, order)) for c, b in bench_dirs(root, configs)]
+    benches = [(c, b, rs) for c, b, rs in benches if rs]
     if not benches:
-        raise CudaperfError(f"no measured candidates under {root / MEASURE_DIR} for {', '.join(configs)}",
+        raise CudaperfError(f"no measured candidates under {root / MEASURE_DIR}"
+                            + (f" for {', '.join(configs)}" if configs else ""),
                             hint="run cudaperf data measure DIR first")
     s = MeasureSummary()
     cand_lines, pair_lines = [], []
@@ -148,8 +185,9 @@ def gather(root: Path, configs: Sequence[str], *, min_margin: float = 0.05) -> M
         return {"config": config, "family": fam, "problem_kind": e.get("kind"),
                 "split": split_of(doc, e.get("kind", ""), fam) if fam else None}
 
-    for config, bench in benches:
-        path = bench / "candidates.jsonl"
+    for config, bench, results in benches:
+        path = bench.parent / "candidates.jsonl"
+        write_candidates(path, results)
         for line in path.read_text().splitlines():
             if not line.strip():
                 continue
@@ -215,9 +253,9 @@ def measure(root: Path, *, configs: Sequence[str], kinds: Sequence[str], split: 
             codes.append(130)
         if codes[-1] == 130:
             break
-    summary = gather(root, configs, min_margin=min_margin)
+    summary = gather(root, min_margin=min_margin)  # all measured so far, not only this run's
     summary.bench_wall_s = round(time.perf_counter() - t0, 1)
     return summary, codes
 
 
-__all__ = ["MEASURE_DIR", "MeasureSummary", "bench_dirs", "gather", "measure", "select", "write_suite"]
+__all__ = ["MEASURE_DIR", "MeasureSummary", "bench_dirs", "finished_results", "gather", "measure", "select", "write_suite"]
