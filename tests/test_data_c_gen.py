@@ -108,3 +108,20 @@ def test_candidates_compile(tmp_path: Path) -> None:
         res = check_c(path, {"id": path.name, "function": family, "configs": p.configs}, tmp_path / family,
                       compile_mode="first", arch="sm_90")
         assert res.candidates > 0 and res.compiled == 1 and res.compile_failed == 0, res
+
+
+def test_no_draw_reads_a_sum_back_as_its_old_value_or_sums_millions_in_float() -> None:
+    """Two grammar warts the H200 measurement showed: an alpha/beta matvec summed into
+    y[i] itself then read ``beta * y[i]`` (computing (alpha + beta) A x), and a float sum
+    of a whole array in one float (the reference's rounding above the tolerance)."""
+    seen_ab = seen_full = 0
+    for i in range(DRAWS):
+        src = draw("matvec", i).source
+        if "beta * y[i]" in src:
+            seen_ab += 1
+            assert "y[i] += " not in src, src
+        k = draw("reduction", i).knobs
+        if k["pattern"] == "full" and k["dtype"] == "float" and k["op"] not in ("max", "min"):
+            seen_full += 1
+            assert k["accumulate"] == "double" and "double s[1]" in draw("reduction", i).source, k
+    assert seen_ab > 5 and seen_full > 5, (seen_ab, seen_full)

@@ -188,6 +188,9 @@ def test_measure_through_bench_writes_candidates_and_family_pairs(tmp_path: Path
     assert (root / "candidates.jsonl").read_text().splitlines() == [json.dumps(r) for r in rows]
     assert len((root / "pairs.jsonl").read_text().splitlines()) == len(pairs)
     assert (tmp_path / "calls.log").read_text().splitlines() == calls
+    other = cli("measure", str(root), "--configs", "main", "--turns", "3", env=env)
+    assert other.returncode == 2 and "used other settings: turns 12 -> 3" in other.stderr, other.stderr
+    assert "remove " in other.stderr and " -o" not in other.stderr
     bad = cli("measure", str(root), "--configs", "huge")
     assert bad.returncode != 0 and "unknown configuration" in bad.stderr
 
@@ -204,6 +207,8 @@ def test_torch_check_in_batches_keeps_each_problems_own_verdict(tmp_path: Path) 
     broken = doc["problems"][1]
     path = root / broken["id"]
     path.write_text(path.read_text() + "\nraise ValueError('boom')\n")
+    broken["sha256"] = D.sha256_text(path.read_text())  # as if it had been generated so
+    D.write_manifest(root, doc)
     summary = C.check_dataset(root, kinds=["torch"], compile_mode="none", jobs=1)
     rows = C.read_check_log(root)
     assert len(rows) == 4 and summary["checked_now"] == 4
@@ -229,3 +234,91 @@ def test_bad_compile_mode_is_refused_before_anything_is_written(tmp_path: Path) 
     proc = cli("generate", "--kind", "c", "--count", "2", "-o", str(tmp_path / "x"), "--compile", "bogus")
     assert proc.returncode == 2 and "--compile must be one of" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_changed_or_missing_problem_fails_its_check_without_running(tmp_path: Path) -> None:
+    from cudaperf_cli.data import check as C
+
+    root = tmp_path / "ds"
+    D.generate(root, "c", 3, 4)
+    doc = D.read_manifest(root)
+    edited, gone = doc["problems"][0], doc["problems"][1]
+    (root / edited["id"]).write_text((root / edited["id"]).read_text() + "\n// edited\n")
+    (root / gone["id"]).unlink()
+    with open(root / "check.jsonl", "w") as fh:  # a line cut by a kill: the next starts afresh
+        fh.write('{"id": "c/x.c", "kind": "c", "ok": tr')
+    C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1)
+    rows = C.read_check_log(root)
+    assert "changed since data generate wrote it" in rows[edited["id"]]["error"]
+    assert rows[gone["id"]]["error"] == f"{gone['id']} is missing"
+    assert rows[doc["problems"][2]["id"]]["ok"]
+    assert len((root / "check.jsonl").read_text().splitlines()) == 4  # the cut line, then 3
+
+
+def test_force_after_a_cut_check_log_and_an_interrupted_draw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate --force reads a check.jsonl with a cut last line; a draw interrupted by
+    Ctrl-C changes nothing on disk (the draw comes before any write)."""
+    root = tmp_path / "ds"
+    D.generate(root, "c", 3, 1)
+    D.generate(root, "torch", 2, 1) if _has_torch() else None
+    with open(root / "check.jsonl", "w") as fh:
+        fh.write('{"id": "torch/t.py", "kind": "torch", "ok": true}\n{"id": "c/a.c", "ki')
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(D, "draw_unique", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        D.generate(root, "c", 4, 2, force=True)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    monkeypatch.undo()
+    D.generate(root, "c", 4, 2, force=True)
+    doc = D.read_manifest(root)
+    assert sum(e["kind"] == "c" for e in doc["problems"]) == 4
+    assert all((root / e["id"]).exists() for e in doc["problems"])
+    assert (root / "check.jsonl").read_text() == '{"id": "torch/t.py", "kind": "torch", "ok": true}\n'
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def test_one_data_command_per_dataset_at_a_time(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    D.generate(root, "c", 2, 1)
+    with D.dataset_lock(root):
+        proc = cli("check", str(root), "--compile", "none")
+        assert proc.returncode == 2, proc.stderr
+        assert f"is writing {root}" in proc.stderr and f"pid {os.getpid()}" in proc.stderr
+        other = cli("generate", "--kind", "torch", "--count", "2", "-o", str(root), "--no-check")
+        assert other.returncode == 2 and "is writing" in other.stderr
+    assert "torch" not in {e["kind"] for e in D.read_manifest(root)["problems"]}
+    assert cli("check", str(root), "--compile", "none").returncode == 0
+
+
+def test_bad_options_and_unwritable_or_malformed_datasets_are_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    D.generate(root, "c", 2, 1)
+    arch = cli("check", str(root), "--arch", "hopper")
+    assert arch.returncode == 2 and "--arch must be an nvcc architecture" in arch.stderr
+    gen_arch = cli("generate", "--kind", "c", "--count", "2", "-o", str(tmp_path / "n"), "--arch", "90")
+    assert gen_arch.returncode == 2 and not (tmp_path / "n").exists()
+    doc = D.read_manifest(root)
+    doc["problems"][1] = {"id": "c/x.c"}
+    (root / "manifest.json").write_text(json.dumps(doc))
+    bad = cli("check", str(root))
+    assert bad.returncode == 2 and "problem 1 is malformed (kind None)" in bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 2
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        D.generate(ro, "c", 1, 1)
+        (ro / D.LOCK_FILE).unlink(missing_ok=True)
+        ro.chmod(0o555)
+        try:
+            proc = cli("check", str(ro))
+            assert proc.returncode == 2 and "cannot write the dataset" in proc.stderr, proc.stderr
+        finally:
+            ro.chmod(0o755)

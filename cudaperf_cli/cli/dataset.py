@@ -26,6 +26,15 @@ def _jobs(jobs: Optional[int]) -> int:
     return jobs or max(1, os.cpu_count() or 1)
 
 
+def _check_arch(arch: str) -> None:
+    """Refuse an ``--arch`` nvcc would not take (``sm_90``, ``sm_90a``, ``compute_90``)
+    before anything runs. Raises CudaperfError."""
+    import re
+
+    if not re.fullmatch(r"(sm|compute)_\d{2,3}[af]?", arch):
+        raise CudaperfError(f"--arch must be an nvcc architecture such as sm_90, not '{arch}'")
+
+
 def _run_check(root: Path, *, kinds: list[str], compile_mode: str, arch: str, jobs: int, limit: Optional[int],
                recheck: bool, json_out: bool) -> dict:
     """The check with a progress bar (stderr); returns its summary."""
@@ -92,30 +101,53 @@ def generate_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cudaperf_cli.data.dataset import check_output, generate
+    from cudaperf_cli.data.dataset import check_output, dataset_lock, generate
 
+    phase = "checking the options"
     try:
         check_output(output, kind, force=force)
         from cudaperf_cli.data.check import COMPILE_MODES
 
         if check and compile_mode not in COMPILE_MODES:  # before anything is drawn or written
             raise CudaperfError(f"--compile must be one of {', '.join(COMPILE_MODES)}, not '{compile_mode}'")
-        with Progress(TextColumn(f"generating {kind}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True), disable=json_out) as bar:
-            task = bar.add_task("", total=count)
-            gen = generate(output, kind, count, seed, force=force, jobs=_jobs(jobs), test_fraction=test_fraction,
-                           progress=lambda n: bar.advance(task, n))
-        summary = None
         if check:
-            summary = _run_check(output, kinds=[kind], compile_mode=compile_mode, arch=arch, jobs=_jobs(jobs),
-                                 limit=None, recheck=False, json_out=json_out)
+            _check_arch(arch)
+        new_folder = not output.exists()
+        with dataset_lock(output, create=True):
+            phase = "drawing"
+            try:
+                with Progress(TextColumn(f"generating {kind}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=Console(stderr=True), disable=json_out) as bar:
+                    task = bar.add_task("", total=count)
+
+                    def writing() -> None:
+                        nonlocal phase
+                        phase = "writing"
+
+                    gen = generate(output, kind, count, seed, force=force, jobs=_jobs(jobs),
+                                   test_fraction=test_fraction, progress=lambda n: bar.advance(task, n),
+                                   on_write=writing)
+            except (KeyboardInterrupt, CudaperfError):
+                if new_folder and phase == "drawing":  # nothing was written: no empty folder left
+                    import shutil
+
+                    shutil.rmtree(output, ignore_errors=True)
+                raise
+            summary = None
+            if check:
+                phase = "checking"
+                summary = _run_check(output, kinds=[kind], compile_mode=compile_mode, arch=arch, jobs=_jobs(jobs),
+                                     limit=None, recheck=False, json_out=json_out)
     except CudaperfError as err:
         fail(err)
     except OSError as exc:
         fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     except KeyboardInterrupt:
-        print(f"interrupted: {output} keeps what was written; cudaperf data check {output} resumes the check",
-              file=sys.stderr)
+        print({"checking the options": "interrupted: nothing was written",
+               "drawing": f"interrupted while drawing: nothing in {output} was changed",
+               "writing": f"interrupted while writing: run the same command with --force to generate {kind} again",
+               "checking": f"interrupted: the problems are written; cudaperf data check {output} resumes the check",
+               }[phase], file=sys.stderr)
         raise typer.Exit(130)
     if json_out:
         print(json.dumps({"output": str(output), "kind": kind, "generation": gen, "check": summary}))
@@ -154,8 +186,16 @@ def check_cmd(
         kinds = [kind] if kind else ["c", "torch"]
         if kind not in (None, "c", "torch"):
             raise CudaperfError(f"--kind must be c or torch, not '{kind}'")
-        summary = _run_check(root, kinds=kinds, compile_mode=compile_mode, arch=arch, jobs=_jobs(jobs),
-                             limit=limit, recheck=recheck, json_out=json_out)
+        from cudaperf_cli.data.check import COMPILE_MODES
+        from cudaperf_cli.data.dataset import dataset_lock, read_manifest
+
+        if compile_mode not in COMPILE_MODES:
+            raise CudaperfError(f"--compile must be one of {', '.join(COMPILE_MODES)}, not '{compile_mode}'")
+        _check_arch(arch)
+        read_manifest(root)  # not a dataset: said before a lock file is made there
+        with dataset_lock(root):
+            summary = _run_check(root, kinds=kinds, compile_mode=compile_mode, arch=arch, jobs=_jobs(jobs),
+                                 limit=limit, recheck=recheck, json_out=json_out)
     except CudaperfError as err:
         fail(err)
     except KeyboardInterrupt:
@@ -235,8 +275,11 @@ def measure_cmd(
                             known_flags=optimize_flags(), executor=executor, ray_address=ray_address)
         import contextlib
 
+        from cudaperf_cli.data.dataset import dataset_lock, read_manifest
+
+        read_manifest(root)  # not a dataset: said before a lock file is made there
         # --json: stdout holds the summary alone; the benches' own output goes to stderr
-        with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
+        with dataset_lock(root), contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
             summary, codes = measure(root, configs=names, kinds=[kind] if kind else ["c", "torch"], split=split,
                                      limit=limit, only_checked=not all_problems, bench_options=opts,
                                      min_margin=min_margin)

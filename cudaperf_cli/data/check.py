@@ -293,6 +293,63 @@ def _pool_init() -> None:
     init()
 
 
+def _changed(root: Path, entry: dict[str, Any]) -> str | None:
+    """Why ``entry``'s file is not the one ``data generate`` wrote (missing, or its sha256
+    differs from the manifest's), or None."""
+    from cudaperf_cli.data.dataset import sha256_text
+
+    try:
+        text = (root / entry["id"]).read_text()
+    except FileNotFoundError:
+        return f"{entry['id']} is missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{entry['id']} is unreadable: {exc}"
+    want = entry.get("sha256")
+    if want and sha256_text(text) != want:
+        return f"{entry['id']} changed since data generate wrote it (sha256 differs from the manifest's)"
+    return None
+
+
+def _run_pool(root: Path, todo: Sequence[dict[str, Any]], compile_mode: str, arch: str, jobs: int,
+              record: Callable[[dict[str, Any]], None]) -> None:
+    """Check ``todo`` in a pool of ``jobs`` workers, ``record``-ing each result as it comes.
+
+    On Ctrl-C (or SIGTERM, which the CLI turns into one) the workers are killed at once
+    instead of being waited for (a check can take minutes; without a terminal the wait
+    looked like a hang).
+
+    Raises:
+        CudaperfError: a worker died (the system killed it: out of memory?).
+        KeyboardInterrupt: passed on after the workers are gone.
+    """
+    from concurrent.futures.process import BrokenProcessPool
+
+    if not todo:
+        return
+    pool = ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_pool_init)
+    c_todo = [[e] for e in todo if e["kind"] == "c"]
+    t_todo = [e for e in todo if e["kind"] == "torch"]
+    batches = c_todo + [t_todo[i:i + TORCH_BATCH] for i in range(0, len(t_todo), TORCH_BATCH)]
+    try:
+        futures = [pool.submit(_check_batch, str(root), b, compile_mode, arch) for b in batches]
+        for fut in as_completed(futures):
+            for row in fut.result():
+                record(row)
+    except BrokenProcessPool:
+        raise CudaperfError("a check worker died (killed by the system: out of memory?); the finished "
+                            "checks are kept in check.jsonl",
+                            hint="run cudaperf data check DIR again to resume, with fewer --jobs") from None
+    except BaseException:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            try:
+                proc.kill()
+            except (OSError, ValueError):
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def read_check_log(root: Path) -> dict[str, dict[str, Any]]:
     """``DIR/check.jsonl`` as ``{id: result}`` (the last line of an id wins)."""
     out: dict[str, dict[str, Any]] = {}
@@ -304,7 +361,8 @@ def read_check_log(root: Path) -> dict[str, dict[str, Any]]:
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut by a kill: that problem is checked again
-                out[row["id"]] = row
+                if isinstance(row, dict) and isinstance(row.get("id"), str):
+                    out[row["id"]] = row
     return out
 
 
@@ -335,25 +393,23 @@ def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_
         todo = todo[:limit]
     t0 = time.perf_counter()
     if todo:
-        with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_pool_init) as pool, \
-                open(root / CHECK_LOG, "a") as log:
-            c_todo = [[e] for e in todo if e["kind"] == "c"]
-            t_todo = [e for e in todo if e["kind"] == "torch"]
-            batches = c_todo + [t_todo[i:i + TORCH_BATCH] for i in range(0, len(t_todo), TORCH_BATCH)]
-            futures = [pool.submit(_check_batch, str(root), b, compile_mode, arch) for b in batches]
-            try:
-                for fut in as_completed(futures):
-                    for row in fut.result():
-                        row["compile_mode"] = compile_mode
-                        log.write(json.dumps(row) + "\n")
-                        log.flush()
-                        done[row["id"]] = row
-                        if progress is not None:
-                            progress(row)
-            except KeyboardInterrupt:
-                for f in futures:
-                    f.cancel()
-                raise
+        log_path = root / CHECK_LOG
+        with open(log_path, "a") as log:
+            if log.tell() and not log_path.read_bytes().endswith(b"\n"):
+                log.write("\n")  # a line cut by a kill: the next one starts on its own line
+
+            def record(row: dict[str, Any]) -> None:
+                row["compile_mode"] = compile_mode
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                done[row["id"]] = row
+                if progress is not None:
+                    progress(row)
+
+            changed = [e for e in todo if _changed(root, e)]
+            for e in changed:  # not what was generated: its check would not be the manifest's
+                record(asdict(CheckResult(e["id"], e["kind"], error=_changed(root, e))) | {"ok": False})
+            _run_pool(root, [e for e in todo if not _changed(root, e)], compile_mode, arch, jobs, record)
     wall = time.perf_counter() - t0
     doc = read_manifest(root)  # again: another run (the other kind's check) may have written it meanwhile
     for e in doc["problems"]:

@@ -21,21 +21,27 @@ grammar has no new structure left) and is skipped from then on.  PyTorch draws a
 rejected when their output does not depend on their input (``torch_gen.is_degenerate``,
 run in a child process at the ``small_odd`` configuration).
 
-The split is by **family** (no family in both train and test): the families of each kind,
-sorted and shuffled with ``random.Random(seed)``, the first ``round(test_fraction * F)``
-(at least one, at most F - 1) held out.
+The split is by **family** (no family in both train and test): every family of the kind's
+grammar (drawn or not, so that a small set and a large one of the same seed agree), sorted
+and shuffled with ``random.Random(seed)``, the first ``round(test_fraction * F)`` (at least
+one, at most F - 1) held out.
+
+One ``cudaperf data`` command writes a dataset at a time (:func:`dataset_lock`): a second
+one started meanwhile (another kind's ``generate``, a ``check``) stops with one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from cudaperf_cli.core import CudaperfError, write_text_atomic
 from cudaperf_cli.data.spec import GeneratedProblem
@@ -47,6 +53,51 @@ KINDS = ("c", "torch")
 EXHAUSTED_AFTER = 200
 #: Default fraction of the families held out as the test split.
 TEST_FRACTION = 0.2
+#: Version of the grammars (c_gen, torch_gen), recorded with each kind's generation: a
+#: change that alters what a seed draws bumps it (2: bicg's checksum loop, double sums of
+#: float full reductions, alpha/beta matvecs summed in a scalar).
+GRAMMAR_VERSION = 2
+#: The lock file of a dataset folder (:func:`dataset_lock`).
+LOCK_FILE = ".cudaperf-data.lock"
+#: Problems drawn between two progress updates (PyTorch: each batch's degenerate check).
+DRAW_BATCH = {"c": 512, "torch": 32}
+
+
+@contextlib.contextmanager
+def dataset_lock(root: Path, *, create: bool = False) -> Iterator[None]:
+    """Hold ``root``'s lock (an exclusive ``flock`` on ``root/.cudaperf-data.lock``) while a
+    data command writes the dataset; released when the process ends, however it ends.
+
+    Args:
+        create: make ``root`` first (``data generate`` into a new folder).
+
+    Raises:
+        CudaperfError: another process holds it (another ``cudaperf data`` command on the
+            same folder), or ``root`` cannot be written (read-only, not a folder).
+    """
+    import fcntl
+
+    try:
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        raise CudaperfError(f"{root} is not a dataset: no such folder",
+                            hint="make one with cudaperf data generate --kind c --count N -o DIR") from None
+    except OSError as exc:
+        raise CudaperfError(f"cannot write the dataset {root}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            raise CudaperfError(f"another cudaperf data command (pid {holder}) is writing {root}",
+                                hint="wait for it to finish: one data command per dataset at a time") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _generator(kind: str) -> tuple[Sequence[str], Callable[..., GeneratedProblem]]:
@@ -142,7 +193,8 @@ def draw_unique(kind: str, count: int, seed: int, *, seen: Iterable[str] = (), j
     try:
         while len(out.problems) < count and len(out.exhausted) < len(families):
             batch: list[tuple[int, GeneratedProblem]] = []
-            while len(batch) < max(1, count - len(out.problems)) and len(out.exhausted) < len(families):
+            want = max(1, min(DRAW_BATCH.get(kind, 64), count - len(out.problems)))
+            while len(batch) < want and len(out.exhausted) < len(families):
                 family = families[index % len(families)]
                 i, index = index, index + 1
                 if family in out.exhausted:
@@ -199,6 +251,18 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise CudaperfError(f"{path}: unreadable ({exc})") from None
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or not isinstance(doc.get("problems"), list):
         raise CudaperfError(f"{path}: not a cudaperf dataset manifest (schema_version {SCHEMA_VERSION})")
+    for i, e in enumerate(doc["problems"]):
+        bad = ("not an object" if not isinstance(e, dict) else
+               "no id" if not isinstance(e.get("id"), str) or not e["id"] else
+               f"kind {e.get('kind')!r}" if e.get("kind") not in KINDS else
+               "no family" if not isinstance(e.get("family"), str) else
+               "no configs" if not isinstance(e.get("configs"), list) else None)
+        if bad:
+            raise CudaperfError(f"{path}: problem {i} is malformed ({bad})",
+                                hint="regenerate the kind with cudaperf data generate --force")
+    for key in ("generation", "splits"):
+        if not isinstance(doc.setdefault(key, {}), dict):
+            raise CudaperfError(f"{path}: '{key}' is not an object")
     return doc
 
 
@@ -250,9 +314,16 @@ def check_output(root: Path, kind: str, *, force: bool = False) -> dict[str, Any
 
 def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = False, jobs: int = 1,
              test_fraction: float = TEST_FRACTION,
-             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int], None] | None = None,
+             on_write: Callable[[], None] | None = None) -> dict[str, Any]:
     """Draw ``count`` problems of ``kind`` and write them under ``root/<kind>/`` with the
     manifest (the problems of the other kind already there are kept).
+
+    Everything is drawn before anything is written (an interrupted draw changes nothing);
+    then the manifest without this kind's old problems is written first, the old files,
+    measurements and checks removed, the new files and the manifest written last, so the
+    manifest never names a file that is not there.  ``on_write`` is called when the
+    writing starts.
 
     Returns:
         The kind's generation figures (``manifest["generation"][kind]``).
@@ -264,8 +335,19 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
     """
     if count < 1:
         raise CudaperfError("--count must be at least 1")
-    doc = check_output(root, kind, force=force)
+    check_output(root, kind, force=force)
     folder = root / kind
+    # draw first: an interrupted draw (Ctrl-C) has changed nothing on disk
+    drawn = draw_unique(kind, count, seed, jobs=jobs, progress=progress)
+    # then replace, in an order that never leaves the manifest naming a removed file
+    doc = check_output(root, kind, force=force)  # as it is now
+    if on_write is not None:
+        on_write()
+    doc["problems"] = [p for p in doc["problems"] if p.get("kind") != kind]
+    doc["generation"].pop(kind, None)
+    doc["splits"].pop(kind, None)
+    root.mkdir(parents=True, exist_ok=True)
+    write_manifest(root, doc)
     if force:  # measurements of the replaced problems would be resumed as the new ones'
         import shutil
 
@@ -276,14 +358,18 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
         for f in folder.iterdir():
             if f.is_file() and f.suffix in (".c", ".py"):
                 f.unlink()
-    doc["problems"] = [p for p in doc["problems"] if p.get("kind") != kind]
     check_log = root / "check.jsonl"
-    if check_log.exists():  # keep the other kind's checks only
-        keep = [ln for ln in check_log.read_text().splitlines()
-                if ln.strip() and json.loads(ln).get("kind") != kind]
+    if check_log.exists():  # keep the other kind's checks only (a line cut by a kill goes)
+        keep = []
+        for ln in check_log.read_text(errors="replace").splitlines():
+            try:
+                row = json.loads(ln)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("kind") != kind:
+                keep.append(ln)
         write_text_atomic(check_log, "".join(ln + "\n" for ln in keep))
     folder.mkdir(parents=True, exist_ok=True)
-    drawn = draw_unique(kind, count, seed, jobs=jobs, progress=progress)
     entries = []
     for n, (index, p) in enumerate(drawn.problems):
         name = f"{p.family}_{n:05d}{p.suffix}"
@@ -297,7 +383,7 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
     per_family: dict[str, int] = {}
     for e in entries:
         per_family[e["family"]] = per_family.get(e["family"], 0) + 1
-    gen = {"seed": seed, "count_asked": count, "count": len(entries), "draws": drawn.draws,
+    gen = {"grammar_version": GRAMMAR_VERSION, "seed": seed, "count_asked": count, "count": len(entries), "draws": drawn.draws,
            "duplicates": drawn.duplicates, "degenerate": drawn.degenerate,
            "degenerate_reasons": drawn.degenerate_reasons, "exhausted_families": drawn.exhausted,
            "per_family": per_family, "seconds": round(drawn.seconds, 3),
@@ -305,11 +391,11 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
     doc["problems"] += entries
     doc["generation"][kind] = gen
     doc["splits"][kind] = {"by": "family", "seed": seed, "test_fraction": test_fraction,
-                           **family_split(list(per_family) or list(families), seed=seed,
-                                          test_fraction=test_fraction)}
+                           **family_split(list(families), seed=seed, test_fraction=test_fraction)}
     write_manifest(root, doc)
     return gen
 
 
-__all__ = ["KINDS", "MANIFEST", "Drawn", "check_output", "draw", "draw_unique", "family_split", "generate",
+__all__ = ["KINDS", "LOCK_FILE", "MANIFEST", "Drawn", "check_output", "dataset_lock", "draw", "draw_unique",
+           "family_split", "generate",
            "read_manifest", "sha256_text", "split_of", "write_manifest"]

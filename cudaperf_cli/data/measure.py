@@ -249,6 +249,11 @@ def measure(root: Path, *, configs: Sequence[str], kinds: Sequence[str], split: 
         resume = out.exists() and any(out.iterdir())
         try:
             codes.append(run_bench_command(manifest, replace(bench_options, out_dir=out, resume=resume)))
+        except CudaperfError as err:  # the bench's hints name its -o, which data measure has not
+            if resume and err.hint and "-o" in err.hint:
+                err.hint = (f"measure {config} with the options it was measured with, or remove {out} "
+                            f"to measure it again from the start")
+            raise
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what finished is gathered, a rerun resumes
             codes.append(130)
         if codes[-1] == 130:
