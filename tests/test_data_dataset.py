@@ -322,3 +322,17 @@ def test_bad_options_and_unwritable_or_malformed_datasets_are_one_line(tmp_path:
             assert proc.returncode == 2 and "cannot write the dataset" in proc.stderr, proc.stderr
         finally:
             ro.chmod(0o755)
+
+
+def test_select_offset_takes_the_next_slice_of_the_round_robin_order(tmp_path: Path) -> None:
+    from cudaperf_cli.data.measure import select
+
+    root = tmp_path / "ds"
+    D.generate(root, "c", 40, 3)
+    doc = D.read_manifest(root)
+    everything = select(doc, kinds=["c"], split=None, limit=None, only_checked=True)
+    first = select(doc, kinds=["c"], split=None, limit=15, only_checked=True)
+    nxt = select(doc, kinds=["c"], split=None, limit=15, only_checked=True, offset=15)
+    assert [e["id"] for e in first + nxt] == [e["id"] for e in everything[:30]]
+    assert len({e["family"] for e in first}) == 15  # round-robin: every family in the first 15
+    assert select(doc, kinds=["c"], split=None, limit=5, only_checked=True, offset=40) == []

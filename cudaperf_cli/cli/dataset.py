@@ -217,6 +217,8 @@ def measure_cmd(
     split: Optional[str] = typer.Option(None, "--split", help="train or test (default: both)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most this many problems of each kind, "
                                         "taken round-robin over the families."),
+    offset: int = typer.Option(0, "--offset", min=0, help="Skip the first N problems of each kind's order "
+                               "(measured elsewhere: another machine, an earlier session's --limit N)."),
     all_problems: bool = typer.Option(False, "--all", help="Also problems whose check failed or that the "
                                       "built-in policy refused (for a model policy)."),
     policy: str = typer.Option("builtin", "--policy", help="optimize --policy."),
@@ -282,7 +284,7 @@ def measure_cmd(
         with dataset_lock(root), contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
             summary, codes = measure(root, configs=names, kinds=[kind] if kind else ["c", "torch"], split=split,
                                      limit=limit, only_checked=not all_problems, bench_options=opts,
-                                     min_margin=min_margin)
+                                     min_margin=min_margin, offset=offset)
     except CudaperfError as err:
         fail(err)
     except KeyboardInterrupt:

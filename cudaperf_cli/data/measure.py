@@ -40,11 +40,13 @@ def _toml_str(s: str) -> str:
 
 
 def select(doc: dict[str, Any], *, kinds: Sequence[str], split: str | None, limit: int | None,
-           only_checked: bool) -> list[dict[str, Any]]:
+           only_checked: bool, offset: int = 0) -> list[dict[str, Any]]:
     """The manifest entries to measure: of ``kinds``, of ``split`` (``train``/``test``, None:
     both), those whose check passed when ``only_checked`` (unchecked ones are kept: a
-    dataset generated with ``--no-check``), the first ``limit`` of each kind interleaved
-    by family (so a small ``limit`` still covers every family), the kinds interleaved."""
+    dataset generated with ``--no-check``), each kind's entries interleaved by family (so a
+    small ``limit`` still covers every family), the first ``offset`` of that order skipped
+    (measured elsewhere: another machine, an earlier session), then the next ``limit``;
+    the kinds interleaved."""
     per_kind = []
     for kind in kinds:
         entries = [e for e in doc["problems"] if e["kind"] == kind
@@ -60,6 +62,7 @@ def select(doc: dict[str, Any], *, kinds: Sequence[str], split: str | None, limi
             for q in queues:
                 if q:
                     order.append(q.pop(0))
+        order = order[offset:]
         per_kind.append(order[:limit] if limit is not None else order)
     out = []  # the kinds interleaved too: a measure cut short still has both
     for i in range(max((len(k) for k in per_kind), default=0)):
@@ -219,7 +222,8 @@ def gather(root: Path, configs: Sequence[str] | None = None, *, min_margin: floa
 
 
 def measure(root: Path, *, configs: Sequence[str], kinds: Sequence[str], split: str | None, limit: int | None,
-            only_checked: bool, bench_options: Any, min_margin: float = 0.05) -> tuple[MeasureSummary, list[int]]:
+            only_checked: bool, bench_options: Any, min_margin: float = 0.05,
+            offset: int = 0) -> tuple[MeasureSummary, list[int]]:
     """Write each configuration's suite, run (or resume) its bench, then :func:`gather`.
 
     Args:
@@ -237,7 +241,7 @@ def measure(root: Path, *, configs: Sequence[str], kinds: Sequence[str], split: 
     from cudaperf_cli.bench.command import run_bench_command
 
     doc = read_manifest(root)
-    entries = select(doc, kinds=kinds, split=split, limit=limit, only_checked=only_checked)
+    entries = select(doc, kinds=kinds, split=split, limit=limit, only_checked=only_checked, offset=offset)
     if not entries:
         raise CudaperfError(f"nothing to measure in {root} (kinds {', '.join(kinds)}"
                             + (f", split {split}" if split else "") + ")")
