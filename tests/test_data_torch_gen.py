@@ -79,6 +79,9 @@ def test_configurations() -> None:
             assert all(v % 2 == 1 and 3 <= v <= 99 for v in small.values()), small
             assert all(v >= 1 for c in p.configs for v in c["sizes"].values())
             assert p.config("large") != p.config("main")
+            b = [c["bytes"] for c in p.configs]  # the footprint estimate, like C's configs
+            assert b[0] < b[1] < b[2] and 8 * 2**20 * 0.5 <= b[1] <= 64 * 2**20 * 1.05, (family, b)
+            assert all(c["flop"] > 0 for c in p.configs if "flop" in c)
             text = p.source
             assert text.startswith('"""') and "import torch\nimport torch.nn as nn\n" in text
             assert "class Model(nn.Module):" in text and "def get_inputs():" in text and "def get_init_inputs():" in text

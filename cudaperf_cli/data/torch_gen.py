@@ -518,7 +518,10 @@ def _finish(rng: random.Random, family: str, p: _Prob) -> GeneratedProblem:
     small = _solve_small(rng, p.dims, p.cost, p.valid)
     main = _solve(rng, p.dims, p.cost, p.valid, MAIN_BYTES, MAIN_FLOP, large=False)
     large = _solve(rng, p.dims, p.cost, p.valid, LARGE_BYTES, LARGE_FLOP, large=True)
-    configs = [{"name": n, "sizes": s} for n, s in zip(CONFIG_NAMES, (small, main, large))]
+    configs = []
+    for n, sz in zip(CONFIG_NAMES, (small, main, large)):
+        b, f = p.cost(sz)  # bytes: float32 inputs, output, parameters; FLOP: the family's formula
+        configs.append({"name": n, "sizes": sz, "bytes": int(b), **({"flop": int(f)} if p.flop is not None else {})})
     knobs = dict(p.knobs)
     key = family + ":" + json.dumps(knobs, sort_keys=True, separators=(",", ":"))
     if p.numbers is not None:
