@@ -784,3 +784,78 @@ def test_structure_set_by_a_size_constant_is_read_at_run_time(name: str, tmp_pat
         (d / fname).write_text(text)
     r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
     assert r["ok"], r
+
+
+_INSTANCE_NORMS = {
+    "module_2d": ("self.norm = nn.InstanceNorm2d(channels)", "torch.relu(self.norm(x))", 4),
+    "module_1d_affine": ("self.norm = nn.InstanceNorm1d(channels, affine=True)", "self.norm(x) * 0.5", 3),
+    "functional_3d": ("pass", "F.instance_norm(torch.tanh(x), eps=1e-3)", 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INSTANCE_NORMS))
+def test_instance_norm_is_group_norm_with_a_group_per_channel(name: str, tmp_path: Path) -> None:
+    init, expr, rank = _INSTANCE_NORMS[name]
+    dims = ["batch_size", "channels", "d1", "d2", "d3"][:rank]
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 5
+        channels = 12
+        d1 = 22
+        d2 = 9
+        d3 = 7
+        class Model(nn.Module):
+            def __init__(self, channels):
+                super().__init__()
+                {init}
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({", ".join(dims)})]
+        def get_init_inputs():
+            return [channels]
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert any("instance_norm" in op for op in plan.fused_ops()), plan.fused_ops()
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
+    assert "_cp_group_rows(_s0, int(_s0[1]))" in prop.files["model.py"]
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r
+
+
+def test_instance_norm_with_running_statistics_is_refused(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "inorm_eval", """
+        import torch
+        import torch.nn as nn
+        batch_size = 4
+        channels = 6
+        length = 30
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = nn.InstanceNorm1d(channels, track_running_stats=True)
+                self.norm.eval()
+            def forward(self, x):
+                return self.norm(x) + 1.0
+        def get_inputs():
+            return [torch.randn(batch_size, channels, length)]
+        def get_init_inputs():
+            return []
+    """)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match="instance_norm with running statistics"):
+            pol.plan(load_torch_problem(path))
+    finally:
+        pol.close()

@@ -82,7 +82,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "rms_norm", "normalize"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize"]
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -123,6 +123,7 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "hardtanh": ("input", "min_val", "max_val", "inplace"), "relu6": ("input", "inplace"),
     "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
     "group_norm": ("input", "num_groups", "weight", "bias", "eps"),
+    "instance_norm": ("input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps"),
     "batch_norm": ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
     "rms_norm": ("input", "normalized_shape", "weight", "eps"),
     "normalize": ("input", "p", "dim", "eps"),
@@ -610,6 +611,23 @@ class _Planner:
             return [self.literal(x) for x in a]
         return a
 
+    def num_groups(self, raw: Any, shape: Sequence[int], n: GraphNode) -> tuple[int, tuple[str, str] | None]:
+        """Group norm's ``num_groups``: its traced value and where the code reads it at run
+        time (:class:`RowSpec` ``groups_ref``). Raises PolicyRefusal when it is no int."""
+        G = self.literal(raw)
+        if not isinstance(G, int) or isinstance(G, bool) or G < 1:
+            raise self.refuse(n, f"num_groups {G!r}")
+        if isinstance(raw, dict) and "modattr" in raw:
+            return G, ("attr", str(raw["modattr"]))
+        if not _is_node(raw):
+            return G, None
+        dim = self.shape_dim(raw["node"], shape)
+        if dim is not None:  # x.shape[1], x.size(1): read from the kernel's shape
+            return G, ("dim", str(dim))
+        if self.units.get(raw["node"]) == "py":
+            return G, ("node", raw["node"])
+        raise self.refuse(n, f"num_groups '{raw['node']}' is not a Python number computed in forward")
+
     def shape_dim(self, name: str, shape: Sequence[int]) -> int | None:
         """``d`` when node ``name`` is ``T.shape[d]``, ``T.size(d)`` or ``T.size()[d]`` of a
         tensor ``T`` whose traced shape is ``shape`` (so its value is dim ``d`` of that
@@ -1036,24 +1054,18 @@ class _Planner:
             if b is not None:
                 y = self.add("add", [y, self._vec(b, n, None)], shape, n, t)
             return y
-        if t == "group_norm":
-            raw = a.get("num_groups")
-            G = self.literal(raw)
-            if not isinstance(G, int) or G < 1:
-                raise self.refuse(n, f"num_groups {G!r}")
+        if t in ("group_norm", "instance_norm"):
+            if t == "instance_norm":  # group norm with one group per channel
+                if not self.literal(a.get("use_input_stats", True)):
+                    raise self.refuse(n, "instance_norm with running statistics (eval, track_running_stats) "
+                                         "is not supported; with the instance's own statistics it is")
+                if rank < 3:
+                    raise self.refuse(n, "instance_norm needs [N, C, ...] with spatial dims")
+                G, src = int(shape[1]), ("dim", "1")  # C, read from the kernel's shape
+            else:
+                G, src = self.num_groups(a.get("num_groups"), shape, n)
             if rank < 2 or shape[1] % G:
                 raise self.refuse(n, "group_norm needs [N, C, ...] with C a multiple of num_groups")
-            src: tuple[str, str] | None = None
-            if isinstance(raw, dict) and "modattr" in raw:
-                src = ("attr", str(raw["modattr"]))
-            elif _is_node(raw):
-                dim = self.shape_dim(raw["node"], shape)
-                if dim is not None:  # x.shape[1], x.size(1): read from the kernel's shape
-                    src = ("dim", str(dim))
-                elif self.units.get(raw["node"]) == "py":
-                    src = ("node", raw["node"])
-                else:
-                    raise self.refuse(n, f"num_groups '{raw['node']}' is not a Python number computed in forward")
             eps = self.scalar(a.get("eps", 1e-5), n, "eps")
             rows = RowSpec("groups", groups=G, groups_ref=src)
             s = self.reduce("red_sum", x, 0, 0, True, n, t, rows=rows)

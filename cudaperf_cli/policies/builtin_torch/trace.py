@@ -438,7 +438,7 @@ def _talk(
 
 #: Canonical names of call_function / call_method targets.  Each name is looked up in
 #: torch, torch.nn.functional, torch.Tensor, torch.special and operator.
-_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "batch_norm", "rms_norm", "normalize", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
+_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
 
 _ALIASES = {
     "truediv": "div",
@@ -690,6 +690,14 @@ class _Tracer:
             return "group_norm", [], {
                 "input": X, "num_groups": modattr("num_groups"), "weight": attr("weight"),
                 "bias": attr("bias"), "eps": float(mod.eps),
+            }, True
+        if type(mod) in (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d):
+            # the instance's own statistics unless running ones are tracked and used (eval)
+            stats = bool(mod.training) or not mod.track_running_stats
+            return "instance_norm", [], {
+                "input": X, "running_mean": attr("running_mean"), "running_var": attr("running_var"),
+                "weight": attr("weight"), "bias": attr("bias"), "use_input_stats": stats,
+                "momentum": mod.momentum, "eps": float(mod.eps),
             }, True
         if type(mod) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
             training = bool(mod.training) or mod.running_mean is None
