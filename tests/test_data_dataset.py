@@ -226,8 +226,13 @@ def test_measure_without_a_gpu_says_so(tmp_path: Path) -> None:
     D.generate(root, "c", 1, 1)
     proc = cli("measure", str(root), "--turns", "1", "--patience", "1")
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("error: no CUDA device here") and "GPU" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 2 and not (root / "measure").exists()
+    lines = proc.stderr.strip().splitlines()  # the unchecked problem's warning, the error, its hint
+    assert lines[0].startswith("warning: 1 of the 1 problems to measure were never checked")
+    assert lines[1].startswith("error: data measure verifies and times candidates on a GPU, and there is no CUDA "
+                               "device here") and lines[2].startswith("hint: ") and len(lines) == 3
+    assert not (root / "measure").exists()
+    nothing = cli("measure", str(root), "--offset", "5")  # bad options are said first, GPU or not
+    assert nothing.returncode == 2 and "nothing to measure" in nothing.stderr and "offset 5" in nothing.stderr
 
 
 def test_bad_compile_mode_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -336,3 +341,19 @@ def test_select_offset_takes_the_next_slice_of_the_round_robin_order(tmp_path: P
     assert [e["id"] for e in first + nxt] == [e["id"] for e in everything[:30]]
     assert len({e["family"] for e in first}) == 15  # round-robin: every family in the first 15
     assert select(doc, kinds=["c"], split=None, limit=5, only_checked=True, offset=40) == []
+
+
+def test_a_file_edited_after_its_check_is_checked_again(tmp_path: Path) -> None:
+    from cudaperf_cli.data import check as C
+
+    root = tmp_path / "ds"
+    D.generate(root, "c", 2, 6)
+    C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1)
+    doc = D.read_manifest(root)
+    e = doc["problems"][0]
+    (root / e["id"]).write_text((root / e["id"]).read_text() + "// edited later\n")
+    again = C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1)
+    assert again["checked_now"] == 1 and again["kinds"]["c"]["checked"] == 2 and again["kinds"]["c"]["ok"] == 1
+    assert "changed since data generate" in C.read_check_log(root)[e["id"]]["error"]
+    recheck = C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1, recheck=True, limit=1)
+    assert recheck["checked_now"] == 1 and recheck["kinds"]["c"]["checked"] == 2  # the summary covers both

@@ -214,6 +214,10 @@ def test_training_learns_a_known_rule(tmp_path: Path):
     m = res.metrics
     assert m["problems"] == 2 and m["pairs"] == 30 and m["train_problems"] == 6
     assert m["accuracy"] >= 0.9 > 0.5  # measured here: 0.93 (seed 0)
+    for k, p in enumerate(pairs):  # two families of 4 problems: the counts stay problems
+        p.update(family=f"fam{int(p['problem'][4:].split('.')[0]) % 2}", problem_kind="c")
+    by_family = T.train(pairs, test_fraction=0.5, seed=0, split_by="family").metrics
+    assert by_family["train_problems"] == 4 and by_family["problems"] == 4
     assert m["baselines"]["fewer_registers"]["accuracy"] == 1.0  # the rule itself
     assert 0.0 <= m["calibration"]["brier"] < 0.25
     assert sum(b["n"] for b in m["calibration"]["bins"]) == 30
@@ -437,3 +441,7 @@ def test_pairs_read_gzipped(tmp_path):
     (tmp_path / "bad.jsonl.gz").write_text("not gzip")
     with pytest.raises(CudaperfError, match="cannot read"):
         P.read_pairs(tmp_path / "bad.jsonl.gz")
+    plain.unlink()
+    with pytest.raises(CudaperfError) as exc:  # the .gz beside a missing plain file is named
+        P.read_pairs(plain)
+    assert exc.value.hint == f"did you mean {packed}? (gzipped pairs are read as they are)"

@@ -42,14 +42,11 @@ def _run_check(root: Path, *, kinds: list[str], compile_mode: str, arch: str, jo
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cudaperf_cli.data.check import check_dataset, read_check_log
+    from cudaperf_cli.data.check import check_dataset, read_check_log, to_check
     from cudaperf_cli.data.dataset import read_manifest
 
     doc = read_manifest(root)
-    done = {} if recheck else read_check_log(root)
-    total = sum(1 for e in doc["problems"] if e["kind"] in kinds and e["id"] not in done)
-    if limit is not None:
-        total = min(total, limit)
+    total = len(to_check(root, doc, read_check_log(root), kinds=kinds, recheck=recheck, limit=limit)[0])
     tallies = {"ok": 0, "refused": 0, "failed": 0}
     with Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=Console(stderr=True), disable=json_out) as bar:
@@ -257,8 +254,22 @@ def measure_cmd(
             raise CudaperfError(f"--split must be train or test, not '{split}'")
         if executor not in ("local", "ray"):
             raise CudaperfError(f"--executor must be local or ray, not '{executor}'")
-        from cudaperf_cli.bench.executor import OPTIMIZE_CMD_ENV
+        import contextlib
 
+        from cudaperf_cli.bench.executor import OPTIMIZE_CMD_ENV
+        from cudaperf_cli.data.dataset import dataset_lock, read_manifest
+        from cudaperf_cli.data.measure import select
+
+        kinds = [kind] if kind else ["c", "torch"]
+        doc = read_manifest(root)  # not a dataset: said before a lock file is made there
+        entries = select(doc, kinds=kinds, split=split, limit=limit, only_checked=not all_problems, offset=offset)
+        if not entries:
+            raise CudaperfError(f"nothing to measure in {root} (kinds {', '.join(kinds)}"
+                                + (f", split {split}" if split else "") + (f", offset {offset}" if offset else "") + ")")
+        unchecked = sum(1 for e in entries if not e.get("check"))
+        if unchecked:
+            print(f"warning: {unchecked} of the {len(entries)} problems to measure were never checked "
+                  f"(cudaperf data check {root} first leaves out those that fail)", file=sys.stderr)
         # nothing is timed without a GPU: say so before compiling anything (unless the
         # optimize command was replaced, $CUDAPERF_BENCH_OPTIMIZE: its needs are its own)
         if executor == "local" and not os.environ.get(OPTIMIZE_CMD_ENV):
@@ -266,8 +277,8 @@ def measure_cmd(
 
             dev = probe_device()
             if not dev.get("available"):
-                err = CudaperfError(f"no CUDA device here ({dev.get('reason', 'unknown reason')}): "
-                                    "data measure verifies and times candidates on a GPU",
+                err = CudaperfError("data measure verifies and times candidates on a GPU, and there is no CUDA "
+                                    f"device here: {dev.get('reason', 'unknown reason')}",
                                     hint="run it on a GPU machine, or with --executor ray on a cluster with GPU nodes")
                 err.exit_code = 4  # docs/exit-codes.md: incomplete (no CUDA device)
                 raise err
@@ -275,14 +286,9 @@ def measure_cmd(
                                   base_url=base_url, timeout=timeout, compile_baseline=compile_baseline)
         opts = BenchOptions(settings=settings, jobs=jobs, problem_timeout_s=problem_timeout, json_output=json_out,
                             known_flags=optimize_flags(), executor=executor, ray_address=ray_address)
-        import contextlib
-
-        from cudaperf_cli.data.dataset import dataset_lock, read_manifest
-
-        read_manifest(root)  # not a dataset: said before a lock file is made there
         # --json: stdout holds the summary alone; the benches' own output goes to stderr
         with dataset_lock(root), contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
-            summary, codes = measure(root, configs=names, kinds=[kind] if kind else ["c", "torch"], split=split,
+            summary, codes = measure(root, configs=names, kinds=kinds, split=split,
                                      limit=limit, only_checked=not all_problems, bench_options=opts,
                                      min_margin=min_margin, offset=offset)
     except CudaperfError as err:

@@ -105,7 +105,7 @@ def pairs_cmd(
 
 @train_app.command("ranker")
 def train_ranker(
-    data: Path = typer.Option(..., "--data", help="pairs.jsonl from cudaperf data pairs."),
+    data: Path = typer.Option(..., "--data", help="pairs.jsonl (or .jsonl.gz) from cudaperf data pairs or data measure."),
     output: Path = typer.Option(..., "--output", "-o", help="Checkpoint folder to write (features: model.joblib; "
                                 "lm: the saved model and tokenizer; both: metadata.json)."),
     kind: str = typer.Option("features", "--kind", help="features (logistic regression on feature differences, "

@@ -293,6 +293,18 @@ def _pool_init() -> None:
     init()
 
 
+def to_check(root: Path, doc: dict[str, Any], done: dict[str, Any], *, kinds: Sequence[str], recheck: bool,
+             limit: int | None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The entries a check runs now (of ``kinds``, in manifest order, at most ``limit``):
+    those not in ``done`` (the check log), every one with ``recheck``, and those whose file
+    changed or went missing since ``data generate`` wrote it (even if an earlier run passed
+    it); and ``{id: why}`` of the changed ones."""
+    entries = [e for e in doc["problems"] if e["kind"] in kinds]
+    changed = {e["id"]: why for e in entries if (why := _changed(root, e)) is not None}
+    todo = [e for e in entries if recheck or e["id"] not in done or e["id"] in changed]
+    return (todo[:limit] if limit is not None else todo), changed
+
+
 def _changed(root: Path, entry: dict[str, Any]) -> str | None:
     """Why ``entry``'s file is not the one ``data generate`` wrote (missing, or its sha256
     differs from the manifest's), or None."""
@@ -387,10 +399,8 @@ def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_
         raise CudaperfError("nvcc is not on PATH: candidates cannot be compiled",
                             hint="install the CUDA toolkit, or pass --compile none")
     doc = read_manifest(root)
-    done = {} if recheck else read_check_log(root)
-    todo = [e for e in doc["problems"] if e["kind"] in kinds and e["id"] not in done]
-    if limit is not None:
-        todo = todo[:limit]
+    done = read_check_log(root)  # every result so far: the summary covers them all
+    todo, changed = to_check(root, doc, done, kinds=kinds, recheck=recheck, limit=limit)
     t0 = time.perf_counter()
     if todo:
         log_path = root / CHECK_LOG
@@ -406,10 +416,10 @@ def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_
                 if progress is not None:
                     progress(row)
 
-            changed = [e for e in todo if _changed(root, e)]
-            for e in changed:  # not what was generated: its check would not be the manifest's
-                record(asdict(CheckResult(e["id"], e["kind"], error=_changed(root, e))) | {"ok": False})
-            _run_pool(root, [e for e in todo if not _changed(root, e)], compile_mode, arch, jobs, record)
+            for e in todo:  # not what was generated: its check would not be the manifest's
+                if e["id"] in changed:
+                    record(asdict(CheckResult(e["id"], e["kind"], error=changed[e["id"]])) | {"ok": False})
+            _run_pool(root, [e for e in todo if e["id"] not in changed], compile_mode, arch, jobs, record)
     wall = time.perf_counter() - t0
     doc = read_manifest(root)  # again: another run (the other kind's check) may have written it meanwhile
     for e in doc["problems"]:
@@ -481,4 +491,4 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["CHECK_LOG", "COMPILE_MODES", "CheckResult", "check_c", "check_dataset", "check_torch", "check_torch_batch",
-           "nvcc_cubin", "read_check_log", "summarise", "summary_lines"]
+           "nvcc_cubin", "read_check_log", "summarise", "summary_lines", "to_check"]

@@ -611,7 +611,7 @@ def train(
     proba = ranker.predict_proba([texts[i][0] for i in test_idx], [texts[i][1] for i in test_idx]) if test_idx else []
     metrics = M.evaluate_proba(test_pairs, proba)
     metrics["train_pairs"] = len(train_idx)
-    metrics["train_problems"] = len(train_p)
+    metrics["train_problems"] = len({pairs[i]["problem"] for i in train_idx})  # train_p: families with --split-by family
     metrics["train_loss"] = float(out.training_loss)
     metrics["truncated_train_texts"] = truncated
     return LMTrainResult(ranker, metrics, train_p, test_p, len(train_idx), base, training,

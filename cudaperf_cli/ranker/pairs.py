@@ -387,7 +387,10 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
         CudaperfError: missing file, malformed line, or a line missing a required field.
     """
     if not path.is_file():
-        raise CudaperfError(f"no such pairs file: {path}", hint="write one with: cudaperf data pairs RUNS... -o pairs.jsonl")
+        gz = path.with_name(path.name + ".gz")
+        raise CudaperfError(f"no such pairs file: {path}",
+                            hint=f"did you mean {gz}? (gzipped pairs are read as they are)" if gz.exists()
+                            else "write one with: cudaperf data pairs RUNS... -o pairs.jsonl")
     try:
         text = read_text(path)
     except (OSError, EOFError) as exc:

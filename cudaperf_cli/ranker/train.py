@@ -107,7 +107,7 @@ def train(
     proba = ranker.predict_proba(fa[test_idx], fb[test_idx]) if test_idx else np.zeros(0)
     metrics = M.evaluate_proba(test_pairs, proba)
     metrics["train_pairs"] = len(train_idx)
-    metrics["train_problems"] = len(train_p)
+    metrics["train_problems"] = len({pairs[i]["problem"] for i in train_idx})  # train_p: families with --split-by family
     return TrainResult(ranker, metrics, train_p, test_p, len(train_idx), test_idx, [float(q) for q in proba])
 
 
