@@ -859,3 +859,67 @@ def test_instance_norm_with_running_statistics_is_refused(tmp_path: Path) -> Non
             pol.plan(load_torch_problem(path))
     finally:
         pol.close()
+
+
+_NORMS = {
+    "frobenius_all": "x / torch.norm(x, p='fro')",
+    "l2_dim1_keep": "x / torch.norm(x, p=2, dim=1, keepdim=True)",
+    "l1_method": "torch.relu(x).norm(p=1, dim=-1)",
+    "linf_keep": "x - torch.norm(x, p=float('inf'), dim=-1, keepdim=True)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NORMS))
+def test_vector_norms(name: str, tmp_path: Path) -> None:
+    """torch.norm / Tensor.norm with p = 1, 2, 'fro', inf as reductions (KernelBench level 1's
+    Frobenius and L2 norms were refused)."""
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        batch_size = 6
+        dim = 40
+        width = 33
+        class Model(nn.Module):
+            def forward(self, x):
+                return {_NORMS[name]}
+        def get_inputs():
+            return [torch.randn(batch_size, dim, width)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert any("norm" in op for op in plan.fused_ops()), plan.fused_ops()
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r
+
+
+def test_a_norm_of_another_order_is_refused_with_its_reason(tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "p3", """
+        import torch
+        import torch.nn as nn
+        batch_size = 4
+        dim = 8
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.norm(x, p=3, dim=1)
+        def get_inputs():
+            return [torch.randn(batch_size, dim)]
+        def get_init_inputs():
+            return []
+    """)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match=r"norm with p=3"):
+            pol.plan(load_torch_problem(path))
+    finally:
+        pol.close()

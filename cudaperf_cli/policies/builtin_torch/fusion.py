@@ -82,7 +82,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm"]
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -127,6 +127,7 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "batch_norm": ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
     "rms_norm": ("input", "normalized_shape", "weight", "eps"),
     "normalize": ("input", "p", "dim", "eps"),
+    "norm": ("input", "p", "dim", "keepdim", "out", "dtype"),
     "dropout": ("input", "p", "training", "inplace"),
     "linear": ("input", "weight", "bias"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
     "bmm": ("input", "mat2"), "addmm": ("input", "mat1", "mat2"), "baddbmm": ("input", "batch1", "batch2"),
@@ -1082,6 +1083,19 @@ class _Planner:
             if a.get("bias") is not None:
                 y = self.add("add", [y, self._vec(a["bias"], n, 1)], shape, n, t)
             return y
+        if t == "norm":  # torch.norm / Tensor.norm: a vector norm over dim (None: every dim)
+            raw_p = self.literal(a.get("p", "fro"))
+            p = 2.0 if raw_p in ("fro", None) else _number(raw_p)
+            if p not in (1.0, 2.0, math.inf, -math.inf):
+                raise self.refuse(n, f"norm with p={raw_p!r}; p = 1, 2, 'fro', inf and -inf are supported")
+            start, stop = self.dims(a.get("dim"), rank, n)
+            if p == 2.0:
+                sq = self.add("square", [x], shape, n, t)
+                ss = self.reduce("red_sum", sq, start, stop, keep, n, t)
+                return self.add("sqrt", [ss], self.prims[ss.id].shape, n, t)
+            ab = self.add("abs", [x], shape, n, t)
+            op = {1.0: "red_sum", math.inf: "red_max"}.get(p, "red_min")
+            return self.reduce(op, ab, start, stop, keep, n, t)
         if t == "normalize":
             p = _number(self.literal(a.get("p", 2.0)))
             if p != 2.0:
