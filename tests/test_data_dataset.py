@@ -357,3 +357,88 @@ def test_a_file_edited_after_its_check_is_checked_again(tmp_path: Path) -> None:
     assert "changed since data generate" in C.read_check_log(root)[e["id"]]["error"]
     recheck = C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1, recheck=True, limit=1)
     assert recheck["checked_now"] == 1 and recheck["kinds"]["c"]["checked"] == 2  # the summary covers both
+
+
+def test_force_replaces_one_kinds_measurements_and_keeps_the_others(tmp_path: Path) -> None:
+    from tests.test_bench import FAKE_OPTIMIZE
+
+    pytest.importorskip("torch")
+    root = tmp_path / "ds"
+    D.generate(root, "c", 2, 5)
+    D.generate(root, "torch", 2, 5)
+    script = tmp_path / "fake_optimize.py"
+    script.write_text(FAKE_OPTIMIZE)
+    (tmp_path / "pids").mkdir()
+    env = {"CUDAPERF_BENCH_OPTIMIZE": f"{sys.executable} {script}", "FAKE_LOG": str(tmp_path / "calls.log"),
+           "FAKE_PIDS": str(tmp_path / "pids"), "CUDAPERF_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    proc = cli("measure", str(root), "-j", "2", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    kinds = {json.loads(ln)["problem_kind"] for ln in (root / "candidates.jsonl").read_text().splitlines()}
+    assert kinds == {"c", "torch"}
+    D.generate(root, "c", 2, 6, force=True)
+    rows = [json.loads(ln) for ln in (root / "candidates.jsonl").read_text().splitlines()]
+    assert rows and {r["problem_kind"] for r in rows} == {"torch"}
+    left = [json.loads(p.read_text())["id"] for p in (root / "measure" / "main" / "bench" / "problems").glob("*.json")]
+    assert left and all(i.startswith("torch/") for i in left)
+
+
+def test_measure_that_times_nothing_is_an_error(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    D.generate(root, "c", 1, 5)
+    proc = cli("measure", str(root), "--json", env={"CUDAPERF_BENCH_OPTIMIZE": "/bin/false"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no candidate was verified and timed (no candidate at all)" in proc.stderr
+
+
+def test_malformed_check_rows_are_checked_again_and_a_linked_lock_is_refused(tmp_path: Path) -> None:
+    from cudaperf_cli.data import check as C
+
+    root = tmp_path / "ds"
+    D.generate(root, "c", 3, 5)
+    ids = [e["id"] for e in D.read_manifest(root)["problems"]]
+    (root / "check.jsonl").write_bytes(
+        json.dumps({"id": ids[0]}).encode() + b"\n\xff\xfe garbage\n"
+        + json.dumps({"id": ids[1], "kind": "c", "ok": True, "loads": True, "candidates": "many"}).encode() + b"\n")
+    assert C.read_check_log(root) == {}
+    summary = C.check_dataset(root, kinds=["c"], compile_mode="none", jobs=1)
+    assert summary["checked_now"] == 3 and summary["kinds"]["c"]["ok"] == 3
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    (root / D.LOCK_FILE).unlink(missing_ok=True)
+    (root / D.LOCK_FILE).symlink_to(precious)
+    proc = cli("check", str(root), "--compile", "none")
+    assert proc.returncode == 2 and "its lock file is a symbolic link" in proc.stderr
+    assert precious.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["problems"][1].update(id=d["problems"][0]["id"]), "appears twice"),
+    (lambda d: d["problems"][0].update(id="c/../../escaped.c"), "is not c/<file> inside the dataset"),
+    (lambda d: d["problems"][0].update(id="/etc/passwd"), "is not c/<file> inside the dataset"),
+    (lambda d: d["splits"].update(c=[1]), "the split of 'c' is not"),
+])
+def test_manifests_that_could_mislead_are_refused(tmp_path: Path, edit, words: str) -> None:
+    root = tmp_path / "ds"
+    D.generate(root, "c", 2, 5)
+    doc = D.read_manifest(root)
+    edit(doc)
+    (root / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(CudaperfError, match=words.replace("(", r"\(")):
+        D.read_manifest(root)
+
+
+def test_sigterm_while_drawing_pytorch_problems_exits_at_once(tmp_path: Path) -> None:
+    """The draw's pool workers are stopped, not joined (the command hung after SIGTERM)."""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    proc = subprocess.Popen([sys.executable, "-m", "cudaperf_cli", "data", "generate", "--kind", "torch",
+                             "--count", "50000", "-o", str(tmp_path / "ds"), "--no-check", "-j", "1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)  # the worker is importing torch or checking draws (400 take 5 s)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted while drawing" in err and "Traceback" not in err
+    assert not (tmp_path / "ds").exists()

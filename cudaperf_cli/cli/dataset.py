@@ -195,6 +195,8 @@ def check_cmd(
                                  limit=limit, recheck=recheck, json_out=json_out)
     except CudaperfError as err:
         fail(err)
+    except OSError as exc:  # the dataset cannot be written (read-only, a folder for a file)
+        fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     except KeyboardInterrupt:
         print(f"interrupted: finished checks are in {root}/check.jsonl; run again to resume", file=sys.stderr)
         raise typer.Exit(130)
@@ -266,6 +268,13 @@ def measure_cmd(
         if not entries:
             raise CudaperfError(f"nothing to measure in {root} (kinds {', '.join(kinds)}"
                                 + (f", split {split}" if split else "") + (f", offset {offset}" if offset else "") + ")")
+        from cudaperf_cli.data.check import changed_since_generated
+
+        changed = [e["id"] for e in entries if changed_since_generated(root, e) is not None]
+        if changed:
+            print(f"warning: {len(changed)} problem(s) changed since data generate wrote them are left out "
+                  f"({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}; data check reports them)",
+                  file=sys.stderr)
         unchecked = sum(1 for e in entries if not e.get("check"))
         if unchecked:
             print(f"warning: {unchecked} of the {len(entries)} problems to measure were never checked "
@@ -293,11 +302,13 @@ def measure_cmd(
                                      min_margin=min_margin, offset=offset)
     except CudaperfError as err:
         fail(err)
+    except OSError as exc:
+        fail(CudaperfError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)))
     except KeyboardInterrupt:
         print(f"interrupted: run the same command again to resume ({root}/measure/<config>/bench)", file=sys.stderr)
         raise typer.Exit(130)
     doc = summary.to_json()
-    timed = doc["correct"] > 0 or not doc["candidates"]
+    timed = doc["correct"] > 0
     if json_out:
         print(json.dumps(doc))
     else:
@@ -312,7 +323,8 @@ def measure_cmd(
         raise typer.Exit(130)
     if not timed:  # nothing verified and timed: no pairs, nothing to train on
         verdicts = ", ".join(f"{k} {v}" for k, v in sorted(doc["statuses"].items(), key=lambda kv: -kv[1]))
-        err = CudaperfError(f"no candidate was verified and timed ({verdicts}): no pairs were made",
+        err = CudaperfError(f"no candidate was verified and timed ({verdicts or 'no candidate at all'}): "
+                            "no pairs were made",
                             hint="measure on a machine with a GPU" if "no_device" in doc["statuses"] else
                             f"see {root}/measure/<config>/bench/report.md")
         err.exit_code = 4 if "no_device" in doc["statuses"] else 1  # docs/exit-codes.md: incomplete / none correct

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from cudaperf_cli.core import CudaperfError
-from cudaperf_cli.data.dataset import read_manifest, write_manifest
+from cudaperf_cli.data.dataset import read_manifest, stop_pool, write_manifest
 
 COMPILE_MODES = ("distinct", "first", "all", "none")
 CHECK_LOG = "check.jsonl"
@@ -300,12 +300,12 @@ def to_check(root: Path, doc: dict[str, Any], done: dict[str, Any], *, kinds: Se
     changed or went missing since ``data generate`` wrote it (even if an earlier run passed
     it); and ``{id: why}`` of the changed ones."""
     entries = [e for e in doc["problems"] if e["kind"] in kinds]
-    changed = {e["id"]: why for e in entries if (why := _changed(root, e)) is not None}
+    changed = {e["id"]: why for e in entries if (why := changed_since_generated(root, e)) is not None}
     todo = [e for e in entries if recheck or e["id"] not in done or e["id"] in changed]
     return (todo[:limit] if limit is not None else todo), changed
 
 
-def _changed(root: Path, entry: dict[str, Any]) -> str | None:
+def changed_since_generated(root: Path, entry: dict[str, Any]) -> str | None:
     """Why ``entry``'s file is not the one ``data generate`` wrote (missing, or its sha256
     differs from the manifest's), or None."""
     from cudaperf_cli.data.dataset import sha256_text
@@ -352,12 +352,7 @@ def _run_pool(root: Path, todo: Sequence[dict[str, Any]], compile_mode: str, arc
                             "checks are kept in check.jsonl",
                             hint="run cudaperf data check DIR again to resume, with fewer --jobs") from None
     except BaseException:
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            try:
-                proc.kill()
-            except (OSError, ValueError):
-                pass
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_pool(pool)  # the workers and their nvcc / loader children, now
         raise
     pool.shutdown(wait=True)
 
@@ -366,16 +361,31 @@ def read_check_log(root: Path) -> dict[str, dict[str, Any]]:
     """``DIR/check.jsonl`` as ``{id: result}`` (the last line of an id wins)."""
     out: dict[str, dict[str, Any]] = {}
     path = root / CHECK_LOG
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill: that problem is checked again
-                if isinstance(row, dict) and isinstance(row.get("id"), str):
-                    out[row["id"]] = row
+    try:
+        text = path.read_text(errors="replace") if path.exists() else ""
+    except OSError as exc:
+        raise CudaperfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill: that problem is checked again
+            if _well_formed(row):  # anything else: that problem is checked again
+                out[row["id"]] = row
     return out
+
+
+def _well_formed(row: Any) -> bool:
+    """A check.jsonl row as :func:`check_dataset` writes it (fields and their types)."""
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+        return False
+    types = {"ok": bool, "loads": bool, "kind": str, "candidates": int, "compiled": int, "compile_failed": int,
+             "seconds": (int, float), "compile_s": (int, float)}
+    return (all(isinstance(row.get(k), t) and not (t is int and isinstance(row.get(k), bool))
+                for k, t in types.items())
+            and all(row.get(k) is None or isinstance(row.get(k), str)
+                    for k in ("reference", "refusal", "error", "compile_error")))
 
 
 def check_dataset(root: Path, *, kinds: Sequence[str] = ("c", "torch"), compile_mode: str = "distinct",
@@ -491,4 +501,4 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["CHECK_LOG", "COMPILE_MODES", "CheckResult", "check_c", "check_dataset", "check_torch", "check_torch_batch",
-           "nvcc_cubin", "read_check_log", "summarise", "summary_lines", "to_check"]
+           "changed_since_generated", "nvcc_cubin", "read_check_log", "summarise", "summary_lines", "to_check"]

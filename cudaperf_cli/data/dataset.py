@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -80,12 +81,15 @@ def dataset_lock(root: Path, *, create: bool = False) -> Iterator[None]:
     try:
         if create:
             root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        if not os.access(root, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except FileNotFoundError:
         raise CudaperfError(f"{root} is not a dataset: no such folder",
                             hint="make one with cudaperf data generate --kind c --count N -o DIR") from None
     except OSError as exc:
-        raise CudaperfError(f"cannot write the dataset {root}: {exc.strerror or exc}") from None
+        why = "its lock file is a symbolic link" if exc.errno == 40 else (exc.strerror or str(exc))
+        raise CudaperfError(f"cannot write the dataset {root}: {why}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,10 +160,15 @@ def _degenerate_reason(source: str, sizes: dict[str, int]) -> str | None:
 
 def _pool_init() -> None:
     """Bound a pool worker (it runs generated PyTorch code): 16 GiB of address space,
-    no secrets in its environment."""
+    no secrets in its environment, SIGTERM and SIGHUP back to their default (the CLI's
+    handlers, inherited, would turn them into a traceback of the worker)."""
     import os
+    import signal
 
     from cudaperf_cli.sandbox import GIB, Limits, is_secret_name
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
     for name in [n for n in os.environ if is_secret_name(n)]:
         del os.environ[name]
@@ -167,6 +176,28 @@ def _pool_init() -> None:
     if apply is not None:
         apply()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now, not when its running tasks end: its workers and everything they
+    started (nvcc, a loader child) are killed, queued tasks cancelled.  A plain shutdown
+    waits for the workers, and after Ctrl-C or SIGTERM the interpreter's exit joined a
+    worker that never ended (the command hung)."""
+    from cudaperf_cli.evaluate.child import group_and_descendants
+
+    workers = list(getattr(pool, "_processes", {}).values())
+    victims: set[int] = set()
+    for proc in workers:
+        if proc.pid is not None:
+            victims |= group_and_descendants(proc.pid) - {os.getpid(), os.getpgrp()}
+    for pid in victims:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.join(timeout=5)
 
 
 def draw_unique(kind: str, count: int, seed: int, *, seen: Iterable[str] = (), jobs: int = 1,
@@ -227,6 +258,11 @@ def draw_unique(kind: str, count: int, seed: int, *, seen: Iterable[str] = (), j
                     kept += 1
             if progress is not None and kept:
                 progress(kept)
+    except BaseException:
+        if pool is not None:
+            stop_pool(pool)
+            pool = None
+        raise
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -248,21 +284,31 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise CudaperfError(f"{root} is not a dataset: no {MANIFEST}",
                             hint="make one with cudaperf data generate --kind c --count N -o DIR") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CudaperfError(f"{path}: unreadable ({exc})") from None
+        raise CudaperfError(f"{path}: unreadable ({exc})",
+                            hint=f"if a crash cut it, move it away and generate again: cudaperf data generate "
+                                 f"--force -o {root}") from None
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or not isinstance(doc.get("problems"), list):
         raise CudaperfError(f"{path}: not a cudaperf dataset manifest (schema_version {SCHEMA_VERSION})")
+    seen: set[str] = set()
     for i, e in enumerate(doc["problems"]):
         bad = ("not an object" if not isinstance(e, dict) else
                "no id" if not isinstance(e.get("id"), str) or not e["id"] else
                f"kind {e.get('kind')!r}" if e.get("kind") not in KINDS else
+               f"id {e['id']!r} is not {e['kind']}/<file> inside the dataset"
+               if not re.fullmatch(re.escape(e["kind"]) + r"/[A-Za-z0-9_][A-Za-z0-9_.-]*", e["id"]) else
+               f"id {e['id']!r} appears twice" if e["id"] in seen else
                "no family" if not isinstance(e.get("family"), str) else
                "no configs" if not isinstance(e.get("configs"), list) else None)
         if bad:
             raise CudaperfError(f"{path}: problem {i} is malformed ({bad})",
                                 hint="regenerate the kind with cudaperf data generate --force")
+        seen.add(e["id"])
     for key in ("generation", "splits"):
         if not isinstance(doc.setdefault(key, {}), dict):
             raise CudaperfError(f"{path}: '{key}' is not an object")
+    for kind, split in doc["splits"].items():
+        if not isinstance(split, dict) or not all(isinstance(split.get(k, []), list) for k in ("train", "test")):
+            raise CudaperfError(f"{path}: the split of '{kind}' is not {{\"train\": [...], \"test\": [...]}}")
     return doc
 
 
@@ -306,6 +352,9 @@ def check_output(root: Path, kind: str, *, force: bool = False) -> dict[str, Any
     if folder.exists() and any(folder.iterdir()) and not force:
         raise CudaperfError(f"{folder} already holds problems",
                             hint="pass --force to replace this kind's problems, or choose another -o")
+    for path in (root, folder, root / MANIFEST):  # before anything is changed, not halfway
+        if path.exists() and not os.access(path, os.W_OK):
+            raise CudaperfError(f"cannot write {path}: Permission denied")
     if (root / MANIFEST).exists():
         return read_manifest(root)
     return {"schema_version": SCHEMA_VERSION, "generator": "cudaperf data generate", "problems": [],
@@ -349,11 +398,7 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
     root.mkdir(parents=True, exist_ok=True)
     write_manifest(root, doc)
     if force:  # measurements of the replaced problems would be resumed as the new ones'
-        import shutil
-
-        shutil.rmtree(root / "measure", ignore_errors=True)
-        for stale in ("candidates.jsonl", "pairs.jsonl"):
-            (root / stale).unlink(missing_ok=True)
+        _forget_measurements(root, kind)
     if folder.exists():
         for f in folder.iterdir():
             if f.is_file() and f.suffix in (".c", ".py"):
@@ -393,7 +438,40 @@ def generate(root: Path, kind: str, count: int, seed: int, *, force: bool = Fals
     doc["splits"][kind] = {"by": "family", "seed": seed, "test_fraction": test_fraction,
                            **family_split(list(families), seed=seed, test_fraction=test_fraction)}
     write_manifest(root, doc)
+    if force:
+        _regather(root)
     return gen
+
+
+def _forget_measurements(root: Path, kind: str) -> None:
+    """Remove what ``data measure`` recorded of ``kind``'s problems (their bench results and
+    suite copies) and the gathered files; the other kind's measurements stay (:func:`_regather`
+    writes the gathered files again from them)."""
+    import shutil
+
+    for stale in ("candidates.jsonl", "pairs.jsonl"):
+        (root / stale).unlink(missing_ok=True)
+    base = root / "measure"
+    for config in (base.iterdir() if base.is_dir() else ()):
+        if not config.is_dir():
+            continue
+        (config / "candidates.jsonl").unlink(missing_ok=True)
+        shutil.rmtree(config / "suite" / kind, ignore_errors=True)
+        for res in (config / "bench" / "problems").glob("*.json"):
+            try:
+                pid = json.loads(res.read_text()).get("id")
+            except (OSError, ValueError, AttributeError):
+                pid = None
+            if not isinstance(pid, str) or pid.startswith(kind + "/"):
+                res.unlink(missing_ok=True)
+
+
+def _regather(root: Path) -> None:
+    """``DIR/candidates.jsonl`` and ``pairs.jsonl`` again from the measurements left."""
+    from cudaperf_cli.data.measure import bench_dirs, gather
+
+    if any(any((b / "problems").glob("*.json")) for _, b in bench_dirs(root)):
+        gather(root)
 
 
 __all__ = ["KINDS", "LOCK_FILE", "MANIFEST", "Drawn", "check_output", "dataset_lock", "draw", "draw_unique",

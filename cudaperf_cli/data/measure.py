@@ -89,8 +89,8 @@ def write_suite(root: Path, config: str, entries: Sequence[dict[str, Any]]) -> P
                                 hint="configurations: " + ", ".join(c["name"] for c in e["configs"]))
         try:
             text = (root / e["id"]).read_text()
-        except OSError as exc:
-            raise CudaperfError(f"{root / e['id']}: {exc.strerror or exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CudaperfError(f"{root / e['id']}: {getattr(exc, 'strerror', None) or exc}") from None
         if e["kind"] == "torch" and config != "main":
             text = ast.unparse(override_constants(text, sizes, e["id"])) + "\n"
         dest = suite / e["id"]
@@ -240,8 +240,13 @@ def measure(root: Path, *, configs: Sequence[str], kinds: Sequence[str], split: 
 
     from cudaperf_cli.bench.command import run_bench_command
 
+    from cudaperf_cli.data.check import changed_since_generated
+
     doc = read_manifest(root)
     entries = select(doc, kinds=kinds, split=split, limit=limit, only_checked=only_checked, offset=offset)
+    # a file edited since data generate wrote it is not the manifest's problem: left out
+    # (the CLI names how many; data check reports each)
+    entries = [e for e in entries if changed_since_generated(root, e) is None]
     if not entries:
         raise CudaperfError(f"nothing to measure in {root} (kinds {', '.join(kinds)}"
                             + (f", split {split}" if split else "") + ")")
