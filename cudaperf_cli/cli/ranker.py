@@ -99,7 +99,7 @@ def pairs_cmd(
             f"{doc['problems_with_pairs']} problem(s) ({len(stats.problems)} seen) from {stats.candidates} "
             f"candidates in {n_inputs} input(s) "
             f"({stats.within_noise} correct pairs within noise, {stats.duplicates} duplicate sources, "
-            f"{stats.untimed} correct without time/IQR left out)"
+            f"{stats.untimed} verified (correct or slow) without a time and IQR left out)"
         )
 
 
