@@ -923,3 +923,38 @@ def test_a_norm_of_another_order_is_refused_with_its_reason(tmp_path: Path) -> N
             pol.plan(load_torch_problem(path))
     finally:
         pol.close()
+
+
+def test_max_with_dim_values_attribute(tmp_path: Path) -> None:
+    """``torch.max(x, dim).values`` is the max reduction, as ``[0]`` is; ``.indices`` is
+    refused (int64; KernelBench level 2's Gemm_Max_Subtract_GELU was refused at ``.values``)."""
+    body = """
+        import torch
+        import torch.nn as nn
+        batch_size = 6
+        dim = 40
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.gelu(torch.max(x, dim=1, keepdim=True).{attr} - 0.5)
+        def get_inputs():
+            return [torch.randn(batch_size, dim)]
+        def get_init_inputs():
+            return []
+    """
+    path = _write_problem(tmp_path, "maxvalues", body.replace("{attr}", "values"))
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        prop = pol.propose(p, 1)
+        with pytest.raises(PolicyRefusal, match=r"getattr.*int64; only float32 is supported"):
+            pol.plan(load_torch_problem(_write_problem(tmp_path, "maxindices", body.replace(
+                "{attr}", "indices.float()"))))
+    finally:
+        pol.close()
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r

@@ -741,6 +741,8 @@ class _Planner:
             return self.getitem(n)
         if t == "getattr":
             attr = n.args[1] if len(n.args) > 1 else None
+            if attr in ("values", "indices") and self.maxdim_source(n) is not None:
+                return self.getitem(n, 0 if attr == "values" else 1)  # torch.max(x, dim).values
             if attr not in ("T", "mT"):
                 raise self.refuse(n, f"tensor attribute {attr!r}")
             self.units[n.name] = "view"
@@ -828,12 +830,19 @@ class _Planner:
         self.units[n.name] = "tuple"
         self.values[n.name] = ("maxdim", n.name)
 
-    def getitem(self, n: GraphNode) -> None:
+    def maxdim_source(self, n: GraphNode) -> str | None:
+        """The ``torch.max/min(x, dim)`` node whose result tuple ``n`` reads, or None."""
         src_name = n.args[0]["node"] if n.args and _is_node(n.args[0]) else None
         src_val = self.values.get(src_name) if src_name else None
-        if isinstance(src_val, tuple) and src_val[0] == "maxdim":
-            idx = n.args[1] if len(n.args) > 1 else None
-            src = self.nodes[src_name]  # type: ignore[index]
+        return src_name if isinstance(src_val, tuple) and src_val[0] == "maxdim" else None
+
+    def getitem(self, n: GraphNode, idx: Any = None) -> None:
+        """``t[i]`` of a view, or of a max/min-with-dim tuple (``idx``: 0 for ``.values``,
+        1 for ``.indices``; default ``n``'s own subscript)."""
+        src_name = self.maxdim_source(n)
+        if src_name is not None:
+            idx = idx if idx is not None else (n.args[1] if len(n.args) > 1 else None)
+            src = self.nodes[src_name]
             if idx != 0:
                 raise self.refuse(n, f"the indices of {src.target}(dim) are not supported (only the values)")
             a = _bind(src)
