@@ -958,3 +958,51 @@ def test_max_with_dim_values_attribute(tmp_path: Path) -> None:
         (d / fname).write_text(text)
     r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
     assert r["ok"], r
+
+
+_LOSSES = {
+    "mse_mean": ("pass", "F.mse_loss(torch.tanh(x), y)"),
+    "l1_sum": ("pass", "F.l1_loss(x, y, reduction='sum') * 0.01"),
+    "smooth_l1_beta": ("pass", "F.smooth_l1_loss(x * 2.0, y, beta=0.7)"),
+    "smooth_l1_none": ("pass", "torch.relu(F.smooth_l1_loss(x, y, reduction='none') - 0.1)"),
+    "huber_module": ("self.loss = nn.HuberLoss(delta=0.6)", "self.loss(x, y)"),
+    "smooth_l1_module": ("self.loss = nn.SmoothL1Loss()", "self.loss(torch.sigmoid(x), y)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOSSES))
+def test_pointwise_losses(name: str, tmp_path: Path) -> None:
+    """mse, L1, smooth L1 and Huber losses (functions and modules) as an elementwise chain
+    and a sum (KernelBench level 1's smooth L1 and the dataset's F.*_loss were refused)."""
+    init, expr = _LOSSES[name]
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        dim = 50
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+            def forward(self, x, y):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert any("loss" in op for op in plan.fused_ops()), plan.fused_ops()
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r

@@ -82,7 +82,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"]
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -128,6 +128,10 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "rms_norm": ("input", "normalized_shape", "weight", "eps"),
     "normalize": ("input", "p", "dim", "eps"),
     "norm": ("input", "p", "dim", "keepdim", "out", "dtype"),
+    "mse_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
+    "l1_loss": ("input", "target", "size_average", "reduce", "reduction"),
+    "smooth_l1_loss": ("input", "target", "size_average", "reduce", "reduction", "beta"),
+    "huber_loss": ("input", "target", "reduction", "delta", "weight"),
     "dropout": ("input", "p", "training", "inplace"),
     "linear": ("input", "weight", "bias"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
     "bmm": ("input", "mat2"), "addmm": ("input", "mat1", "mat2"), "baddbmm": ("input", "batch1", "batch2"),
@@ -612,6 +616,47 @@ class _Planner:
             return [self.literal(x) for x in a]
         return a
 
+    def loss(self, n: GraphNode, a: Mapping[str, Any], x: Ref) -> Ref:
+        """``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss``, ``huber_loss`` (and their modules):
+        the pointwise loss of ``d = |input - target|`` (smooth L1 and Huber through ``m =
+        min(d, beta)``: ``0.5 m^2 / beta + (d - m)`` and ``0.5 m^2 + delta (d - m)``, equal to
+        PyTorch's two branches), then ``reduction`` ``none``, ``sum`` or ``mean`` over every
+        element."""
+        t = n.target
+        for old in ("size_average", "reduce", "weight"):
+            if a.get(old) is not None:
+                raise self.refuse(n, f"{t} with {old}= is not supported")
+        red = self.literal(a.get("reduction", "mean"))
+        if red not in ("none", "sum", "mean"):
+            raise self.refuse(n, f"reduction={red!r}")
+        y = self.tensor(a.get("target"), n, "target")
+        shape = _broadcast(self.shape_of(x), self.shape_of(y))
+        if shape is None:
+            raise self.refuse(n, "input and target do not broadcast")
+        d = self.add("sub", [x, y], shape, n, t)
+        if t == "mse_loss":
+            pw: Ref = self.add("square", [d], shape, n, t)
+        else:
+            pw = self.add("abs", [d], shape, n, t)
+        if t in ("smooth_l1_loss", "huber_loss"):
+            k = _number(self.literal(a.get("beta" if t == "smooth_l1_loss" else "delta", 1.0)))
+            if k is None or k < 0 or (t == "huber_loss" and k == 0):
+                raise self.refuse(n, f"{t} with {'beta' if t == 'smooth_l1_loss' else 'delta'}={k!r}")
+            if k > 0:
+                m = self.add("minimum", [pw, CRef(value=k)], shape, n, t)
+                sq = self.add("square", [m], shape, n, t)
+                half = self.add("mul", [sq, CRef(value=0.5 / k if t == "smooth_l1_loss" else 0.5)], shape, n, t)
+                rest = self.add("sub", [pw, m], shape, n, t)
+                if t == "huber_loss":
+                    rest = self.add("mul", [rest, CRef(value=k)], shape, n, t)
+                pw = self.add("add", [half, rest], shape, n, t)
+        if red == "none":
+            return pw
+        s = self.reduce("red_sum", pw, 0, len(shape), False, n, t)
+        if red == "sum":
+            return s
+        return self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
+
     def num_groups(self, raw: Any, shape: Sequence[int], n: GraphNode) -> tuple[int, tuple[str, str] | None]:
         """Group norm's ``num_groups``: its traced value and where the code reads it at run
         time (:class:`RowSpec` ``groups_ref``). Raises PolicyRefusal when it is no int."""
@@ -1092,6 +1137,8 @@ class _Planner:
             if a.get("bias") is not None:
                 y = self.add("add", [y, self._vec(a["bias"], n, 1)], shape, n, t)
             return y
+        if t in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
+            return self.loss(n, a, x)
         if t == "norm":  # torch.norm / Tensor.norm: a vector norm over dim (None: every dim)
             raw_p = self.literal(a.get("p", "fro"))
             p = 2.0 if raw_p in ("fro", None) else _number(raw_p)
