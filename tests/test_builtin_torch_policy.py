@@ -1006,3 +1006,52 @@ def test_pointwise_losses(name: str, tmp_path: Path) -> None:
         (d / fname).write_text(text)
     r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
     assert r["ok"], r
+
+
+_MORE_LOSSES = {
+    "kl_batchmean": ("pass", "F.kl_div(torch.log(x.softmax(-1)), y.softmax(-1), reduction='batchmean')", 2),
+    "kl_module_sum_zero_targets": ("self.loss = nn.KLDivLoss(reduction='sum')", "self.loss(x, torch.relu(y))", 2),
+    "kl_log_target_mean": ("pass", "F.kl_div(x, y.log_softmax(-1), reduction='mean', log_target=True)", 2),
+    "triplet_module": ("self.loss = nn.TripletMarginLoss(margin=0.8)", "self.loss(x, y, x * 0.5 - y)", 2),
+    "triplet_fn_none_3d": ("pass", "F.triplet_margin_loss(x, y, torch.tanh(y), reduction='none') + 1.0", 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MORE_LOSSES))
+def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> None:
+    """KL divergence (PyTorch's xlogy form: 0 where the target is 0) and the triplet margin
+    loss (p = 2) as elementwise chains and row sums (KernelBench level 1 refused both)."""
+    init, expr, rank = _MORE_LOSSES[name]
+    dims = ", ".join(["batch_size", "rows", "dim"][-rank:])
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        rows = 5
+        dim = 40
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+            def forward(self, x, y):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({dims}), torch.randn({dims})]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert any("loss" in op or "kl_div" in op for op in plan.fused_ops()), plan.fused_ops()
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r

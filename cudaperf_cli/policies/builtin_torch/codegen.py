@@ -97,6 +97,7 @@ _PRELUDE = r"""#include <cuda_runtime.h>
 /* NaN-propagating helpers (PyTorch's semantics for relu, clamp, max, min). */
 __device__ __forceinline__ float cp_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ float cp_min(float a, float b) { return (a != a || a < b) ? a : b; }
+__device__ __forceinline__ float cp_xlogy(float x, float y) { return y != y ? y : (x == 0.0f ? 0.0f : x * logf(y)); }
 __device__ __forceinline__ float cp_relu(float a) { return a != a ? a : fmaxf(a, 0.0f); }
 __device__ __forceinline__ float cp_clamp(float a, float lo, float hi) { return a != a ? a : fminf(fmaxf(a, lo), hi); }
 __device__ __forceinline__ float cp_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
@@ -196,6 +197,7 @@ _NARY_FN = {
     "pow": "powf({0}, {1})", "maximum": "cp_max({0}, {1})", "minimum": "cp_min({0}, {1})",
     "leaky_relu": "cp_leaky_relu({0}, {1})", "elu": "cp_elu({0}, {1})", "celu": "cp_celu({0}, {1})",
     "softplus": "cp_softplus({0}, {1}, {2})", "clamp": "cp_clamp({0}, {1}, {2})",
+    "xlogy": "cp_xlogy({0}, {1})",
 }
 _RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
 

@@ -75,14 +75,14 @@ ELEMENTWISE_OPS: dict[str, int] = {
     "square": 1, "sin": 1, "cos": 1, "erf": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1,
     "mish": 1, "softplus": 3, "elu": 2, "selu": 1, "celu": 2, "leaky_relu": 2,
     "hardsigmoid": 1, "hardswish": 1, "softsign": 1, "logsigmoid": 1, "clamp": 3,
-    "maximum": 2, "minimum": 2, "floor": 1, "ceil": 1, "round": 1, "trunc": 1,
+    "maximum": 2, "minimum": 2, "floor": 1, "ceil": 1, "round": 1, "trunc": 1, "xlogy": 2,
 }
 
 #: Graph targets that map one-to-one on an elementwise primitive of the same name.
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -132,6 +132,9 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "l1_loss": ("input", "target", "size_average", "reduce", "reduction"),
     "smooth_l1_loss": ("input", "target", "size_average", "reduce", "reduction", "beta"),
     "huber_loss": ("input", "target", "reduction", "delta", "weight"),
+    "kl_div": ("input", "target", "size_average", "reduce", "reduction", "log_target"),
+    "triplet_margin_loss": ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "size_average",
+                            "reduce", "reduction"),
     "dropout": ("input", "p", "training", "inplace"),
     "linear": ("input", "weight", "bias"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
     "bmm": ("input", "mat2"), "addmm": ("input", "mat1", "mat2"), "baddbmm": ("input", "batch1", "batch2"),
@@ -627,12 +630,24 @@ class _Planner:
             if a.get(old) is not None:
                 raise self.refuse(n, f"{t} with {old}= is not supported")
         red = self.literal(a.get("reduction", "mean"))
-        if red not in ("none", "sum", "mean"):
+        if red not in ("none", "sum", "mean") and not (t == "kl_div" and red == "batchmean"):
             raise self.refuse(n, f"reduction={red!r}")
         y = self.tensor(a.get("target"), n, "target")
         shape = _broadcast(self.shape_of(x), self.shape_of(y))
-        if shape is None:
-            raise self.refuse(n, "input and target do not broadcast")
+        if shape is None or not shape:
+            raise self.refuse(n, "input and target do not broadcast to a tensor of at least one dim")
+        if t == "kl_div":  # PyTorch's pointwise form: xlogy(t, t) - t * input (0 where t = 0)
+            if self.literal(a.get("log_target", False)):
+                et = self.add("exp", [y], self.shape_of(y), n, t)
+                pw: Ref = self.add("mul", [et, self.add("sub", [y, x], shape, n, t)], shape, n, t)
+            else:
+                pw = self.add("sub", [self.add("xlogy", [y, y], self.shape_of(y), n, t),
+                                      self.add("mul", [y, x], shape, n, t)], shape, n, t)
+            if red == "batchmean":  # sum over all but dim 0, then the mean over dim 0
+                rows = self.reduce("red_sum", pw, 1, len(shape), False, n, t) if len(shape) > 1 else pw
+                s = self.reduce("red_sum", rows, 0, 1, False, n, t)
+                return self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
+            return self._reduce_loss(pw, shape, red, n)
         d = self.add("sub", [x, y], shape, n, t)
         if t == "mse_loss":
             pw: Ref = self.add("square", [d], shape, n, t)
@@ -650,12 +665,49 @@ class _Planner:
                 if t == "huber_loss":
                     rest = self.add("mul", [rest, CRef(value=k)], shape, n, t)
                 pw = self.add("add", [half, rest], shape, n, t)
+        return self._reduce_loss(pw, shape, red, n)
+
+    def _reduce_loss(self, pw: Ref, shape: Sequence[int], red: str, n: GraphNode) -> Ref:
+        """A pointwise loss ``pw`` reduced as ``reduction`` says: ``none``, ``sum`` or ``mean``
+        over every element."""
         if red == "none":
             return pw
-        s = self.reduce("red_sum", pw, 0, len(shape), False, n, t)
+        s = self.reduce("red_sum", pw, 0, len(shape), False, n, n.target)
         if red == "sum":
             return s
-        return self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
+        return self.add("div", [s, RowLen()], self.prims[s.id].shape, n, n.target)
+
+    def triplet_margin_loss(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
+        """``F.triplet_margin_loss`` / ``nn.TripletMarginLoss`` with p = 2 and no swap:
+        ``relu(d(a, p) - d(a, n) + margin)`` with ``d(u, v) = ||u - v + eps||_2`` over the last
+        dim (``F.pairwise_distance``), then ``reduction`` over the batch."""
+        t = n.target
+        for old in ("size_average", "reduce"):
+            if a.get(old) is not None:
+                raise self.refuse(n, f"{t} with {old}= is not supported")
+        if _number(self.literal(a.get("p", 2.0))) != 2.0 or self.literal(a.get("swap", False)):
+            raise self.refuse(n, f"{t} with p != 2 or swap=True is not supported")
+        red = self.literal(a.get("reduction", "mean"))
+        if red not in ("none", "sum", "mean"):
+            raise self.refuse(n, f"reduction={red!r}")
+        anc, pos, neg = (self.tensor(a.get(k), n, k) for k in ("anchor", "positive", "negative"))
+        ap = _broadcast(self.shape_of(anc), self.shape_of(pos))
+        shape = _broadcast(ap, self.shape_of(neg)) if ap is not None else None
+        if not shape or len(shape) < 2:
+            raise self.refuse(n, f"{t} needs [..., D] inputs of the same shape")
+        eps = self.scalar(a.get("eps", 1e-6), n, "eps")
+        margin = self.scalar(a.get("margin", 1.0), n, "margin")
+        rank = len(shape)
+
+        def dist(u: Ref, v: Ref) -> Ref:
+            d = self.add("add", [self.add("sub", [u, v], shape, n, t), eps], shape, n, t)
+            ss = self.reduce("red_sum", self.add("square", [d], shape, n, t), rank - 1, rank, False, n, t)
+            return self.add("sqrt", [ss], self.prims[ss.id].shape, n, t)
+
+        dp, dn = dist(anc, pos), dist(anc, neg)
+        bshape = self.prims[dp.id].shape
+        gap = self.add("add", [self.add("sub", [dp, dn], bshape, n, t), margin], bshape, n, t)
+        return self._reduce_loss(self.add("relu", [gap], bshape, n, t), bshape, red, n)
 
     def num_groups(self, raw: Any, shape: Sequence[int], n: GraphNode) -> tuple[int, tuple[str, str] | None]:
         """Group norm's ``num_groups``: its traced value and where the code reads it at run
@@ -1020,6 +1072,8 @@ class _Planner:
         if t not in REDUCTION_TARGETS:
             return None
         a = _bind(n)
+        if t == "triplet_margin_loss":
+            return self.triplet_margin_loss(n, a)
         x = self.tensor(a.get("input"), n)
         shape = self.shape_of(x)
         rank = len(shape)
@@ -1137,7 +1191,7 @@ class _Planner:
             if a.get("bias") is not None:
                 y = self.add("add", [y, self._vec(a["bias"], n, 1)], shape, n, t)
             return y
-        if t in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
+        if t in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.loss(n, a, x)
         if t == "norm":  # torch.norm / Tensor.norm: a vector norm over dim (None: every dim)
             raw_p = self.literal(a.get("p", "fro"))

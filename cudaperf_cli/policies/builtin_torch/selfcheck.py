@@ -288,6 +288,7 @@ def _ew(torch: Any, op: str, x: Sequence[Any], params: Mapping[str, Any]) -> Any
         "pow": lambda: torch.pow(a, b), "maximum": lambda: torch.maximum(a, b), "minimum": lambda: torch.minimum(a, b),
         "leaky_relu": lambda: torch.where(a > 0, a, a * b), "elu": lambda: torch.where(a > 0, a, b * torch.expm1(a)),
         "celu": lambda: torch.where(a > 0, a, b * torch.expm1(a / b)),
+        "xlogy": lambda: torch.xlogy(a, b),
     }
     if op in binary:
         return binary[op]()

@@ -438,7 +438,7 @@ def _talk(
 
 #: Canonical names of call_function / call_method targets.  Each name is looked up in
 #: torch, torch.nn.functional, torch.Tensor, torch.special and operator.
-_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
+_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
 
 _ALIASES = {
     "truediv": "div",
@@ -624,6 +624,15 @@ class _Tracer:
             if type(mod) is nn.HuberLoss:
                 kw["delta"] = float(mod.delta)
             return losses[type(mod)], [], kw, True
+        if type(mod) is nn.TripletMarginLoss and len(node.args) == 3 and not node.kwargs:
+            return "triplet_margin_loss", [], {
+                "anchor": self.enc(node.args[0]), "positive": self.enc(node.args[1]),
+                "negative": self.enc(node.args[2]), "margin": float(mod.margin), "p": float(mod.p),
+                "eps": float(mod.eps), "swap": bool(mod.swap), "reduction": mod.reduction,
+            }, True
+        if type(mod) is nn.KLDivLoss and len(node.args) == 2 and not node.kwargs:
+            return "kl_div", [], {"input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
+                                  "reduction": mod.reduction, "log_target": bool(mod.log_target)}, True
         if len(node.args) != 1 or node.kwargs:
             return f"module:{type(mod).__name__}", [self.enc(a) for a in node.args], {k: self.enc(v) for k, v in node.kwargs.items()}, False
         X = self.enc(x)
