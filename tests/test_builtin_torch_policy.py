@@ -866,13 +866,17 @@ _NORMS = {
     "l2_dim1_keep": "x / torch.norm(x, p=2, dim=1, keepdim=True)",
     "l1_method": "torch.relu(x).norm(p=1, dim=-1)",
     "linf_keep": "x - torch.norm(x, p=float('inf'), dim=-1, keepdim=True)",
+    "linalg_vector_norm": "torch.linalg.vector_norm(x, ord=2, dim=-1) + 1.0",
+    "normalize_l1": "torch.nn.functional.normalize(x, p=1.0, dim=1)",
+    "normalize_linf": "torch.nn.functional.normalize(x.abs() + 0.1, p=float('inf'), dim=-1)",
 }
 
 
 @pytest.mark.parametrize("name", sorted(_NORMS))
 def test_vector_norms(name: str, tmp_path: Path) -> None:
-    """torch.norm / Tensor.norm with p = 1, 2, 'fro', inf as reductions (KernelBench level 1's
-    Frobenius and L2 norms were refused)."""
+    """torch.norm / Tensor.norm / torch.linalg.vector_norm with p = 1, 2, 'fro', inf as
+    reductions, F.normalize with p = 1 and inf (KernelBench level 1's Frobenius and L2 norms
+    and the generated dataset's vector_norm and normalize(p=1) were refused)."""
     path = _write_problem(tmp_path, name, f"""
         import torch
         import torch.nn as nn

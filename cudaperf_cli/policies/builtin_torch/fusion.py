@@ -82,7 +82,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -128,6 +128,7 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "rms_norm": ("input", "normalized_shape", "weight", "eps"),
     "normalize": ("input", "p", "dim", "eps"),
     "norm": ("input", "p", "dim", "keepdim", "out", "dtype"),
+    "vector_norm": ("input", "ord", "dim", "keepdim", "dtype"),
     "mse_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
     "l1_loss": ("input", "target", "size_average", "reduce", "reduction"),
     "smooth_l1_loss": ("input", "target", "size_average", "reduce", "reduction", "beta"),
@@ -618,6 +619,16 @@ class _Planner:
         if isinstance(a, list):
             return [self.literal(x) for x in a]
         return a
+
+    def vector_norm(self, x: Ref, p: float, start: int, stop: int, keep: bool, n: GraphNode) -> PRef:
+        """``||x||_p`` over dims ``[start, stop)``: p = 2 ``sqrt(sum(x^2))``, 1 ``sum(|x|)``,
+        inf ``max(|x|)``, -inf ``min(|x|)``."""
+        t, shape = n.target, self.shape_of(x)
+        if p == 2.0:
+            ss = self.reduce("red_sum", self.add("square", [x], shape, n, t), start, stop, keep, n, t)
+            return self.add("sqrt", [ss], self.prims[ss.id].shape, n, t)
+        op = {1.0: "red_sum", math.inf: "red_max"}.get(p, "red_min")
+        return self.reduce(op, self.add("abs", [x], shape, n, t), start, stop, keep, n, t)
 
     def loss(self, n: GraphNode, a: Mapping[str, Any], x: Ref) -> Ref:
         """``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss``, ``huber_loss`` (and their modules):
@@ -1193,29 +1204,21 @@ class _Planner:
             return y
         if t in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
             return self.loss(n, a, x)
-        if t == "norm":  # torch.norm / Tensor.norm: a vector norm over dim (None: every dim)
-            raw_p = self.literal(a.get("p", "fro"))
+        if t in ("norm", "vector_norm"):  # torch.norm, Tensor.norm, torch.linalg.vector_norm
+            raw_p = self.literal(a.get("p", "fro") if t == "norm" else a.get("ord", 2))
             p = 2.0 if raw_p in ("fro", None) else _number(raw_p)
             if p not in (1.0, 2.0, math.inf, -math.inf):
-                raise self.refuse(n, f"norm with p={raw_p!r}; p = 1, 2, 'fro', inf and -inf are supported")
+                raise self.refuse(n, f"{t} with p={raw_p!r}; p = 1, 2, 'fro', inf and -inf are supported")
             start, stop = self.dims(a.get("dim"), rank, n)
-            if p == 2.0:
-                sq = self.add("square", [x], shape, n, t)
-                ss = self.reduce("red_sum", sq, start, stop, keep, n, t)
-                return self.add("sqrt", [ss], self.prims[ss.id].shape, n, t)
-            ab = self.add("abs", [x], shape, n, t)
-            op = {1.0: "red_sum", math.inf: "red_max"}.get(p, "red_min")
-            return self.reduce(op, ab, start, stop, keep, n, t)
-        if t == "normalize":
+            return self.vector_norm(x, p, start, stop, keep, n)
+        if t == "normalize":  # x / max(||x||_p over dim, eps)
             p = _number(self.literal(a.get("p", 2.0)))
-            if p != 2.0:
-                raise self.refuse(n, f"normalize with p={p}; only p=2 is supported")
+            if p not in (1.0, 2.0, math.inf):
+                raise self.refuse(n, f"normalize with p={p}; p = 1, 2 and inf are supported")
             start, stop = self.dims(a.get("dim", 1), rank, n)
             eps = self.scalar(a.get("eps", 1e-12), n, "eps")
-            sq = self.add("square", [x], shape, n, t)
-            ss = self.reduce("red_sum", sq, start, stop, True, n, t)
-            nr = self.add("sqrt", [ss], self.prims[ss.id].shape, n, t)
-            cl = self.add("clamp", [nr, eps, CRef(value=math.inf)], self.prims[ss.id].shape, n, t)
+            nr = self.vector_norm(x, p, start, stop, True, n)
+            cl = self.add("clamp", [nr, eps, CRef(value=math.inf)], self.prims[nr.id].shape, n, t)
             return self.add("div", [x, PRef(cl.id, row=True)], shape, n, t)
         return None
 

@@ -481,6 +481,9 @@ def _build_function_table(torch: Any) -> dict[int, tuple[str, str]]:
             base = n[:-1] if n.endswith("_") and n[:-1] in _CANONICAL_NAMES else n
             canon = _ALIASES.get(base, base)
             table[id(obj)] = (canon, f"{label}.{n}")
+    vector_norm = getattr(getattr(torch, "linalg", None), "vector_norm", None)
+    if vector_norm is not None:
+        table[id(vector_norm)] = ("vector_norm", "torch.linalg.vector_norm")
     table[id(operator.matmul)] = ("matmul", "operator.matmul")
     table[id(builtins.getattr)] = ("getattr", "getattr")
     table[id(builtins.len)] = ("len", "len")
