@@ -103,3 +103,32 @@ def test_the_watcher_leaves_a_finished_tree_alone_and_exits(tmp_path: Path) -> N
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_the_watcher_says_when_it_has_recorded_the_tree(tmp_path: Path) -> None:
+    """--ready-fd: one byte once ROOT and the worker are recorded (the executor opens ROOT's
+    gate only then), and the watcher still stops the tree when the worker dies."""
+    import select
+
+    worker = subprocess.Popen(["sleep", "600"])
+    root = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    r, w = os.pipe()
+    try:
+        subprocess.run([sys.executable, "-m", "cudaperf_cli.bench.reaper", "--watch", str(worker.pid),
+                        "--root", str(root.pid), "--ready-fd", str(w)], cwd=ROOT, check=True, timeout=60,
+                       pass_fds=(w,))
+        os.close(w)
+        w = -1
+        assert select.select([r], [], [], 30)[0], "the watcher never said it was ready"
+        assert os.read(r, 1) == b"1"
+        worker.kill()
+        worker.wait()
+        root.wait(timeout=20)  # killed by the watcher (its group)
+    finally:
+        for fd in (r, w):
+            if fd >= 0:
+                os.close(fd)
+        for p in (worker, root):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

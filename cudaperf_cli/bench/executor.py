@@ -43,6 +43,7 @@ key on the node); the ``optimize`` command is the node's ``python -m cudaperf_cl
 from __future__ import annotations
 
 import os
+import select
 import secrets
 import shlex
 import signal
@@ -171,10 +172,21 @@ def run_launch(launch: Launch, env: dict[str, str], *, die_with_parent: bool = F
                 gate_r = -1
                 stop = ["--stop-file", str(Path(launch.out_dir) / (STOP_FILE + launch.token))] \
                     if launch.token else []
-                subprocess.run([sys.executable, "-m", "cudaperf_cli.bench.reaper", "--watch",
-                                str(os.getpid()), "--root", str(proc.pid), *stop], env=env, timeout=60,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                ready_r, ready_w = os.pipe()
+                try:
+                    subprocess.run([sys.executable, "-m", "cudaperf_cli.bench.reaper", "--watch",
+                                    str(os.getpid()), "--root", str(proc.pid), *stop, "--ready-fd", str(ready_w)],
+                                   env=env, timeout=60, pass_fds=(ready_w,), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    os.close(ready_w)
+                    ready_w = -1
+                    # the gate opens once the watcher has recorded ROOT (or died: EOF), 60 s at most
+                    if select.select([ready_r], [], [], 60.0)[0]:
+                        os.read(ready_r, 1)
+                finally:
+                    for fd in (ready_r, ready_w):
+                        if fd >= 0:
+                            os.close(fd)
                 os.write(gate_w, b"go\n")
             finally:
                 for fd in (gate_r, gate_w):

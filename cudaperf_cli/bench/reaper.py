@@ -1,4 +1,4 @@
-"""``python -m cudaperf_cli.bench.reaper --watch PID --root ROOT [--stop-file PATH]``: kill
+"""``python -m cudaperf_cli.bench.reaper --watch PID --root ROOT [--stop-file PATH] [--ready-fd N]``: kill
 ROOT's process tree when process PID dies, or when PATH appears.
 
 A Ray task runs a problem's ``optimize`` command (ROOT, a session of its own) and starts
@@ -64,8 +64,11 @@ def _group_members(groups: set[int]) -> set[int]:
     return out
 
 
-def watch(pid: int, root: int, stop_file: str | None = None) -> None:
-    """The watcher's loop (see the module docstring); returns when it is done."""
+def watch(pid: int, root: int, stop_file: str | None = None, ready_fd: int | None = None) -> None:
+    """The watcher's loop (see the module docstring); returns when it is done.  ``ready_fd``:
+    written to (and closed) once ROOT and the worker are recorded, so the caller opens
+    ROOT's gate only then (on a loaded machine the watcher started seconds late, after Ray
+    had killed ROOT, and never knew its process group)."""
     from cudaperf_cli.evaluate.child import group_and_descendants
 
     worker = _start_time(pid)
@@ -92,6 +95,13 @@ def watch(pid: int, root: int, stop_file: str | None = None) -> None:
                     seen[p] = st
             groups = {g for g in groups if any(_pgrp(p) == g for p in members)}
         alive = {p for p, st in seen.items() if _start_time(p) == st}
+        if ready_fd is not None:
+            try:
+                os.write(ready_fd, b"1")
+                os.close(ready_fd)
+            except OSError:
+                pass
+            ready_fd = None
         if worker is None or _start_time(pid) != worker:
             break  # the worker died: stop the tree
         if stop_file and os.path.exists(stop_file):
@@ -117,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         pid = int(args[args.index("--watch") + 1])
         root = int(args[args.index("--root") + 1])
         stop_file = args[args.index("--stop-file") + 1] if "--stop-file" in args else None
+        ready_fd = int(args[args.index("--ready-fd") + 1]) if "--ready-fd" in args else None
     except (ValueError, IndexError):
         print("usage: python -m cudaperf_cli.bench.reaper --watch PID --root ROOT", file=sys.stderr)
         return 2
@@ -129,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     try:
-        watch(pid, root, stop_file)
+        watch(pid, root, stop_file, ready_fd)
     finally:
         os._exit(0)
 
