@@ -1059,3 +1059,131 @@ def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> N
         (d / fname).write_text(text)
     r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
     assert r["ok"], r
+
+
+_POOLS = {
+    # name: (constants, input dims, __init__ body, forward expression, traced smaller?)
+    "max2d_module_padding_dilation": (
+        "batch_size = 3\nchannels = 4\nheight = 21\nwidth = 18",
+        "batch_size, channels, height, width",
+        "self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)",
+        "F.mish(self.pool(x * 2.0 - 0.5))",
+    ),
+    "avg3d_ceil_mode_without_padding_count": (
+        "batch_size = 2\nchannels = 3\nd1 = 7\nd2 = 9\nd3 = 10",
+        "batch_size, channels, d1, d2, d3",
+        "self.pool = nn.AvgPool3d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)",
+        "self.pool(x) + 1.0",
+    ),
+    "max1d_functional_ceil_mode": (
+        "batch_size = 4\nchannels = 5\nlength = 37",
+        "batch_size, channels, length",
+        "pass",
+        "F.max_pool1d(torch.tanh(x), 4, stride=3, ceil_mode=True)",
+    ),
+    "avg1d_window_from_a_size_constant": (
+        "batch_size = 16\nchannels = 64\nlength = 4096\nkernel_size = 8",
+        "batch_size, channels, length",
+        "self.pool = nn.AvgPool1d(kernel_size=kernel_size, stride=1, padding=4)",
+        "torch.sigmoid(self.pool(x))",
+    ),
+    "avg2d_divisor_into_a_sum": (
+        "batch_size = 2\nchannels = 6\nheight = 12\nwidth = 11",
+        "batch_size, channels, height, width",
+        "pass",
+        "F.avg_pool2d(x, 3, divisor_override=5).sum(dim=(2, 3))",
+    ),
+    "max3d_into_a_channel_softmax": (
+        "batch_size = 2\nchannels = 5\nd1 = 6\nd2 = 8\nd3 = 8",
+        "batch_size, channels, d1, d2, d3",
+        "self.pool = nn.MaxPool3d(2)",
+        "torch.softmax(self.pool(x), dim=1)",
+    ),
+    "two_pools_in_one_kernel": (
+        "batch_size = 2\nchannels = 3\nheight = 16\nwidth = 16",
+        "batch_size, channels, height, width",
+        "self.a = nn.MaxPool2d(2)\n                self.b = nn.AvgPool2d(2)",
+        "self.a(x) - self.b(torch.relu(x))",
+    ),
+    "adaptive_average_to_one": (
+        "batch_size = 3\nchannels = 4\nd1 = 5\nd2 = 6\nd3 = 7",
+        "batch_size, channels, d1, d2, d3",
+        "self.pool = nn.AdaptiveAvgPool3d((1, 1, 1))",
+        "self.pool(torch.relu(x)) * 2.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_POOLS))
+def test_pooling(name: str, tmp_path: Path) -> None:
+    """Max and average pooling (1-3-D, padding, dilation, ceil_mode, count_include_pad,
+    divisor_override, windows set by a size constant) as a pooled read in a kernel whose
+    domain is the pooled shape, fused with what follows; adaptive pooling to 1 as a mean
+    (KernelBench's 25 pooling files were refused)."""
+    consts, dims, init, expr = _POOLS[name]
+    body = "\n".join("        " + line for line in consts.splitlines())
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+{body}
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({dims})]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        g = pol.graph(p)
+        plan = pol.plan(p)
+        props = [pol.propose(p, t) for t in range(3)]
+    finally:
+        pol.close()
+    if name == "avg1d_window_from_a_size_constant":
+        assert g.constants != p.constants, "traced at the real sizes: nothing tested"
+    pooled = [l for k in plan.kernels for l in k.leaves if l.pool is not None]
+    assert bool(pooled) == (name != "adaptive_average_to_one"), plan.describe()
+    if name in ("avg2d_divisor_into_a_sum", "max3d_into_a_channel_softmax", "two_pools_in_one_kernel"):
+        assert len([k for k in plan.kernels if any(l.pool is not None for l in k.leaves)]) == 1, plan.describe()
+    for t, prop in enumerate(props):
+        d = tmp_path / f"cand{t}"
+        d.mkdir()
+        for fname, text in prop.files.items():
+            (d / fname).write_text(text)
+        r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+        assert r["ok"], (t, r)
+
+
+def test_pooling_refusals(tmp_path: Path) -> None:
+    cases = {
+        "indices": ("self.pool = nn.MaxPool2d(2, return_indices=True)", "self.pool(x)[0]", "indices of max pooling"),
+        "adaptive": ("self.pool = nn.AdaptiveAvgPool2d((2, 2))", "self.pool(x)", "output_size=[2, 2]"),
+    }
+    for name, (init, expr, words) in cases.items():
+        path = _write_problem(tmp_path, name, f"""
+            import torch
+            import torch.nn as nn
+            class Model(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    {init}
+                def forward(self, x):
+                    return torch.relu({expr})
+            def get_inputs():
+                return [torch.randn(2, 3, 8, 8)]
+            def get_init_inputs():
+                return []
+        """)
+        pol = BuiltinTorchPolicy()
+        try:
+            with pytest.raises(PolicyRefusal, match=words.replace("[", r"\[").replace("]", r"\]")):
+                pol.plan(load_torch_problem(path))
+        finally:
+            pol.close()

@@ -173,6 +173,61 @@ __device__ __forceinline__ void cp_load4(const float *__restrict__ p, int64_t i0
 __device__ __forceinline__ void cp_store4(float *__restrict__ p, int64_t i0, const float (&v)[4]) {
     *reinterpret_cast<float4 *>(p + i0) = make_float4(v[0], v[1], v[2], v[3]);
 }
+/* Max (OP 1) or average (OP 0) pooling of output element i over the last three dims (1-D
+   and 2-D pooling pass leading 1s), as ATen's CUDA kernels: the max starts at -inf, skips
+   padding and propagates NaN (max_pool_forward_nchw); the average sums the window clipped to
+   the input and divides by divisor_override, or by the window clipped to input + padding
+   (count_include_pad) or to the input (avg_pool3d_cuda_update_output), 0 for an empty one. */
+template <int OP, typename IdxT>
+__device__ __forceinline__ float cp_pool(const float *__restrict__ x, IdxT i,
+    IdxT id, IdxT ih, IdxT iw, IdxT od, IdxT oh, IdxT ow, IdxT kd, IdxT kh, IdxT kw,
+    IdxT sd, IdxT sh, IdxT sw, IdxT pd, IdxT ph, IdxT pw, IdxT dd, IdxT dh, IdxT dw,
+    IdxT cip, IdxT divisor) {
+    const IdxT xo = i % ow;
+    IdxT t = i / ow;
+    const IdxT yo = t % oh;
+    t /= oh;
+    const IdxT zo = t % od;
+    t /= od;
+    const float *__restrict__ p = x + t * (id * ih * iw);
+    const IdxT z0 = zo * sd - pd, y0 = yo * sh - ph, x0 = xo * sw - pw;
+    if (OP == 1) {
+        float m = -CP_INF;
+        for (IdxT a = 0; a < kd; ++a) {
+            const IdxT z = z0 + a * dd;
+            if (z < 0 || z >= id) continue;
+            for (IdxT b = 0; b < kh; ++b) {
+                const IdxT y = y0 + b * dh;
+                if (y < 0 || y >= ih) continue;
+                const float *__restrict__ row = p + (z * ih + y) * iw;
+                for (IdxT c = 0; c < kw; ++c) {
+                    const IdxT xx = x0 + c * dw;
+                    if (xx < 0 || xx >= iw) continue;
+                    const float v = __ldg(row + xx);
+                    if (v > m || v != v) m = v;
+                }
+            }
+        }
+        return m;
+    }
+    IdxT z1 = z0 + kd < id + pd ? z0 + kd : id + pd;
+    IdxT y1 = y0 + kh < ih + ph ? y0 + kh : ih + ph;
+    IdxT x1 = x0 + kw < iw + pw ? x0 + kw : iw + pw;
+    const IdxT padded = (z1 - z0) * (y1 - y0) * (x1 - x0);
+    const IdxT za = z0 > 0 ? z0 : 0, ya = y0 > 0 ? y0 : 0, xa = x0 > 0 ? x0 : 0;
+    z1 = z1 < id ? z1 : id;
+    y1 = y1 < ih ? y1 : ih;
+    x1 = x1 < iw ? x1 : iw;
+    if (za >= z1 || ya >= y1 || xa >= x1) return 0.0f;
+    float s = 0.0f;
+    for (IdxT z = za; z < z1; ++z)
+        for (IdxT y = ya; y < y1; ++y) {
+            const float *__restrict__ row = p + (z * ih + y) * iw;
+            for (IdxT xx = xa; xx < x1; ++xx) s += __ldg(row + xx);
+        }
+    const IdxT cnt = divisor ? divisor : (cip ? padded : (z1 - za) * (y1 - ya) * (x1 - xa));
+    return s / (float)cnt;
+}
 inline bool cp_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 inline unsigned cp_grid(int64_t blocks) {
     if (blocks < 1) return 1u;
@@ -200,6 +255,11 @@ _NARY_FN = {
     "xlogy": "cp_xlogy({0}, {1})",
 }
 _RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
+#: The sizes a pooled leaf ``L<i>`` passes (``L<i>_id`` ...), in order: input and output
+#: extents, window, stride, padding, dilation (depth, height, width; 1-D and 2-D pooling
+#: have leading 1s and 0 padding), count_include_pad (0/1), divisor_override (0: none).
+POOL_SIZES = ("id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
+              "pd", "ph", "pw", "dd", "dh", "dw", "cip", "div")
 
 
 def _flit(v: float) -> str:
@@ -230,7 +290,7 @@ class _KernelWriter:
         self.levels = k.levels
         self.full_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "full"]
         self.red_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "reduced"]
-        self.leaf_index = {(l.ref.key, l.ref.at, l.domain): i for i, l in enumerate(k.leaves)}
+        self.leaf_index = {(l.ref.key, l.ref.at, l.domain, l.pool): i for i, l in enumerate(k.leaves)}
         self.const_index = {c: i for i, c in enumerate(k.consts)}
         # Members some output depends on (dead code in forward is not computed).
         self.needed: set[int] = set()
@@ -248,8 +308,14 @@ class _KernelWriter:
 
     # -- names ------------------------------------------------------------------------
 
+    def leaf_of(self, p: Prim, r: XRef, domain: str) -> int:
+        """Index of the leaf through which ``p`` reads ``r`` in ``domain``."""
+        if p.op == "pool":
+            return self.leaf_index[(r.key, r.at, "pool", p.id)]
+        return self.leaf_index[(r.key, r.at, domain, None)]
+
     def leaf_var(self, r: XRef, domain: str) -> str:
-        i = self.leaf_index[(r.key, r.at, domain)]
+        i = self.leaf_index[(r.key, r.at, domain, None)]
         return f"a{i}" if domain == "full" else f"b{i}"
 
     def operand(self, r: Any, consumer_domain: str) -> str:
@@ -264,6 +330,8 @@ class _KernelWriter:
         raise PolicyRefusal(f"internal error: unknown operand {r!r}")
 
     def expr(self, p: Prim, domain: str) -> str:
+        if p.op == "pool":  # computed where its leaf is loaded
+            return f"a{self.leaf_of(p, p.ins[0], domain)}"
         args = [self.operand(r, domain) for r in p.ins]
         if p.op == "powc":
             return _powc(args[0], float(p.params["exponent"]))
@@ -298,7 +366,7 @@ class _KernelWriter:
         for p in prims:
             for r in p.ins:
                 if isinstance(r, XRef):
-                    i = self.leaf_index[(r.key, r.at, domain)]
+                    i = self.leaf_of(p, r, domain)
                     if i not in out:
                         out.append(i)
         return sorted(out)
@@ -317,7 +385,9 @@ class _KernelWriter:
         else:
             ps += [(idx_type, "outer"), (idx_type, "R"), (idx_type, "inner")]
         for i, l in enumerate(self.k.leaves):
-            if not l.full:
+            if l.pool is not None:
+                ps += [(idx_type, f"L{i}_{n}") for n in POOL_SIZES]
+            elif not l.full:
                 ps += [(idx_type, f"L{i}_inner"), (idx_type, f"L{i}_size")]
         for i, _ in enumerate(self.k.consts):
             ps.append(("float", f"c{i}"))
@@ -325,8 +395,16 @@ class _KernelWriter:
 
     # -- bodies -----------------------------------------------------------------------
 
+    def pool_load(self, i: int, index: str) -> str:
+        """The pooled window of element ``index`` of the domain, through leaf ``i``."""
+        op = 1 if self.members[self.k.leaves[i].pool].params["kind"] == "max" else 0
+        sizes = ", ".join(f"L{i}_{n}" for n in POOL_SIZES)
+        return f"cp_pool<{op}, IdxT>(L{i}, {index}, {sizes})"
+
     def load_scalar(self, i: int, index: str) -> str:
         l = self.k.leaves[i]
+        if l.pool is not None:
+            return f"const float a{i} = {self.pool_load(i, index)};"
         var = f"a{i}" if l.domain == "full" else f"b{i}"
         at = index if l.full else f"({index} / L{i}_inner) % L{i}_size"
         return f"const float {var} = L{i}[{at}];"
@@ -373,7 +451,11 @@ class _KernelWriter:
             lines += vec_head
             for li in leaves:
                 l = self.k.leaves[li]
-                if l.full:
+                if l.pool is not None:
+                    lines.append(f"{ind}        float v{li}[4];")
+                    lines.append(f"{ind}#pragma unroll")
+                    lines.append(f"{ind}        for (int l = 0; l < 4; ++l) v{li}[l] = {self.pool_load(li, 'i0 + l')};")
+                elif l.full:
                     lines.append(f"{ind}        float v{li}[4]; cp_load4(L{li}, (int64_t)i0, v{li});")
                 else:
                     lines.append(f"{ind}        float v{li}[4]; cp_bload4<IdxT>(L{li}, i0, L{li}_inner, L{li}_size, v{li});")
@@ -441,7 +523,7 @@ class _KernelWriter:
                 continue
             srcs = [r.ins[0] for r in reds]
             targets = [s.id for s in srcs if isinstance(s, PRef)]
-            extra = [self.leaf_index[(s.key, s.at, "full")] for s in srcs if isinstance(s, XRef)]
+            extra = [self.leaf_index[(s.key, s.at, "full", None)] for s in srcs if isinstance(s, XRef)]
             prims = self.cone(targets)
             tails: list[str] = []
             for r in reds:
@@ -472,7 +554,7 @@ class _KernelWriter:
                     continue
                 for rr in p.ins:
                     if isinstance(rr, XRef):
-                        i = self.leaf_index[(rr.key, rr.at, "reduced")]
+                        i = self.leaf_index[(rr.key, rr.at, "reduced", None)]
                         if i not in loaded_red:
                             loaded_red.add(i)
                             l = k.leaves[i]
@@ -593,9 +675,17 @@ class _KernelWriter:
             return out
 
         aligned = " && ".join(f"cp_aligned16({p})" for p in ptrs) or "true"
+
+        def pooled_small(total: str) -> str:
+            """32-bit indices also need each pooled input below 2^30 elements."""
+            return "".join(
+                f" && ({total} / (L{i}_od * L{i}_oh * L{i}_ow)) * (L{i}_id * L{i}_ih * L{i}_iw) < (1LL << 30)"
+                for i, l in enumerate(k.leaves) if l.pool is not None
+            )
+
         if k.rows is None:
             lines.append("    if (n <= 0) return (int)cudaGetLastError();")
-            lines.append("    const bool small = n < (1LL << 30); /* 32-bit indices: no overflow of i + stride */")
+            lines.append(f"    const bool small = n < (1LL << 30){pooled_small('n')}; /* 32-bit indices: no overflow of i + stride */")
             flags = [("IdxT", "small")]
             if v.vec:
                 lines.append(f"    const bool vec = (n % 4) == 0 && {aligned};")
@@ -608,7 +698,7 @@ class _KernelWriter:
         else:
             lines += [
                 "    if (outer <= 0 || inner <= 0) return (int)cudaGetLastError();",
-                "    const bool small = outer * R * inner < (1LL << 30);",
+                f"    const bool small = outer * R * inner < (1LL << 30){pooled_small('(outer * R * inner)')};",
                 "    if (inner == 1) {",
             ]
             flags = [("IdxT", "small")]
@@ -740,6 +830,37 @@ def _cp_group_rows(shape, groups):
     """``(outer, R, 1)`` of group norm: ``groups`` contiguous groups per sample."""
     outer = int(shape[0]) * groups
     return outer, (_cp_numel(shape) // outer if outer else 0), 1
+
+
+def _cp_pool(shape, nd, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             count_include_pad=True, divisor_override=None):
+    """(output shape, the 20 launcher sizes) of PyTorch's max or average pooling of a
+    tensor of ``shape`` over its last ``nd`` dims (ATen's pooling_output_shape)."""
+    def per_dim(v, name):
+        v = [int(x) for x in v] if isinstance(v, (list, tuple)) else [int(v)]
+        v = v * nd if len(v) == 1 else v
+        if len(v) != nd:
+            raise ValueError(f"{name}={v} for {nd}-d pooling")
+        return v
+    k = per_dim(kernel_size, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (list, tuple)) and not stride) else per_dim(stride, "stride")
+    p = per_dim(padding, "padding")
+    d = per_dim(dilation, "dilation")
+    ins = [int(x) for x in shape[-nd:]]
+    outs = []
+    for L, kk, ss, pp, dd in zip(ins, k, s, p, d):
+        o = (L + 2 * pp - dd * (kk - 1) - 1 + (ss - 1 if ceil_mode else 0)) // ss + 1
+        if ceil_mode and (o - 1) * ss >= L + pp:
+            o -= 1
+        if o < 1 or pp * 2 > kk:
+            raise ValueError(f"pooling of {tuple(shape)} with kernel {k}, stride {s}, padding {p}: no output")
+        outs.append(o)
+
+    def lead(v, fill):
+        return [fill] * (3 - nd) + v
+    sizes = (lead(ins, 1) + lead(outs, 1) + lead(k, 1) + lead(s, 1) + lead(p, 0) + lead(d, 1)
+             + [int(bool(count_include_pad)), int(divisor_override or 0)])
+    return tuple(int(x) for x in shape[:-nd]) + tuple(outs), sizes
 
 
 def _cp_reduced(shape, start, stop, keepdim):
@@ -911,18 +1032,26 @@ class _ModelWriter:
         i = k.index
         lines = [f"# kernel {i}: {k.describe()}"]
         shape_srcs = [l for l in k.leaves if l.domain == "full" and l.ref.at is None]
-        if not shape_srcs:
+        pooled = [l for l in k.leaves if l.pool is not None]
+        if not shape_srcs and not pooled:
             raise PolicyRefusal(f"internal error: kernel {k.name} has no tensor that sets its shape")
-        traced = tuple(shape_srcs[0].shape)
-        for l in shape_srcs[1:]:
-            traced = _broadcast(traced, l.shape) or traced
+        outs_traced = [tuple(next(p for p in k.prims if p.id == l.pool).shape) for l in pooled]
+        srcs_traced = outs_traced + [tuple(l.shape) for l in shape_srcs]
+        traced = srcs_traced[0]
+        for sh in srcs_traced[1:]:
+            traced = _broadcast(traced, sh) or traced
         if traced != tuple(k.domain):
             raise PolicyRefusal(
                 f"cannot port {', '.join(k.labels)}: the shape of kernel {k.name} {list(k.domain)} is not "
                 f"the broadcast of its inputs {list(traced)}"
             )
         S = f"_s{i}"
-        lines.append(f"{S} = _cp_bshape({', '.join(self.xref_expr(l.ref) + '.shape' for l in shape_srcs)})")
+        shape_exprs = [self.xref_expr(l.ref) + ".shape" for l in shape_srcs]
+        for j, l in enumerate(k.leaves):
+            if l.pool is not None:
+                shape_exprs.insert(0, f"_l{i}_{j}_out")
+                lines += self.pool_sizes(k, j, f"_l{i}_{j}")
+        lines.append(f"{S} = _cp_bshape({', '.join(shape_exprs)})")
         red_shape = None
         if k.rows is not None:
             if k.rows.kind == "groups":
@@ -939,6 +1068,10 @@ class _ModelWriter:
         sizes: list[str] = []
         for j, l in enumerate(k.leaves):
             src = self.xref_expr(l.ref)
+            if l.pool is not None:  # made contiguous, its sizes from _cp_pool above
+                sizes += [f"_l{i}_{j}_pp[{q}]" for q in range(len(POOL_SIZES))]
+                args.append(f"_l{i}_{j}")
+                continue
             dshape = S if l.domain == "full" else red_shape
             if dshape is None:
                 raise PolicyRefusal(f"internal error: kernel {k.name} reads a per-group tensor")
@@ -974,6 +1107,21 @@ class _ModelWriter:
                 args.append(f'float("{v}")' if math.isinf(v) or math.isnan(v) else repr(v))
         lines.append(f"lib.{k.name}({', '.join(args)})")
         return lines
+
+    def pool_sizes(self, k: FusedKernel, j: int, var: str) -> list[str]:
+        """model.py lines for pooled leaf ``j``: ``var`` (the input, contiguous), ``var_out``
+        (the pooled shape) and ``var_pp`` (the launcher's sizes), from the call's arguments
+        as written (module attributes are read at run time)."""
+        l = k.leaves[j]
+        p = next(q for q in k.prims if q.id == l.pool)
+        a = p.params["args"]
+        kw = ", ".join(f"{name}={self.arg(a[name])}" for name in
+                       ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "count_include_pad",
+                        "divisor_override") if name in a)
+        return [
+            f"{var} = {self.xref_expr(l.ref)}.contiguous()",
+            f"{var}_out, {var}_pp = _cp_pool({var}.shape, {p.params['nd']}, {kw})",
+        ]
 
     def _first_full(self, k: FusedKernel) -> int:
         for j, l in enumerate(k.leaves):

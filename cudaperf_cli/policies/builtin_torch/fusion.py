@@ -76,6 +76,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
     "mish": 1, "softplus": 3, "elu": 2, "selu": 1, "celu": 2, "leaky_relu": 2,
     "hardsigmoid": 1, "hardswish": 1, "softsign": 1, "logsigmoid": 1, "clamp": 3,
     "maximum": 2, "minimum": 2, "floor": 1, "ceil": 1, "round": 1, "trunc": 1, "xlogy": 2,
+    "pool": 1,  # max/avg pooling: its operand is read through the windows of the element
 }
 
 #: Graph targets that map one-to-one on an elementwise primitive of the same name.
@@ -83,6 +84,15 @@ _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10",
 
 #: Reduction-like graph targets the planner decomposes.
 REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
+
+#: Pooling targets -> (``"max"`` | ``"avg"``, number of pooled trailing dims).
+POOL_TARGETS: dict[str, tuple[str, int]] = {
+    f"{kind}_pool{nd}d": (kind, nd) for kind in ("max", "avg") for nd in (1, 2, 3)
+}
+#: Adaptive pooling targets -> (``"max"`` | ``"avg"``, number of pooled trailing dims).
+ADAPTIVE_POOL_TARGETS: dict[str, tuple[str, int]] = {
+    f"adaptive_{kind}_pool{nd}d": (kind, nd) for kind in ("max", "avg") for nd in (1, 2, 3)
+}
 
 #: Library operators left to PyTorch -> the library doing the work.
 LIBRARY_TARGETS: dict[str, str] = {
@@ -137,6 +147,12 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "triplet_margin_loss": ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "size_average",
                             "reduce", "reduction"),
     "dropout": ("input", "p", "training", "inplace"),
+    **{f"max_pool{d}d": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+       for d in (1, 2, 3)},
+    "avg_pool1d": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"),
+    **{f"avg_pool{d}d": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                         "divisor_override") for d in (2, 3)},
+    **{f"adaptive_{k}_pool{d}d": ("input", "output_size", "return_indices") for k in ("max", "avg") for d in (1, 2, 3)},
     "linear": ("input", "weight", "bias"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
     "bmm": ("input", "mat2"), "addmm": ("input", "mat1", "mat2"), "baddbmm": ("input", "batch1", "batch2"),
     "conv1d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
@@ -162,6 +178,7 @@ def supported_ops() -> dict[str, list[str]]:
     return {
         "elementwise": ew,
         "reductions": list(REDUCTION_TARGETS),
+        "pooling": sorted(POOL_TARGETS) + [f"{t} (output 1)" for t in sorted(ADAPTIVE_POOL_TARGETS)],
         "library": sorted(LIBRARY_TARGETS),
         "views": sorted(VIEW_TARGETS | {"contiguous", "detach", "size", "dim", "numel", "shape"}),
     }
@@ -289,17 +306,22 @@ class Leaf:
 
     Attributes:
         ref: the :class:`XRef` (``key``, ``at``).
-        domain: ``"full"`` (indexed by the element's linear index in the domain) or
-            ``"reduced"`` (by the row's index).
+        domain: ``"full"`` (indexed by the element's linear index in the domain),
+            ``"reduced"`` (by the row's index) or ``"pool"`` (read through the pooling
+            windows of the domain's element, see ``pool``).
         full: at the traced shapes it has the domain's exact shape (read at ``i``; the
             generated model.py still expands it at run time when shapes differ).
         shape: its traced shape.
+        pool: for ``domain == "pool"``, the id of the pooling primitive that reads the
+            tensor through its windows (the element at ``i`` of the domain is the pooled
+            window of output ``i``); None otherwise.
     """
 
     ref: XRef
     domain: str
     full: bool
     shape: tuple[int, ...]
+    pool: int | None = None
 
 
 @dataclass
@@ -360,7 +382,8 @@ class FusedKernel:
             "rows": None if self.rows is None else self.rows.describe(),
             "reduction_levels": self.depth,
             "inputs": [
-                {"tensor": _ref_text(l.ref), "domain": l.domain, "broadcast": not l.full} for l in self.leaves
+                {"tensor": _ref_text(l.ref), "domain": l.domain, "broadcast": not l.full and l.pool is None}
+                for l in self.leaves
             ],
             "constants": [c.text() for c in self.consts],
             "outputs": len(self.outputs),
@@ -688,6 +711,49 @@ class _Planner:
             return s
         return self.add("div", [s, RowLen()], self.prims[s.id].shape, n, n.target)
 
+    def pool(self, n: GraphNode) -> Ref:
+        """Max or average pooling over the last 1-3 dims (``F.max_pool2d``,
+        ``nn.AvgPool3d``...): one ``pool`` primitive whose input is read through its windows
+        (so written to memory first); adaptive pooling to an output of 1 is a mean or max
+        reduction over those dims.  The windows' sizes are kept as the call wrote them
+        (literals, or the module's attributes read at run time) for model.py."""
+        t = n.target
+        a = _bind(n)
+        if n.kind != "tensor" or a.get("return_indices"):
+            raise self.refuse(n, "the indices of max pooling are not supported (only the values)")
+        x = self.tensor(a.get("input"), n)
+        shape = self.shape_of(x)
+        if t in ADAPTIVE_POOL_TARGETS:
+            kind, nd = ADAPTIVE_POOL_TARGETS[t]
+            size = self.literal(a.get("output_size"))
+            sizes = size if isinstance(size, list) else [size] * nd
+            if len(shape) < nd + 1 or len(sizes) != nd or any(v not in (1, None) for v in sizes):
+                raise self.refuse(n, f"adaptive pooling to output_size={size!r} (only 1 is supported: a mean or max)")
+            first = len(shape) - nd
+            dims = [first + j for j, v in enumerate(sizes) if v == 1]  # None keeps a dim
+            if not dims or dims != list(range(dims[0], dims[-1] + 1)):
+                raise self.refuse(n, f"adaptive pooling to output_size={size!r} (only 1 over adjacent dims is supported)")
+            start, stop = dims[0], dims[-1] + 1
+            if kind == "max":
+                return self.reduce("red_max", x, start, stop, True, n, t)
+            r = self.reduce("red_sum", x, start, stop, True, n, t)
+            return self.add("div", [r, RowLen()], self.prims[r.id].shape, n, t)
+        kind, nd = POOL_TARGETS[t]
+        if len(shape) not in (nd + 1, nd + 2):
+            raise self.refuse(n, f"{t} of a {len(shape)}-d tensor (expected {nd + 1} or {nd + 2} dims)")
+        lit = {k: self.literal(a.get(k)) for k in ("kernel_size", "stride", "padding", "dilation", "divisor_override")}
+        for k, v in lit.items():
+            vs = v if isinstance(v, list) else [v]
+            if not all(x_ is None or (isinstance(x_, int) and not isinstance(x_, bool)) for x_ in vs):
+                raise self.refuse(n, f"{k}={v!r} is not an int or a tuple of ints")
+        if self.literal(a.get("divisor_override")) not in (None, 0) and kind == "max":
+            raise self.refuse(n, "divisor_override of max pooling")
+        args = {k: a[k] for k in ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                  "count_include_pad", "divisor_override") if k in a}
+        if "kernel_size" not in args:
+            raise self.refuse(n, "no kernel_size")
+        return self.add("pool", [x], n.shape or (), n, t, params={"kind": kind, "nd": nd, "args": args})
+
     def triplet_margin_loss(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
         """``F.triplet_margin_loss`` / ``nn.TripletMarginLoss`` with p = 2 and no swap:
         ``relu(d(a, p) - d(a, n) + margin)`` with ``d(u, v) = ||u - v + eps||_2`` over the last
@@ -855,6 +921,10 @@ class _Planner:
                 raise self.refuse(n, f"tensor attribute {attr!r}")
             self.units[n.name] = "view"
             self.values[n.name] = XRef(("node", n.name))
+            return
+        if t in POOL_TARGETS or t in ADAPTIVE_POOL_TARGETS:
+            self.values[n.name] = self.pool(n)
+            self.units[n.name] = "fused"
             return
         if t in VIEW_TARGETS or n.kind == "tensors":
             if t not in VIEW_TARGETS:
@@ -1323,9 +1393,12 @@ class _Grouper:
         """No input of the set depends on the set through something outside it."""
         u = set(members)
         for pid in u:
+            pool = self.prims[pid].op == "pool"
             for r in self.prims[pid].ins:
                 if isinstance(r, PRef):
                     if r.id in u:
+                        if pool:  # a pooled input is read from memory
+                            return False
                         continue
                     if self.anc[r.id] & u:
                         return False
@@ -1421,6 +1494,9 @@ class _Grouper:
         return None
 
     def place_elementwise(self, p: Prim) -> None:
+        if p.op == "pool":  # reads its input through windows: from memory, in a new kernel
+            self.put(self.new_group(p.shape), p.id, "full")
+            return
         cands: list[_Group] = []
         for r in p.ins:
             if isinstance(r, PRef) and r.id in self.group_of:
@@ -1631,6 +1707,9 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
         dom = "reduced" if (g.dom[p.id] == "reduced" and not p.is_reduction) else "full"
         for r in p.ins:
             if isinstance(r, XRef):
+                if p.op == "pool":
+                    leaves.append(Leaf(r, "pool", False, tuple(pl.shape_of(r)), pool=p.id))
+                    continue
                 key = (r.key, r.at, dom)
                 if key in seen:
                     continue

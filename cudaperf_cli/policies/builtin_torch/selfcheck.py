@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf_cli.core import kill_process_group
+from cudaperf_cli.policies.builtin_torch.codegen import POOL_SIZES
 from cudaperf_cli.policies.builtin_torch.fusion import (
     CRef,
     FusedKernel,
@@ -69,8 +70,8 @@ def kernels_to_json(kernels: Sequence[FusedKernel]) -> list[dict[str, Any]]:
             "name": k.name,
             "rows": None if k.rows is None else k.rows.kind,
             "prims": [{"id": p.id, "op": p.op, "ins": [ref(r) for r in p.ins], "params": p.params} for p in k.prims],
-            "leaves": [{"x": [l.ref.key[0], l.ref.key[1]], "at": l.ref.at, "domain": l.domain, "full": l.full}
-                       for l in k.leaves],
+            "leaves": [{"x": [l.ref.key[0], l.ref.key[1]], "at": l.ref.at, "domain": l.domain, "full": l.full,
+                        "pool": l.pool} for l in k.leaves],
             "consts": [[c.value, c.var] for c in k.consts],
             "outputs": [pid for pid, _ in k.outputs],
             "roles": {str(pid): role for pid, role in k.roles.items()},
@@ -213,7 +214,8 @@ class _EmuLib:
                 return t[where]
             return t[(where // int(a[f"L{i}_inner"])) % int(a[f"L{i}_size"])]
 
-        leaf_of = {(tuple(l["x"]), l["at"], l["domain"]): i for i, l in enumerate(leaves)}
+        leaf_of = {(tuple(l["x"]), l["at"], l["domain"]): i for i, l in enumerate(leaves) if l.get("pool") is None}
+        pool_leaf = {l["pool"]: i for i, l in enumerate(leaves) if l.get("pool") is not None}
         roles = {int(p): r for p, r in k["roles"].items()}
 
         def operand(r: Mapping[str, Any], domain: str) -> Any:
@@ -244,6 +246,11 @@ class _EmuLib:
                     v = x.amin(dim=1) if R else torch.full((outer, inner), float("inf"))
                 vals[p["id"]] = v.reshape(-1)
                 continue
+            if p["op"] == "pool":
+                i = pool_leaf[p["id"]]
+                sizes = {n: int(a[f"L{i}_{n}"]) for n in POOL_SIZES}
+                vals[p["id"]] = _pool(torch, a[f"L{i}"], sizes, p["params"]["kind"])[idx]
+                continue
             ins = [operand(r, role) for r in p["ins"]]
             vals[p["id"]] = _ew(torch, p["op"], ins, p.get("params") or {})
         for j, pid in enumerate(k["outputs"]):
@@ -253,6 +260,26 @@ class _EmuLib:
             if out.numel() != want:
                 raise ValueError(f"{name}: O{j} has {out.numel()} elements, expected {want}")
             out.view(-1).copy_(v.expand(want) if v.numel() == 1 else v)
+
+
+def _pool(torch: Any, x: Any, z: Mapping[str, int], kind: str) -> Any:
+    """PyTorch's own 3-D pooling of ``x`` (contiguous, ``[..., id, ih, iw]``) with the
+    launcher's sizes ``z`` (:data:`~.codegen.POOL_SIZES`), flattened: ``ceil_mode`` is not
+    passed to the launcher, so the mode giving the launcher's output extents is used."""
+    import torch.nn.functional as F
+
+    vol = x.reshape(-1, 1, z["id"], z["ih"], z["iw"])
+    k, s, p = (z["kd"], z["kh"], z["kw"]), (z["sd"], z["sh"], z["sw"]), (z["pd"], z["ph"], z["pw"])
+    want = (z["od"], z["oh"], z["ow"])
+    for ceil in (False, True):
+        if kind == "max":
+            y = F.max_pool3d(vol, k, s, p, (z["dd"], z["dh"], z["dw"]), ceil_mode=ceil)
+        else:
+            y = F.avg_pool3d(vol, k, s, p, ceil_mode=ceil, count_include_pad=bool(z["cip"]),
+                             divisor_override=z["div"] or None)
+        if tuple(y.shape[2:]) == want:
+            return y.reshape(-1)
+    raise ValueError(f"no pooling of {tuple(vol.shape)} gives the launcher's output {want}")
 
 
 def _ew(torch: Any, op: str, x: Sequence[Any], params: Mapping[str, Any]) -> Any:

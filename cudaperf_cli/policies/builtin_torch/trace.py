@@ -40,7 +40,8 @@ unknown leaf modules ``module:<ClassName>``).  ``args``/``kwargs`` hold JSON val
 references ``{"node": name}``, parameter references ``{"attr": "ln.weight"}``, and
 ``{"dtype": "float32"}``, ``{"slice": [a, b, c]}``, ``{"ellipsis": true}``,
 ``{"float": "inf"}``, ``{"repr": "..."}`` for other objects, and ``{"modattr": "conv.groups",
-"value": 4}`` for a leaf module's structural int (``groups``, ``num_groups``): ``__init__``
+"value": 4}`` for a leaf module's structural int, tuple or bool (``groups``, ``num_groups``,
+a pooling layer's ``kernel_size``, ``stride``, ``padding``...): ``__init__``
 may set it from a size constant, which the trace may have shrunk, so the generated code
 reads the module's attribute instead of the traced value.  When ``normalized`` is true the
 arguments were bound to the operator's parameter names (all in ``kwargs``).  ``kind`` is the
@@ -438,7 +439,7 @@ def _talk(
 
 #: Canonical names of call_function / call_method targets.  Each name is looked up in
 #: torch, torch.nn.functional, torch.Tensor, torch.special and operator.
-_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
+_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
 
 _ALIASES = {
     "truediv": "div",
@@ -646,6 +647,31 @@ class _Tracer:
         def modattr(name: str) -> dict[str, Any]:  # an int set by __init__, maybe from a
             return {"modattr": f"{t}.{name}", "value": int(getattr(mod, name))}  # size constant
 
+        def modval(name: str) -> dict[str, Any]:  # a structural int, tuple or bool set by
+            v = getattr(mod, name)  # __init__ (pooling windows): read at run time too
+            v = list(v) if isinstance(v, (tuple, list)) else v
+            return {"modattr": f"{t}.{name}", "value": v}
+
+        pools = {nn.MaxPool1d: "max_pool1d", nn.MaxPool2d: "max_pool2d", nn.MaxPool3d: "max_pool3d",
+                 nn.AvgPool1d: "avg_pool1d", nn.AvgPool2d: "avg_pool2d", nn.AvgPool3d: "avg_pool3d"}
+        if type(mod) in pools:
+            kw = {"input": X, "kernel_size": modval("kernel_size"), "stride": modval("stride"),
+                  "padding": modval("padding"), "ceil_mode": modval("ceil_mode")}
+            if type(mod) in (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d):
+                kw.update(dilation=modval("dilation"), return_indices=bool(mod.return_indices))
+            else:
+                kw["count_include_pad"] = modval("count_include_pad")
+                if type(mod) is not nn.AvgPool1d:
+                    kw["divisor_override"] = modval("divisor_override")
+            return pools[type(mod)], [], kw, True
+        adaptive = {nn.AdaptiveAvgPool1d: "adaptive_avg_pool1d", nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d",
+                    nn.AdaptiveAvgPool3d: "adaptive_avg_pool3d", nn.AdaptiveMaxPool1d: "adaptive_max_pool1d",
+                    nn.AdaptiveMaxPool2d: "adaptive_max_pool2d", nn.AdaptiveMaxPool3d: "adaptive_max_pool3d"}
+        if type(mod) in adaptive:
+            kw = {"input": X, "output_size": modval("output_size")}
+            if getattr(mod, "return_indices", False):
+                kw["return_indices"] = True
+            return adaptive[type(mod)], [], kw, True
         if isinstance(mod, nn.Linear):
             return "linear", [], {"input": X, "weight": attr("weight"), "bias": attr("bias")}, True
         conv = {nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d"}
