@@ -439,6 +439,15 @@ class _KernelWriter:
                 f"{ind}    for (IdxT q = (IdxT)blockIdx.x * {self.v.block} + threadIdx.x; q < n4; q += stride) {{",
                 f"{ind}        const IdxT i0 = q << 2;",
             ]
+        elif kind == "chan":  # row = channel; element c of the row is (n, spatial) = divmod(c, inner)
+            scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{",
+                           f"{ind}        const IdxT i = ((c / inner) * outer + row) * inner + c % inner;"]
+            vec_head = [
+                f"{ind}    const IdxT R4 = R >> 2;",
+                f"{ind}    for (IdxT q = tid; q < R4; q += tpr) {{",
+                f"{ind}        const IdxT c0 = q << 2;",
+                f"{ind}        const IdxT i0 = ((c0 / inner) * outer + row) * inner + c0 % inner;",
+            ]
         else:
             scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{", f"{ind}        const IdxT i = base + c;"]
             vec_head = [
@@ -487,7 +496,9 @@ class _KernelWriter:
     # -- kernels ----------------------------------------------------------------------
 
     def kernel_head(self, suffix: str, tmpl: str) -> list[str]:
-        ps = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{'__restrict__ ' if t.endswith('*') else ''}{n}"
+        # A buffer updated in place is read and written through two pointers: no __restrict__.
+        restrict = "" if self.k.writes else "__restrict__ "
+        ps = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{restrict if t.endswith('*') else ''}{n}"
                            for t, n in self.params("IdxT"))
         return [tmpl, f"__global__ void __launch_bounds__({self.v.block}) {self.k.name}_{suffix}(", f"    {ps})", "{"]
 
@@ -573,7 +584,8 @@ class _KernelWriter:
             lines += self.element_loop(prims, [], [], full_outs, ind, kind)
         return lines
 
-    def row_kernel(self) -> list[str]:
+    def row_kernel(self, kind: str = "row") -> list[str]:
+        """One block (or warp) per row; ``kind`` ``"chan"``: rows are batch norm's channels."""
         v = self.v
         tmpl_parts = ["typename IdxT"]
         if v.vec:
@@ -606,7 +618,7 @@ class _KernelWriter:
             "        const IdxT ridx = row;",
             "        (void)base; (void)ridx;",
         ]
-        lines += self.reduction_steps("row", "        ")
+        lines += self.reduction_steps(kind, "        ")
         lines.append("    }")
         lines.append("}")
         return lines
@@ -683,7 +695,35 @@ class _KernelWriter:
                 for i, l in enumerate(k.leaves) if l.pool is not None
             )
 
-        if k.rows is None:
+        def row_launch(vec_cond: str, ind: str) -> list[str]:
+            """The row kernel's launch: one block per row (or one warp, short rows)."""
+            out: list[str] = []
+            flags = [("IdxT", "small")]
+            if v.vec:
+                out.append(f"{ind}const bool vec = {vec_cond} && {aligned};")
+                flags.append(("VEC", "vec"))
+            if v.warp_rows:
+                out.append(f"{ind}const bool warp = R <= {v.warp_max};")
+                flags.append(("WARP", "warp"))
+            out.append(f"{ind}const unsigned grid_b = cp_grid(outer);")
+            if v.warp_rows:
+                out.append(f"{ind}const unsigned grid_w = cp_grid((outer + {v.block // 32 - 1}) / {v.block // 32});")
+            grid_of: dict[str, str] = {}
+            for vec in (["true", "false"] if v.vec else [None]):
+                for warp in (["true", "false"] if v.warp_rows else [None]):
+                    key = ",".join(x for x in (vec, warp) if x is not None)
+                    grid_of[key] = "grid_w" if warp == "true" else "grid_b"
+            grid_of.setdefault("", "grid_b")
+            return out + dispatch(f"{k.name}_row", flags, grid_of, ind)
+
+        if k.rows is not None and k.rows.kind == "channels":
+            # outer = C rows of R = N * inner elements; the row kernel only.
+            lines += [
+                "    if (outer <= 0 || R <= 0 || inner <= 0) return (int)cudaGetLastError();",
+                f"    const bool small = outer * R < (1LL << 30){pooled_small('(outer * R)')};",
+            ]
+            lines += row_launch("(inner % 4) == 0", "    ")
+        elif k.rows is None:
             lines.append("    if (n <= 0) return (int)cudaGetLastError();")
             lines.append(f"    const bool small = n < (1LL << 30){pooled_small('n')}; /* 32-bit indices: no overflow of i + stride */")
             flags = [("IdxT", "small")]
@@ -701,23 +741,7 @@ class _KernelWriter:
                 f"    const bool small = outer * R * inner < (1LL << 30){pooled_small('(outer * R * inner)')};",
                 "    if (inner == 1) {",
             ]
-            flags = [("IdxT", "small")]
-            if v.vec:
-                lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
-                flags.append(("VEC", "vec"))
-            if v.warp_rows:
-                lines.append(f"        const bool warp = R <= {v.warp_max};")
-                flags.append(("WARP", "warp"))
-            lines.append("        const unsigned grid_b = cp_grid(outer);")
-            if v.warp_rows:
-                lines.append(f"        const unsigned grid_w = cp_grid((outer + {v.block // 32 - 1}) / {v.block // 32});")
-            grid_of: dict[str, str] = {}
-            for vec in (["true", "false"] if v.vec else [None]):
-                for warp in (["true", "false"] if v.warp_rows else [None]):
-                    key = ",".join(x for x in (vec, warp) if x is not None)
-                    grid_of[key] = "grid_w" if warp == "true" else "grid_b"
-            grid_of.setdefault("", "grid_b")
-            lines += dispatch(f"{k.name}_row", flags, grid_of, "        ")
+            lines += row_launch("(R % 4) == 0", "        ")
             lines.append("    } else {")
             lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
             lines += dispatch(f"{k.name}_col", [("IdxT", "small")], {"": "grid_c"}, "        ")
@@ -735,6 +759,8 @@ class _KernelWriter:
         ]
         if k.rows is None:
             body = self.elementwise_kernel()
+        elif k.rows.kind == "channels":
+            body = self.row_kernel("chan")
         else:
             body = self.row_kernel() + [""] + self.col_kernel()
         return "\n".join(head + body + [""] + self.launcher()) + "\n"
@@ -861,6 +887,13 @@ def _cp_pool(shape, nd, kernel_size, stride=None, padding=0, dilation=1, ceil_mo
     sizes = (lead(ins, 1) + lead(outs, 1) + lead(k, 1) + lead(s, 1) + lead(p, 0) + lead(d, 1)
              + [int(bool(count_include_pad)), int(divisor_override or 0)])
     return tuple(int(x) for x in shape[:-nd]) + tuple(outs), sizes
+
+
+def _cp_channel_rows(shape):
+    """``(C, N * S, S)`` of batch norm's statistics over ``[N, C, *spatial]`` (S: the
+    spatial size): one row per channel."""
+    inner = _cp_numel(shape[2:])
+    return int(shape[1]), int(shape[0]) * inner, inner
 
 
 def _cp_reduced(shape, start, stop, keepdim):
@@ -1059,6 +1092,11 @@ class _ModelWriter:
                 G = (str(k.rows.groups) if ref is None else _attr_expr(ref[1]) if ref[0] == "attr"
                      else f"int({S}[{int(ref[1])}])" if ref[0] == "dim" else f"int({self.node_expr(ref[1])})")
                 lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_group_rows({S}, {G})")
+            elif k.rows.kind == "channels":
+                lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_channel_rows({S})")
+                if any(l.domain == "reduced" for l in k.leaves):
+                    red_shape = f"_k{i}"
+                    lines.append(f"{red_shape} = tuple(int(d) if j == 1 else 1 for j, d in enumerate({S}))")
             else:
                 lines.append(f"_outer{i}, _R{i}, _inner{i} = _cp_rows({S}, {k.rows.start}, {k.rows.stop})")
                 if any(l.domain == "reduced" for l in k.leaves):
@@ -1085,6 +1123,9 @@ class _ModelWriter:
         first = f"_l{i}_{self._first_full(k)}"
         for pid, dom in k.outputs:
             p = next(q for q in k.prims if q.id == pid)
+            if pid in k.writes:  # updated in place (running statistics)
+                args.append(_attr_expr(k.writes[pid]))
+                continue
             if dom == "full":
                 shape = S
             elif k.rows is not None and k.rows.kind == "dims":

@@ -248,7 +248,10 @@ class RowSpec:
     ``("dim", "1")`` (``x.shape[1]`` of the normalised tensor: dim 1 of the kernel's shape),
     ``("node", name)`` (another Python number computed in forward), or None (a literal in
     the source).  The trace may run at shrunken constants, so a traced value
-    that came from a constant is never written into the code.
+    that came from a constant is never written into the code.  ``kind == "channels"``:
+    batch norm's statistics, dim 1 of ``[N, C, *S]`` over every other dim (``outer = C``,
+    ``R = N * prod(S)``, ``inner = prod(S)``: row ``c``'s element ``j`` is at
+    ``((j / inner) * C + c) * inner + j % inner``; one block per channel).
     """
 
     kind: str
@@ -260,6 +263,8 @@ class RowSpec:
     def describe(self) -> str:
         if self.kind == "groups":
             return f"{self.groups} groups per sample"
+        if self.kind == "channels":
+            return "each channel over the batch and spatial dims"
         return f"dims [{self.start}, {self.stop})"
 
 
@@ -344,6 +349,8 @@ class FusedKernel:
         nodes: graph nodes fused (origins of the prims).
         roles: prim id -> ``"full"`` (evaluated per element) or ``"reduced"`` (per row:
             reductions and what is computed from their results).
+        writes: output prim id -> the buffer it is written into in place (dotted name;
+            batch norm's running statistics), instead of a new tensor.
     """
 
     index: int
@@ -360,6 +367,7 @@ class FusedKernel:
     after: list[str]
     nodes: list[str]
     roles: dict[int, str] = field(default_factory=dict)
+    writes: dict[int, str] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:
@@ -426,6 +434,8 @@ class FusionPlan:
         values: graph node -> its value (:class:`PRef` of a primitive or :class:`XRef`);
             nodes of shape arithmetic map to ``("py", name)``.
         peeled: library nodes computed without their bias (the bias went into a kernel).
+        writes: primitive id -> the buffer (dotted name) its kernel writes it into, in
+            place (batch norm's running statistics in training mode).
         schedule: execution order: ``("node", name)`` for PyTorch/Python work and
             ``("kernel", index)``.
         outputs: forward's return value as traced (``{"node": ...}`` or a list).
@@ -440,6 +450,7 @@ class FusionPlan:
     peeled: dict[str, str]
     schedule: list[tuple[str, Any]]
     outputs: Any
+    writes: dict[int, str] = field(default_factory=dict)
 
     def fused_ops(self) -> list[str]:
         """One entry per kernel: ``"linear->[add bias, gelu]"``."""
@@ -553,6 +564,7 @@ class _Planner:
         self.units: dict[str, str] = {}  # node -> "input" | "attr" | "lib" | "view" | "py" | "alias"
         self.left: list[LeftOp] = []
         self.peeled: dict[str, str] = {}
+        self.writes: dict[int, str] = {}  # prim id -> buffer it updates in place
         self.users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
         self.output_names: set[str] = set(_refs_in(graph.outputs))
         for n in graph.nodes:
@@ -853,6 +865,8 @@ class _Planner:
         rows = rows or RowSpec("dims", start, stop)
         if rows.kind == "groups":
             out = (s[0], rows.groups)
+        elif rows.kind == "channels":
+            out = tuple(d if i == 1 else 1 for i, d in enumerate(s))
         elif keepdim:
             out = tuple(1 if start <= i < stop else d for i, d in enumerate(s))
         else:
@@ -1118,11 +1132,6 @@ class _Planner:
     def batch_norm(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
         training = self.literal(a.get("training", False))
         rm, rv = a.get("running_mean"), a.get("running_var")
-        if training or rm is None or rv is None:
-            raise self.refuse(
-                n, "batch_norm with batch statistics (training mode) is not supported; "
-                "inference with running statistics is (call model.eval() or training=False)"
-            )
         x = self.tensor(a.get("input"), n)
         shape = self.shape_of(x)
         if len(shape) < 2:
@@ -1135,6 +1144,9 @@ class _Planner:
                 return XRef(r.key, 1)
             return XRef(("prim", str(r.id)), 1)
 
+        if training or rm is None or rv is None:
+            return self.batch_norm_train(n, a, x, shape, eps, chan)
+
         mean, var = chan(rm, "running_mean"), chan(rv, "running_var")
         d = self.add("sub", [x, mean], shape, n, "batch_norm")
         ve = self.add("add", [var, eps], shape, n, "batch_norm")
@@ -1144,6 +1156,49 @@ class _Planner:
             y = self.add("mul", [y, chan(a["weight"], "weight")], shape, n, "batch_norm")
         if a.get("bias") is not None:
             y = self.add("add", [y, chan(a["bias"], "bias")], shape, n, "batch_norm")
+        return y
+
+    def batch_norm_train(self, n: GraphNode, a: Mapping[str, Any], x: Ref, shape: tuple[int, ...],
+                         eps: CRef, chan: Any) -> Ref:
+        """Batch norm with the batch's statistics (training mode): per channel over the
+        batch and spatial dims (a column reduction of ``[N, C]``), the biased variance (two passes) normalises; the running
+        buffers, when given, are updated in place as ATen does: ``r + m * (stat - r)`` with
+        the mean and the unbiased variance (``m`` the momentum; ``momentum=None``, a
+        cumulative average over ``num_batches_tracked``, is refused)."""
+        rm, rv = a.get("running_mean"), a.get("running_var")
+        update = rm is not None and rv is not None
+        mom = a.get("momentum", 0.1)
+        if update and self.literal(mom) is None:
+            raise self.refuse(n, "batch_norm with momentum=None (a cumulative average over num_batches_tracked) "
+                                 "is not supported; a number is")
+        t = "batch_norm"
+        # [N, C]: a column reduction over dim 0 (coalesced: a warp reads 32 channels);
+        # [N, C, *S]: one row per channel.
+        rows = RowSpec("dims", 0, 1) if len(shape) == 2 else RowSpec("channels")
+        s = self.reduce("red_sum", x, rows.start, rows.stop, True, n, t, rows=rows)
+        red = self.prims[s.id].shape
+        mean = self.add("div", [s, RowLen()], red, n, t)
+        d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
+        sq = self.add("square", [d], shape, n, t)
+        ss = self.reduce("red_sum", sq, rows.start, rows.stop, True, n, t, rows=rows)
+        var = self.add("div", [ss, RowLen()], red, n, t)
+        ve = self.add("add", [var, eps], red, n, t)
+        rstd = self.add("rsqrt", [ve], red, n, t)
+        y: Ref = self.add("mul", [d, PRef(rstd.id, row=True)], shape, n, t)
+        if a.get("weight") is not None:
+            y = self.add("mul", [y, chan(a["weight"], "weight")], shape, n, t)
+        if a.get("bias") is not None:
+            y = self.add("add", [y, chan(a["bias"], "bias")], shape, n, t)
+        if update:
+            m = self.scalar(mom, n, "momentum")
+            for buf, stat in ((rm, mean), (rv, self.add("div", [ss, RowLen(1.0)], red, n, t))):
+                r = self.tensor(buf, n, "running statistics")
+                if not isinstance(r, XRef) or r.key[0] != "attr":
+                    raise self.refuse(n, "running statistics that are not a buffer of the module")
+                diff = self.add("sub", [stat, XRef(r.key, 1)], red, n, t)
+                step = self.add("mul", [diff, m], red, n, t)
+                new = self.add("add", [step, XRef(r.key, 1)], red, n, t)
+                self.writes[new.id] = r.key[1]
         return y
 
     # -- reductions -------------------------------------------------------------------
@@ -1335,6 +1390,8 @@ class _Group:
         if self.rows.kind == "groups":
             s = (self.domain[0], self.rows.groups)
             return s, s
+        if self.rows.kind == "channels":
+            return tuple(d if i == 1 else 1 for i, d in enumerate(self.domain)), (self.domain[1],)
         a, b = self.rows.start, self.rows.stop
         keep = tuple(1 if a <= i < b else d for i, d in enumerate(self.domain))
         sq = tuple(d for i, d in enumerate(self.domain) if not a <= i < b)
@@ -1597,6 +1654,8 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         v = pl.values.get(name)
         if isinstance(v, PRef):
             need(v.id, "output")
+    for pid in pl.writes:
+        need(pid, "buffer")
 
     # Prims read from another group are leaves there (XRef("prim")).
     for p in pl.prims:
@@ -1622,6 +1681,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         views=views,
         values=dict(pl.values),
         peeled=dict(pl.peeled),
+        writes=dict(pl.writes),
         schedule=[],
         outputs=graph.outputs,
     )
@@ -1751,6 +1811,7 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
         after=after,
         nodes=nodes,
         roles={pid: g.dom[pid] for pid in members},
+        writes={pid: pl.writes[pid] for pid in outs if pid in pl.writes},
     )
 
 

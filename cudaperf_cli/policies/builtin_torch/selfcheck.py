@@ -4,7 +4,8 @@
 (own session, killed with its process group at the time limit), which imports the problem
 and the candidate's ``model.py``, builds ``Model`` and ``ModelNew`` from the same
 ``get_init_inputs()`` under the same seed, copies ``Model.state_dict()`` into ``ModelNew``
-(strict), and compares the outputs on fresh ``get_inputs()`` for each constant set.
+(strict), and compares the outputs on fresh ``get_inputs()`` for each constant set, then
+the floating-point buffers (running statistics that forward updates).
 
 ``emulate=True`` replaces ``cudaperf_cli.torch_runtime.load_cuda`` in the child by an
 interpreter of the plan's kernels written with PyTorch CPU ops: it binds the launcher
@@ -194,13 +195,27 @@ class _EmuLib:
                     raise TypeError(f"{name}: {p.name} must be a contiguous float32 tensor")
             elif isinstance(v, torch.Tensor):
                 raise TypeError(f"{name}: {p.name} must be a number")
+        chan = k["rows"] == "channels"  # rows: channels of [N, C, S]; R = N * S, inner = S
         if k["rows"] is None:
             outer, R, inner = int(a["n"]), 1, 1
         else:
             outer, R, inner = int(a["outer"]), int(a["R"]), int(a["inner"])
-        N = outer * R * inner
+        N = outer * R if chan else outer * R * inner
         idx = torch.arange(N)
-        ridx = torch.arange(outer * inner)
+        ridx = torch.arange(outer if chan else outer * inner)
+        nred = ridx.numel()
+
+        def rows_of(x: Any) -> Any:
+            """Full-domain values as [rows, R, columns]."""
+            if chan:
+                return x.reshape(-1, outer, inner).transpose(0, 1).reshape(outer, R, 1)
+            return x.reshape(outer, R, inner)
+
+        def spread(v: Any) -> Any:
+            """Per-row values broadcast to the full domain."""
+            if chan:
+                return v.view(1, outer, 1).expand(R // inner, outer, inner).reshape(-1)
+            return v.view(outer, 1, inner).expand(outer, R, inner).reshape(-1)
         vals: dict[Any, Any] = {}
         leaves = k["leaves"]
 
@@ -222,7 +237,7 @@ class _EmuLib:
             if "p" in r:
                 v = vals[r["p"]]
                 if domain == "full" and roles[r["p"]] == "reduced":
-                    return v.view(outer, 1, inner).expand(outer, R, inner).reshape(-1)
+                    return spread(v)
                 return v
             if "x" in r:
                 return leaf(leaf_of[(tuple(r["x"]), r["at"], domain)])
@@ -237,13 +252,13 @@ class _EmuLib:
         for p in k["prims"]:
             role = roles[p["id"]]
             if p["op"].startswith("red_"):
-                x = operand(p["ins"][0], "full").reshape(outer, R, inner)
+                x = rows_of(operand(p["ins"][0], "full"))
                 if p["op"] == "red_sum":
                     v = x.sum(dim=1)
                 elif p["op"] == "red_max":
-                    v = x.amax(dim=1) if R else torch.full((outer, inner), -float("inf"))
+                    v = x.amax(dim=1) if R else torch.full((nred,), -float("inf"))
                 else:
-                    v = x.amin(dim=1) if R else torch.full((outer, inner), float("inf"))
+                    v = x.amin(dim=1) if R else torch.full((nred,), float("inf"))
                 vals[p["id"]] = v.reshape(-1)
                 continue
             if p["op"] == "pool":
@@ -256,7 +271,7 @@ class _EmuLib:
         for j, pid in enumerate(k["outputs"]):
             out = a[f"O{j}"]
             v = vals[pid]
-            want = N if roles[pid] == "full" else outer * inner
+            want = N if roles[pid] == "full" else nred
             if out.numel() != want:
                 raise ValueError(f"{name}: O{j} has {out.numel()} elements, expected {want}")
             out.view(-1).copy_(v.expand(want) if v.numel() == 1 else v)
@@ -418,6 +433,16 @@ def _child(job: Mapping[str, Any]) -> dict[str, Any]:
                     break
             if not entry["ok"]:
                 break
+        if entry["ok"]:  # buffers forward updates (running statistics) must agree too
+            cand_b = dict(cand.named_buffers())
+            for bname, rb in ref.named_buffers():
+                cb = cand_b.get(bname)
+                if not rb.is_floating_point() or cb is None:
+                    continue
+                ok, msg, _ = _compare(torch, cb, rb, float(job["atol"]), float(job["rtol"]))
+                if not ok:
+                    entry.update(ok=False, message=f"buffer {bname}: {msg}")
+                    break
         all_ok = all_ok and entry["ok"]
         results.append(entry)
     return {"ok": all_ok, "configs": results, "error": None}
