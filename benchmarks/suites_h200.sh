@@ -11,7 +11,8 @@
 # beside the groups after it, and the script waits for it at the end).  Stages:
 #   gpu-tests  the GPU tests (python -m pytest -m gpu ${GPU_TESTS:-tests} $GPU_TESTS_ARGS; e.g.
 #              GPU_TESTS_ARGS='-n 8 --durations=30': pytest-xdist, the GPU lock serialises device work)
-#   kb1 / kb2  KernelBench level 1 / level 2, --turns 1, -j $KB_JOBS (default 8)
+#   kb1 / kb2  KernelBench level 1 / level 2, --turns $KB_TURNS (default 1), -j $KB_JOBS (default 8);
+#              torch.compile is timed too with KB_COMPILE=1
 #   pb8 / pb1  PolyBench/C 4.2.1 LARGE (benchmarks/polybench.py manifest), --turns ${PB_TURNS:-3},
 #              -j 8 / -j 1 (PB_ONLY='gemm atax': those kernels alone)
 #   acc        PolyBench-ACC's hand-written CUDA at PolyBench/C's LARGE sizes, in double
@@ -53,6 +54,7 @@ PB=${POLYBENCH:?set POLYBENCH to a PolyBenchC-4.2.1 checkout}
 . tests/gpu_setup.sh 2>/dev/null || true
 export PYTHONUNBUFFERED=1 COLUMNS=160
 RES=(); [ "${RESUME:-0}" = 1 ] && RES=(--resume)
+KB_BASELINE=--no-compile-baseline; [ "${KB_COMPILE:-0}" = 1 ] && KB_BASELINE=--compile-baseline
 rm -f "$RESULTS/DONE"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; nproc; free -g | head -2
   python3 -c 'import torch; print("torch", torch.__version__)'; nvcc --version | tail -2; } > "$RESULTS/machine.txt" 2>&1
@@ -77,8 +79,8 @@ stage() {  # stage NAME LIMIT_S
                timeout -k 10 "$limit" python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -rs -p no:cacheprovider ${GPU_TESTS_ARGS:-} \
                  > "$RESULTS/gpu_tests.log" 2>&1
                echo "gpu-tests: exit $? after $(( $(date +%s) - t0 )) s" >> "$RESULTS/stages.txt" ;;
-    kb1) bench kb1 "$limit" "$KB/level1" --turns 1 -j "${KB_JOBS:-8}" --no-compile-baseline ;;
-    kb2) bench kb2 "$limit" "$KB/level2" --turns 1 -j "${KB_JOBS:-8}" --no-compile-baseline ;;
+    kb1) bench kb1 "$limit" "$KB/level1" --turns "${KB_TURNS:-1}" -j "${KB_JOBS:-8}" "$KB_BASELINE" ;;
+    kb2) bench kb2 "$limit" "$KB/level2" --turns "${KB_TURNS:-1}" -j "${KB_JOBS:-8}" "$KB_BASELINE" ;;
     pb8) pbmanifest; bench pb8 "$limit" "$W/pb/bench.toml" --turns "${PB_TURNS:-3}" -j 8 ;;
     pb1) pbmanifest; bench pb1 "$limit" "$W/pb/bench.toml" --turns "${PB_TURNS:-3}" -j 1 ;;
     acc) t0=$(date +%s)

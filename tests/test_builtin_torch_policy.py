@@ -789,11 +789,10 @@ _INSTANCE_NORMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_INSTANCE_NORMS))
-def test_instance_norm_is_group_norm_with_a_group_per_channel(name: str, tmp_path: Path) -> None:
+def _instance_norm_source(name: str) -> str:
     init, expr, rank = _INSTANCE_NORMS[name]
     dims = ["batch_size", "channels", "d1", "d2", "d3"][:rank]
-    path = _write_problem(tmp_path, name, f"""
+    return f"""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
@@ -812,7 +811,12 @@ def test_instance_norm_is_group_norm_with_a_group_per_channel(name: str, tmp_pat
             return [torch.randn({", ".join(dims)})]
         def get_init_inputs():
             return [channels]
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_INSTANCE_NORMS))
+def test_instance_norm_is_group_norm_with_a_group_per_channel(name: str, tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, name, _instance_norm_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -868,12 +872,8 @@ _NORMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_NORMS))
-def test_vector_norms(name: str, tmp_path: Path) -> None:
-    """torch.norm / Tensor.norm / torch.linalg.vector_norm with p = 1, 2, 'fro', inf as
-    reductions, F.normalize with p = 1 and inf (KernelBench level 1's Frobenius and L2 norms
-    and the generated dataset's vector_norm and normalize(p=1) were refused)."""
-    path = _write_problem(tmp_path, name, f"""
+def _norm_source(name: str) -> str:
+    return f"""
         import torch
         import torch.nn as nn
         batch_size = 6
@@ -886,7 +886,15 @@ def test_vector_norms(name: str, tmp_path: Path) -> None:
             return [torch.randn(batch_size, dim, width)]
         def get_init_inputs():
             return []
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_NORMS))
+def test_vector_norms(name: str, tmp_path: Path) -> None:
+    """torch.norm / Tensor.norm / torch.linalg.vector_norm with p = 1, 2, 'fro', inf as
+    reductions, F.normalize with p = 1 and inf (KernelBench level 1's Frobenius and L2 norms
+    and the generated dataset's vector_norm and normalize(p=1) were refused)."""
+    path = _write_problem(tmp_path, name, _norm_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -970,12 +978,9 @@ _LOSSES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_LOSSES))
-def test_pointwise_losses(name: str, tmp_path: Path) -> None:
-    """mse, L1, smooth L1 and Huber losses (functions and modules) as an elementwise chain
-    and a sum (KernelBench level 1's smooth L1 and the dataset's F.*_loss were refused)."""
+def _loss_source(name: str) -> str:
     init, expr = _LOSSES[name]
-    path = _write_problem(tmp_path, name, f"""
+    return f"""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
@@ -991,7 +996,14 @@ def test_pointwise_losses(name: str, tmp_path: Path) -> None:
             return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]
         def get_init_inputs():
             return []
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_LOSSES))
+def test_pointwise_losses(name: str, tmp_path: Path) -> None:
+    """mse, L1, smooth L1 and Huber losses (functions and modules) as an elementwise chain
+    and a sum (KernelBench level 1's smooth L1 and the dataset's F.*_loss were refused)."""
+    path = _write_problem(tmp_path, name, _loss_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -1017,13 +1029,10 @@ _MORE_LOSSES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_MORE_LOSSES))
-def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> None:
-    """KL divergence (PyTorch's xlogy form: 0 where the target is 0) and the triplet margin
-    loss (p = 2) as elementwise chains and row sums (KernelBench level 1 refused both)."""
+def _more_loss_source(name: str) -> str:
     init, expr, rank = _MORE_LOSSES[name]
     dims = ", ".join(["batch_size", "rows", "dim"][-rank:])
-    path = _write_problem(tmp_path, name, f"""
+    return f"""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
@@ -1040,7 +1049,14 @@ def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> N
             return [torch.randn({dims}), torch.randn({dims})]
         def get_init_inputs():
             return []
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_MORE_LOSSES))
+def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> None:
+    """KL divergence (PyTorch's xlogy form: 0 where the target is 0) and the triplet margin
+    loss (p = 2) as elementwise chains and row sums (KernelBench level 1 refused both)."""
+    path = _write_problem(tmp_path, name, _more_loss_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -1110,15 +1126,10 @@ _POOLS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_POOLS))
-def test_pooling(name: str, tmp_path: Path) -> None:
-    """Max and average pooling (1-3-D, padding, dilation, ceil_mode, count_include_pad,
-    divisor_override, windows set by a size constant) as a pooled read in a kernel whose
-    domain is the pooled shape, fused with what follows; adaptive pooling to 1 as a mean
-    (KernelBench's 25 pooling files were refused)."""
+def _pool_source(name: str) -> str:
     consts, dims, init, expr = _POOLS[name]
     body = "\n".join("        " + line for line in consts.splitlines())
-    path = _write_problem(tmp_path, name, f"""
+    return f"""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
@@ -1133,7 +1144,16 @@ def test_pooling(name: str, tmp_path: Path) -> None:
             return [torch.randn({dims})]
         def get_init_inputs():
             return []
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_POOLS))
+def test_pooling(name: str, tmp_path: Path) -> None:
+    """Max and average pooling (1-3-D, padding, dilation, ceil_mode, count_include_pad,
+    divisor_override, windows set by a size constant) as a pooled read in a kernel whose
+    domain is the pooled shape, fused with what follows; adaptive pooling to 1 as a mean
+    (KernelBench's 25 pooling files were refused)."""
+    path = _write_problem(tmp_path, name, _pool_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -1198,14 +1218,10 @@ _TRAIN_BATCH_NORMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(_TRAIN_BATCH_NORMS))
-def test_batch_norm_in_training_mode(name: str, tmp_path: Path) -> None:
-    """Batch norm with the batch's statistics (KernelBench's default: modules never put in
-    eval mode): one row per channel over the batch and spatial dims, and the running
-    statistics updated in place as PyTorch updates them (the check compares the buffers)."""
+def _bn_train_source(name: str) -> str:
     init, expr, rank = _TRAIN_BATCH_NORMS[name]
     dims = ", ".join(["batch_size", "channels", "d1", "d2", "d3"][:rank])
-    path = _write_problem(tmp_path, name, f"""
+    return f"""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
@@ -1224,7 +1240,16 @@ def test_batch_norm_in_training_mode(name: str, tmp_path: Path) -> None:
             return [torch.randn({dims}) * 3.0 + 1.0]
         def get_init_inputs():
             return [channels]
-    """)
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_TRAIN_BATCH_NORMS))
+def test_batch_norm_in_training_mode(name: str, tmp_path: Path) -> None:
+    """Batch norm with the batch's statistics (KernelBench's default: modules never put in
+    eval mode): one row per channel over the batch and spatial dims, and the running
+    statistics updated in place as PyTorch updates them (the check compares the buffers)."""
+    init, expr, rank = _TRAIN_BATCH_NORMS[name]
+    path = _write_problem(tmp_path, name, _bn_train_source(name))
     p = load_torch_problem(path)
     pol = BuiltinTorchPolicy()
     try:
@@ -1267,3 +1292,15 @@ def test_batch_norm_with_a_cumulative_average_is_refused(tmp_path: Path) -> None
             pol.plan(load_torch_problem(path))
     finally:
         pol.close()
+
+
+#: Every operator problem above, by family: name -> its source (the GPU tests run them on
+#: CUDA, every variant).
+OPERATOR_PROBLEMS: dict[str, str] = {
+    **{f"instance_norm_{n}": _instance_norm_source(n) for n in _INSTANCE_NORMS},
+    **{f"norm_{n}": _norm_source(n) for n in _NORMS},
+    **{f"loss_{n}": _loss_source(n) for n in _LOSSES},
+    **{f"loss_{n}": _more_loss_source(n) for n in _MORE_LOSSES},
+    **{f"pool_{n}": _pool_source(n) for n in _POOLS},
+    **{f"batch_norm_train_{n}": _bn_train_source(n) for n in _TRAIN_BATCH_NORMS},
+}

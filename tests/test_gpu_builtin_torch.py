@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
 from cudaperf_cli.problems.pytorch import load_torch_problem
-from tests.test_builtin_torch_policy import EXAMPLES, PLANS, SMALL
+from tests.test_builtin_torch_policy import EXAMPLES, OPERATOR_PROBLEMS, PLANS, SMALL
 
 pytestmark = pytest.mark.gpu
 
@@ -108,3 +108,30 @@ def test_sixty_four_bit_indices(tmp_path: Path) -> None:
         model = _write(policy.propose(p, turn).files, tmp_path / str(turn))
         r = check_candidate(path, model, [big], device="cuda", trials=1, timeout_s=600, env=env)
         assert r["ok"], r
+
+
+@pytest.mark.parametrize("name", sorted(OPERATOR_PROBLEMS))
+def test_operator_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> None:
+    """The operators the CPU tests check with emulated kernels (pooling, batch norm in
+    training mode with its running statistics, instance norm, vector norms, losses): every
+    variant's CUDA on the GPU, at the test sizes and the alternative shapes."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(OPERATOR_PROBLEMS[name]))
+    p = load_torch_problem(path)
+    assert p.alt_shapes, p.alt_note
+    configs = [dict(p.constants), {**p.constants, **p.alt_shapes}]
+    policy = BuiltinTorchPolicy()
+    try:
+        props = [policy.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        policy.close()
+    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
+
+    def run(turn: int) -> tuple[int, dict[str, Any]]:
+        model = _write(props[turn].files, tmp_path / str(turn))
+        return turn, check_candidate(path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as ex:
+        results = dict(ex.map(run, range(len(VARIANTS))))
+    for turn, r in sorted(results.items()):
+        assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"
