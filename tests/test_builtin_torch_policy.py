@@ -1304,3 +1304,47 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"pool_{n}": _pool_source(n) for n in _POOLS},
     **{f"batch_norm_train_{n}": _bn_train_source(n) for n in _TRAIN_BATCH_NORMS},
 }
+
+
+_KERNEL_SIGNATURE = re.compile(r"__global__ void(?:\s+__launch_bounds__\([\d, ]+\))?\s+\w+\s*\(([^)]*)\)\s*\{", re.S)
+_LOCAL_DECLARATION = re.compile(r"\b(?:const\s+)?(?:IdxT|float|double|int|int64_t|bool)\s+(\w+)\s*[=;\[]")
+
+
+def _shadowed_parameters(kernel_cu: str) -> list[tuple[str, str]]:
+    """(kernel's first line, name) for every local of a ``__global__`` body that is declared
+    with the name of one of the kernel's parameters (legal C++, and silently wrong)."""
+    found = []
+    sigs = list(_KERNEL_SIGNATURE.finditer(kernel_cu))
+    assert len(sigs) == kernel_cu.count("__global__"), "a kernel signature the finder cannot read"
+    for m in sigs:
+        params = {p.split()[-1].lstrip("*") for p in m.group(1).split(",") if p.strip()}
+        depth, end = 1, m.end()
+        while depth and end < len(kernel_cu):
+            depth += {"{": 1, "}": -1}.get(kernel_cu[end], 0)
+            end += 1
+        body = kernel_cu[m.end():end]
+        found += [(kernel_cu[m.start():m.start() + 60], name)
+                  for name in _LOCAL_DECLARATION.findall(body) if name in params]
+    return found
+
+
+def test_shadowed_parameter_finder() -> None:
+    text = "__global__ void __launch_bounds__(512) k(const float *L0, float c0)\n{\n  for (;;) { const IdxT c0 = q << 2; }\n}\n"
+    assert [n for _, n in _shadowed_parameters(text)] == ["c0"]
+    assert _shadowed_parameters(text.replace("IdxT c0", "IdxT cq")) == []
+
+
+@pytest.mark.parametrize("name", sorted(OPERATOR_PROBLEMS))
+def test_no_local_shadows_a_kernel_parameter(name: str, tmp_path: Path) -> None:
+    """No variant's kernel declares a local named like one of its parameters: the channel
+    rows' float4 path once declared ``c0`` (the element index) over the constant ``c0``, so
+    ``BatchNorm2d(x * 2.0)`` multiplied by the index; the emulated check runs the plan, not
+    the CUDA text, and only the H200 saw it."""
+    p = load_torch_problem(_write_problem(tmp_path, name, OPERATOR_PROBLEMS[name]))
+    pol = BuiltinTorchPolicy()
+    try:
+        texts = [pol.propose(p, t).files["kernel.cu"] for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    for t, text in enumerate(texts):
+        assert _shadowed_parameters(text) == [], (VARIANTS[t].name, _shadowed_parameters(text))

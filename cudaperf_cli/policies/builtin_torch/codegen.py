@@ -445,8 +445,10 @@ class _KernelWriter:
             vec_head = [
                 f"{ind}    const IdxT R4 = R >> 2;",
                 f"{ind}    for (IdxT q = tid; q < R4; q += tpr) {{",
-                f"{ind}        const IdxT c0 = q << 2;",
-                f"{ind}        const IdxT i0 = ((c0 / inner) * outer + row) * inner + c0 % inner;",
+                # not c0: the kernel's scalar constants are c0, c1, ... (a shadowing c0 made
+                # BatchNorm2d(x * 2.0) multiply by the index: found on the H200)
+                f"{ind}        const IdxT cq = q << 2;",
+                f"{ind}        const IdxT i0 = ((cq / inner) * outer + row) * inner + cq % inner;",
             ]
         else:
             scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{", f"{ind}        const IdxT i = base + c;"]
