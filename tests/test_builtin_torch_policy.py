@@ -1348,3 +1348,89 @@ def test_no_local_shadows_a_kernel_parameter(name: str, tmp_path: Path) -> None:
         pol.close()
     for t, text in enumerate(texts):
         assert _shadowed_parameters(text) == [], (VARIANTS[t].name, _shadowed_parameters(text))
+
+
+_CHAN_HARNESS = r"""
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+%(step)s
+template <typename IdxT>
+static int visit(bool vec, IdxT outer, IdxT R, IdxT inner, IdxT tpr) {
+    std::vector<int> seen((size_t)(outer * R), 0);
+    for (IdxT row = 0; row < outer; ++row)
+        for (IdxT tid = 0; tid < tpr; ++tid) {
+            if (vec) {
+%(vec)s
+                    for (int l = 0; l < 4; ++l) seen[(size_t)(i0 + l)]++;
+                }
+            } else {
+%(scalar)s
+                    seen[(size_t)i]++;
+                }
+            }
+        }
+    for (size_t j = 0; j < seen.size(); ++j)
+        if (seen[j] != 1) { std::printf("vec=%%d outer=%%ld R=%%ld inner=%%ld tpr=%%ld: element %%zu seen %%d times\n",
+                                        (int)vec, (long)outer, (long)R, (long)inner, (long)tpr, j, seen[j]); return 1; }
+    return 0;
+}
+int main() {
+    int bad = 0;
+    const long inners[] = {1, 3, 4, 7, 28, 100, 512, 4096, 5000};
+    const long ns[] = {1, 2, 5, 9};
+    const long tprs[] = {256, 512, 2048, 4096};
+    for (long inner : inners) for (long n : ns) for (long tpr : tprs) for (long outer : {1L, 3L}) {
+        bad |= visit<int>(false, outer, n * inner, inner, tpr) | visit<int64_t>(false, outer, n * inner, inner, tpr);
+        if (inner %% 4 == 0) bad |= visit<int>(true, outer, n * inner, inner, tpr) | visit<int64_t>(true, outer, n * inner, inner, tpr);
+    }
+    return bad;
+}
+"""
+
+
+def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
+    """The channel rows' loops as generated (both heads and ``cp_chan_step`` cut out of a
+    ``kernel.cu``), compiled for the host and run for every thread of a block or cluster
+    (up to 4096 threads) over rows of 1-9 samples of 1-5000 elements: each element of each
+    row is visited exactly once, as ``divmod(c, inner)`` would index it.  The CUDA text of
+    these loops is otherwise only checked on a GPU."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    path = _write_problem(tmp_path, "bn_rows", _bn_train_source("module_2d_then_tanh"))
+    pol = BuiltinTorchPolicy()
+    try:
+        text = pol.propose(load_torch_problem(path), 1).files["kernel.cu"]  # block256_vec4
+    finally:
+        pol.close()
+    step = re.search(r"template <typename IdxT>\n__device__ __forceinline__ void cp_chan_step\(.*?\n}\n", text, re.S)
+    scalar = re.search(r"( *const IdxT dn = tpr / inner.*?\n *const IdxT i = [^\n]*\n)", text, re.S)
+    vec = re.search(r"( *const IdxT R4 = R >> 2;\n *const IdxT dn = \(tpr << 2\).*?\n *const IdxT i0 = [^\n]*\n)", text, re.S)
+    assert step and scalar and vec, "the channel rows' loop heads were not found in kernel.cu"
+    src = tmp_path / "harness.cpp"
+    src.write_text(_CHAN_HARNESS % {"step": step.group(0), "scalar": scalar.group(1), "vec": vec.group(1)})
+    exe = tmp_path / "harness"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_channel_cluster_kernel_compiles(arch: str, nvcc_path: str, tmp_path: Path) -> None:
+    """Batch norm in training mode (the cluster launch, ``cp_cluster_reduce``) builds without
+    a warning for sm_90 and for an architecture without clusters (its ``__trap`` branch)."""
+    path = _write_problem(tmp_path, "bn_build", _bn_train_source("module_2d_then_tanh"))
+    pol = BuiltinTorchPolicy()
+    try:
+        text = pol.propose(load_torch_problem(path), len(VARIANTS) - 1).files["kernel.cu"]
+    finally:
+        pol.close()
+    assert "cp_launch_cluster(" in text
+    src = tmp_path / "kernel.cu"
+    src.write_text(text)
+    proc = subprocess.run([nvcc_path, f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr

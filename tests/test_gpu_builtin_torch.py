@@ -135,3 +135,51 @@ def test_operator_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> N
         results = dict(ex.map(run, range(len(VARIANTS))))
     for turn, r in sorted(results.items()):
         assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"
+
+
+def test_batch_norm_channel_clusters_on_cuda(tmp_path: Path) -> None:
+    """Batch norm in training mode with few, long channel rows: one cluster of CP_CLUSTER
+    blocks per channel (sm_90+), the float4 and scalar paths, the running statistics updated
+    once per channel; and a small problem on one block per channel.  Every variant."""
+    path = tmp_path / "bn_clusters.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        n = 16
+        c = 8
+        h = 64
+        w = 64
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.bn = nn.BatchNorm2d(c, momentum=0.3)
+                with torch.no_grad():
+                    self.bn.weight.uniform_(0.5, 1.5)
+                    self.bn.bias.uniform_(-1.0, 1.0)
+            def forward(self, x):
+                return torch.tanh(self.bn(x * 2.0))
+        def get_inputs():
+            return [torch.randn(n, c, h, w) * 3.0 + 1.0]
+        def get_init_inputs():
+            return [c]
+    """))
+    p = load_torch_problem(path, alt_shapes=False)
+    # float4 + clusters; scalar + clusters (33 * 31 is odd); one block per channel (short rows)
+    configs = [{"n": 16, "c": 8, "h": 64, "w": 64}, {"n": 32, "c": 16, "h": 33, "w": 31},
+               {"n": 5, "c": 6, "h": 7, "w": 4}]
+    policy = BuiltinTorchPolicy()
+    try:
+        props = [policy.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        policy.close()
+    assert all("cp_launch_cluster(" in prop.files["kernel.cu"] for prop in props)
+    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
+
+    def run(turn: int) -> tuple[int, dict[str, Any]]:
+        model = _write(props[turn].files, tmp_path / str(turn))
+        return turn, check_candidate(path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as ex:
+        results = dict(ex.map(run, range(len(VARIANTS))))
+    for turn, r in sorted(results.items()):
+        assert r["ok"], f"variant {VARIANTS[turn].name}: {r}"
