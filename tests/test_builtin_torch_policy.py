@@ -1434,3 +1434,76 @@ def test_channel_cluster_kernel_compiles(arch: str, nvcc_path: str, tmp_path: Pa
     proc = subprocess.run([nvcc_path, f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
+_NUMBER_TENSORS = {
+    # name: (init, forward expression, the kernel's ops)
+    "device_kwarg": ("", "torch.gelu(torch.min(x + 0.5, torch.tensor(0.0, device=x.device)))"
+                     .replace("torch.gelu", "F.gelu"), "[add 0.5, min 0, gelu]"),
+    "fx_constant": ("self.c = 0.25", "torch.min(x, torch.tensor(self.c)) * 2.0", "[min 0.25, mul 2]"),
+    "int_dtype": ("", "torch.maximum(x, torch.tensor(1)) - 1.0", "[maximum 1, sub 1]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NUMBER_TENSORS))
+def test_a_zero_dim_tensor_of_a_number_is_the_number(name: str, tmp_path: Path) -> None:
+    """``torch.min(x, torch.tensor(c, device=x.device))`` (KernelBench level 2's 31, 83 and 93
+    were refused for it): the 0-d tensor is the number, read at trace time."""
+    init, expr, ops = _NUMBER_TENSORS[name]
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        rows = 8
+        cols = 12
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init or 'pass'}
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(rows, cols) * 2.0]
+        def get_init_inputs():
+            return []
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        prop = pol.propose(p, 1)
+    finally:
+        pol.close()
+    assert plan.fused_ops() == [ops], plan.describe()
+    assert "tensor(" not in prop.files["model.py"].split("def forward", 1)[1]
+    d = tmp_path / "cand"
+    d.mkdir()
+    for fname, text in prop.files.items():
+        (d / fname).write_text(text)
+    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    assert r["ok"], r
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("x + torch.tensor([1.0, 2.0, 3.0], device=x.device)", "other than one Python number"),
+    ("x * torch.tensor(2.0, device=x.device).expand(4, 3)", "a 0-d tensor made from a number"),
+    ("x + torch.tensor([1.0, 2.0, 3.0])", "neither a parameter nor a buffer"),  # torch.fx's constant
+])
+def test_other_tensors_made_in_forward_are_refused(expr: str, message: str, tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "made_in_forward", f"""
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.relu({expr})
+        def get_inputs():
+            return [torch.randn(4, 3)]
+        def get_init_inputs():
+            return []
+    """)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match=message):
+            pol.plan(load_torch_problem(path))
+    finally:
+        pol.close()

@@ -617,6 +617,9 @@ class _Planner:
         if _is_node(a):
             src = self.nodes[a["node"]]
             v = self.values.get(src.name)
+            if isinstance(v, CRef):
+                raise self.refuse(n, f"{what} '{src.name}' is a 0-d tensor made from a number; only an "
+                                     "operand of elementwise arithmetic can be one")
             if src.kind != "tensor" or v is None or (isinstance(v, tuple) and v[0] == "py"):
                 raise self.refuse(n, f"{what} '{src.name}' is not a tensor")
             if src.dtype != "float32":
@@ -633,6 +636,8 @@ class _Planner:
             src = self.nodes[a["node"]]
             if src.kind == "number":
                 return CRef(var=src.name)
+            if isinstance(self.values.get(src.name), CRef):  # a 0-d tensor of a number
+                return self.values[src.name]
         return self.tensor(a, n)
 
     def scalar(self, a: Any, n: GraphNode, what: str) -> CRef:
@@ -875,6 +880,9 @@ class _Planner:
 
     def label_binary(self, op: str, args: Sequence[Any]) -> str:
         for a in args:
+            v = self.values.get(a["node"]) if _is_node(a) else None
+            if isinstance(v, CRef) and v.value is not None:  # a 0-d tensor of a number
+                return f"{op} {v.value:g}"
             if isinstance(a, dict) and "attr" in a:
                 return f"{op} {a['attr'].split('.')[-1]}"
             if _is_node(a) and self.nodes[a["node"]].op == "attr":
@@ -893,6 +901,9 @@ class _Planner:
                 self.units[n.name] = "input"
                 self.values[n.name] = XRef(("node", n.name)) if n.kind == "tensor" else ("py", n.name)
             elif n.op == "attr":
+                if n.attr_kind == "tensor" and not n.shape and _number(n.value) is not None:
+                    self.number_tensor(n, _number(n.value))
+                    continue
                 if n.attr_kind not in ("parameter", "buffer"):
                     raise self.refuse(
                         n, "a tensor attribute that is neither a parameter nor a buffer (register it "
@@ -903,8 +914,22 @@ class _Planner:
             else:
                 self.call(n)
 
+    def number_tensor(self, n: GraphNode, value: float | None) -> None:
+        """A 0-d tensor made from a Python number in forward (``torch.tensor(0.0,
+        device=x.device)``, or the constant torch.fx makes of ``torch.tensor(self.c)``): the
+        number itself, read at trace time like ``self.c``.  Combined with a float32 tensor
+        (``torch.min(x, torch.tensor(c))``) it computes in float32 whatever its dtype, as
+        PyTorch's type promotion has a dimensioned tensor win over a 0-d one."""
+        if value is None or n.shape:
+            raise self.refuse(n, "a tensor made in forward from something other than one Python number")
+        self.units[n.name] = "const"
+        self.values[n.name] = CRef(value=value)
+
     def call(self, n: GraphNode) -> None:
         t = n.target
+        if t == "tensor":
+            data = n.args[0] if n.args else dict(n.kwargs).get("t")  # torch.tensor(t, dtype, device, ...)
+            return self.number_tensor(n, _number(data))
         if t.startswith("unknown:"):
             raise self.refuse(n, "not an operation the built-in policy supports")
         if t.startswith("module:"):
@@ -1222,7 +1247,8 @@ class _Planner:
         out_shape = n.shape or ()
         if t in ("sum", "mean", "amax", "amin", "max", "min"):
             if t in ("max", "min") and a.get("other") is not None:
-                return self._binary("maximum" if t == "max" else "minimum", x, self.operand(a["other"], n), out_shape, n, t)
+                return self._binary("maximum" if t == "max" else "minimum", x, self.operand(a["other"], n), out_shape, n,
+                                    self.label_binary(t, [a.get("input"), a["other"]]))
             start, stop = self.dims(a.get("dim"), rank, n)
             op = {"sum": "red_sum", "mean": "red_sum", "amax": "red_max", "max": "red_max"}.get(t, "red_min")
             r = self.reduce(op, x, start, stop, keep, n, t)
@@ -1610,7 +1636,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     Raises:
         PolicyRefusal: an operation the planner cannot port (message names it, the node and
             why), a non-float32 tensor, a plain tensor attribute, dropout in training mode,
-            batch norm with batch statistics, a reduction over non-adjacent dims.
+            batch norm with momentum=None, a reduction over non-adjacent dims.
     """
     pl = _Planner(graph)
     pl.run()
@@ -1866,6 +1892,9 @@ def _schedule(plan: FusionPlan, pl: _Planner, live: set[str]) -> list[tuple[str,
         n = pl.nodes[name]
         d: set[tuple[str, Any]] = set()
         for ref in _refs_in([n.args, dict(n.kwargs)]):
+            if pl.units.get(ref) == "const":
+                raise pl.refuse(n, f"it reads '{ref}', a 0-d tensor made from a number (only fused "
+                                   "elementwise arithmetic can read one)")
             vu = value_unit(ref)
             if vu is not None and vu != u:
                 d.add(vu)

@@ -439,7 +439,7 @@ def _talk(
 
 #: Canonical names of call_function / call_method targets.  Each name is looked up in
 #: torch, torch.nn.functional, torch.Tensor, torch.special and operator.
-_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem"]
+_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem", "tensor"]
 
 _ALIASES = {
     "truediv": "div",
@@ -844,6 +844,10 @@ class _Tracer:
             else:  # pragma: no cover - torch.fx has no other ops
                 d.update(op="call", target=f"unknown:{n.op}", source=n.op)
             d.update(self.describe(values.get(n.name)))
+            v = values.get(n.name)
+            if n.op == "get_attr" and isinstance(v, torch.Tensor) and v.dim() == 0 and d.get("attr_kind") == "tensor":
+                # a 0-d tensor constant (torch.fx makes torch.tensor(self.c) in forward one)
+                d["value"] = self.enc(v.item())
             nodes.append(d)
         return {
             "nodes": nodes,
