@@ -49,6 +49,7 @@ from cudaperf_cli.agent.proposals import (  # noqa: F401 - re-exported
 )
 from cudaperf_cli.agent.resume import ResumeState, load_resume, read_records, restore_run  # noqa: F401
 from cudaperf_cli.agent.store import RunStore
+from cudaperf_cli.agent.verdict import recommendation
 from cudaperf_cli.core import CudaperfError, ProblemError, to_jsonable
 
 
@@ -391,6 +392,7 @@ def make_summary(
         "best_turn": None if best is None else best.turn + 1,
         "best_sample": None if best is None else best.sample + 1,
         "best": None if best is None else _brief(best),
+        "recommendation": recommendation(best),
         "output": None if written is None else str(written),
         "output_sha256": None if written is None else kind.output_digest(written),
         "samples": opts.samples,

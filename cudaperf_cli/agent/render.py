@@ -19,6 +19,7 @@ from rich.text import Text
 
 from cudaperf_cli import statuses
 from cudaperf_cli.agent.loop import LoopResult, TurnRecord
+from cudaperf_cli.agent.verdict import recommendation
 
 #: Rich style and short label of every status, read from the one table
 #: (``cudaperf_cli.statuses.ORDER``); a name not in it is shown as is, unstyled.
@@ -268,6 +269,9 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
     if best.status == statuses.SLOW:  # only slow candidates were verified
         lines.insert(0, "slow        its time is the estimate of its warm-up: "
                      + escape(slow_reason(best)))
+    rec = recommendation(best)
+    verdict = [] if rec is None else [f"verdict     {escape(rec['line'])}"]
+    border = "green" if rec is None or rec["action"] == "use_candidate" else "yellow"
     if best.speedup_compile is not None or best.eager_ms is not None:  # a PyTorch problem
         body = [
             f"[bold]{escape(best.description)}[/]",
@@ -277,11 +281,12 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
             f"speedup     {fmt_x(best.speedup_kernel)} vs PyTorch eager, "
             f"{fmt_x(best.speedup_compile)} vs torch.compile",
             f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
+            *verdict,
             *lines,
         ]
         if any(v is not None and v > 10 for v in (best.speedup_kernel, best.speedup_compile)):
             body.append("(!)         above 10x: worth a second look")
-        return Panel("\n".join(body), title=f"best: turn {best.label}", border_style="green",
+        return Panel("\n".join(body), title=f"best: turn {best.label}", border_style=border,
                      expand=False)
     body = [
         f"[bold]{escape(best.description)}[/]",
@@ -293,6 +298,7 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
         f"resources   {best.registers} registers/thread, {best.spill_bytes} spill bytes",
         f"max error   {fmt_err(best.max_abs_err)} abs, {fmt_err(best.max_rel_err)} rel",
         *([f"memory      {escape(sanitize_line(best))}"] if best.sanitize else []),
+        *verdict,
         *lines,
     ]
     if any(v is not None and v > 10 for v in (best.speedup_kernel, best.speedup_e2e)):
@@ -300,4 +306,4 @@ def best_panel(result: LoopResult, lines: list[str]) -> Panel:
             "(!)         above 10x: worth a second look (sizes, baseline); the baseline is one "
             "CPU thread"
         )
-    return Panel("\n".join(body), title=f"best: turn {best.label}", border_style="green", expand=False)
+    return Panel("\n".join(body), title=f"best: turn {best.label}", border_style=border, expand=False)
