@@ -1271,6 +1271,32 @@ def test_batch_norm_in_training_mode(name: str, tmp_path: Path) -> None:
         assert r["ok"], (t, r)
 
 
+@pytest.mark.parametrize("expr", ["self.bn(self.bn(x))", "self.bn(x) + self.bn(x * 2.0)"])
+def test_batch_norm_updating_its_running_statistics_twice_is_refused(expr: str, tmp_path: Path) -> None:
+    """The second update read the buffer before the first one's write (one kernel): the
+    output was right, running_mean and running_var wrong (found by an attack pass)."""
+    path = _write_problem(tmp_path, "bn_twice", f"""
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bn = nn.BatchNorm2d(4)
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(3, 4, 5, 6)]
+        def get_init_inputs():
+            return []
+    """)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match="bn.running_mean is updated twice in one forward"):
+            pol.plan(load_torch_problem(path))
+    finally:
+        pol.close()
+
+
 def test_batch_norm_with_a_cumulative_average_is_refused(tmp_path: Path) -> None:
     path = _write_problem(tmp_path, "bn_cumulative", """
         import torch
@@ -1507,3 +1533,53 @@ def test_other_tensors_made_in_forward_are_refused(expr: str, message: str, tmp_
             pol.plan(load_torch_problem(path))
     finally:
         pol.close()
+
+
+_AFTER_A_REDUCTION = {
+    # name: (forward expression, extra inputs): operands of a reduced value, broadcast
+    # against the reduced shape without (or with) its reduced dims
+    "bias_after_sum": ("x.sum(-1) + self.b", ""),
+    "mean_of_middle_dim_times_input": ("x.mean(1) * y", ", torch.randn(n, length)"),
+    "same_shape_after_tanh_sum": ("torch.tanh(x).sum(-1) + y", ", torch.randn(n, c)"),
+    "keepdim_column": ("x.amax(-1, keepdim=True) - z", ", torch.randn(c, 1)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_AFTER_A_REDUCTION))
+def test_operands_after_a_reduction_broadcast_like_pytorch(name: str, tmp_path: Path) -> None:
+    """``x.sum(-1) + b`` with ``b`` of shape [C] lines up with [N, C], the reduced shape
+    without the reduced dim (the candidate crashed: the operand was expanded to the
+    keepdim shape [N, C, 1]; found by an attack pass)."""
+    expr, extra = _AFTER_A_REDUCTION[name]
+    args = "x" + "".join(f", {v}" for v in ("y", "z") if f" {v}" in expr or expr.endswith(v))
+    path = _write_problem(tmp_path, name, f"""
+        import torch
+        import torch.nn as nn
+        n = 4
+        c = 6
+        length = 10
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.b = nn.Parameter(torch.randn(c))
+            def forward(self, {args}):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(n, c, length){extra}]
+        def get_init_inputs():
+            return [c]
+    """)
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    for t, prop in enumerate(props):
+        d = tmp_path / f"cand{t}"
+        d.mkdir()
+        for fname, text in prop.files.items():
+            (d / fname).write_text(text)
+        r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+        assert r["ok"], (t, r)

@@ -1207,6 +1207,8 @@ class _ModelWriter:
                 if any(l.domain == "reduced" for l in k.leaves):
                     red_shape = f"_k{i}"
                     lines.append(f"{red_shape} = _cp_reduced({S}, {k.rows.start}, {k.rows.stop}, True)")
+                if any(l.domain == "reduced" and not l.keep for l in k.leaves):
+                    lines.append(f"_k{i}n = _cp_reduced({S}, {k.rows.start}, {k.rows.stop}, False)")
         args: list[str] = []
         sizes: list[str] = []
         for j, l in enumerate(k.leaves):
@@ -1215,7 +1217,8 @@ class _ModelWriter:
                 sizes += [f"_l{i}_{j}_pp[{q}]" for q in range(len(POOL_SIZES))]
                 args.append(f"_l{i}_{j}")
                 continue
-            dshape = S if l.domain == "full" else red_shape
+            nokeep = not l.keep and k.rows is not None and k.rows.kind == "dims"
+            dshape = S if l.domain == "full" else f"_k{i}n" if nokeep else red_shape
             if dshape is None:
                 raise PolicyRefusal(f"internal error: kernel {k.name} reads a per-group tensor")
             if l.full:

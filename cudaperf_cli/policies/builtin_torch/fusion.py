@@ -320,6 +320,9 @@ class Leaf:
         pool: for ``domain == "pool"``, the id of the pooling primitive that reads the
             tensor through its windows (the element at ``i`` of the domain is the pooled
             window of output ``i``); None otherwise.
+        keep: for ``domain == "reduced"``: it broadcasts against the reduced shape with the
+            reduced dims kept (``x.sum(-1, keepdim=True) + b``); False: without them
+            (``x.sum(-1) + b``, where ``b`` lines up with the remaining dims).
     """
 
     ref: XRef
@@ -327,6 +330,7 @@ class Leaf:
     full: bool
     shape: tuple[int, ...]
     pool: int | None = None
+    keep: bool = True
 
 
 @dataclass
@@ -1220,6 +1224,11 @@ class _Planner:
                 r = self.tensor(buf, n, "running statistics")
                 if not isinstance(r, XRef) or r.key[0] != "attr":
                     raise self.refuse(n, "running statistics that are not a buffer of the module")
+                if r.key[1] in self.writes.values():
+                    # A second update would read the buffer before the first one's write
+                    # when both land in one kernel (found by an attack pass: self.bn(self.bn(x))).
+                    raise self.refuse(n, f"{r.key[1]} is updated twice in one forward (the same batch norm "
+                                         "used twice in training mode)")
                 diff = self.add("sub", [stat, XRef(r.key, 1)], red, n, t)
                 step = self.add("mul", [diff, m], red, n, t)
                 new = self.add("add", [step, XRef(r.key, 1)], red, n, t)
@@ -1802,8 +1811,11 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
                 seen.add(key)
                 shape = pl.shape_of(r)
                 target = g.domain if dom == "full" else (red[0] if red else g.domain)
+                keep = dom != "reduced" or len(p.shape) == len(g.domain)
+                if not keep:  # an operand of a reduced value without its reduced dims
+                    target = tuple(p.shape)
                 full = r.at is None and tuple(shape) == tuple(target)
-                leaves.append(Leaf(r, dom, full, tuple(shape)))
+                leaves.append(Leaf(r, dom, full, tuple(shape), keep=keep))
             elif isinstance(r, CRef) and r not in consts:
                 consts.append(r)
     nodes: list[str] = []
