@@ -1454,7 +1454,7 @@ def test_channel_cluster_kernel_compiles(arch: str, nvcc_path: str, tmp_path: Pa
         text = pol.propose(load_torch_problem(path), len(VARIANTS) - 1).files["kernel.cu"]
     finally:
         pol.close()
-    assert "cp_launch_cluster(" in text
+    assert "cp_launch_cluster(" in text and "static const bool built = cp_cluster_built(" in text
     src = tmp_path / "kernel.cu"
     src.write_text(text)
     proc = subprocess.run([nvcc_path, f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],

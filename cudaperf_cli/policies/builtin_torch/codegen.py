@@ -280,6 +280,14 @@ inline bool cp_cluster_ok() {
     }
     return ok[dev] == 1;
 }
+/* Whether the module's kernels were built with clusters (sm_90 code from sm_90 PTX or
+ * later): a build for an older architecture (CUDAPERF_TORCH_ARCH=sm_80 on an H200) has
+ * cp_cluster_reduce's __trap branch, so the device's support alone is not enough. */
+template <typename K> inline bool cp_cluster_built(K *kern) {
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kern) != cudaSuccess) { cudaGetLastError(); return false; }
+    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+}
 inline int64_t cp_sms() {
     int dev = 0, v = 0;
     cudaGetDevice(&dev);
@@ -802,7 +810,9 @@ class _KernelWriter:
                 out.append(f"{ind}const bool vec = {vec_cond} && {aligned};")
                 flags.append(("VEC", "vec"))
             if channels:
-                out.append(f"{ind}const bool cl = outer < 4 * cp_sms() && R >= (int64_t)CP_CLUSTER * {v.block * 4} && cp_cluster_ok();")
+                probe = f"{k.name}_row<int64_t{', false' if v.vec else ''}, true>"
+                out.append(f"{ind}static const bool built = cp_cluster_built({probe});")
+                out.append(f"{ind}const bool cl = built && outer < 4 * cp_sms() && R >= (int64_t)CP_CLUSTER * {v.block * 4} && cp_cluster_ok();")
                 flags.append(("CL", "cl"))
             elif v.warp_rows:
                 out.append(f"{ind}const bool warp = R <= {v.warp_max};")
