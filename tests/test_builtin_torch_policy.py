@@ -597,6 +597,15 @@ def _configs(p: TorchProblem) -> list[dict[str, int]]:
     return [base, {**base, **p.alt_shapes}]
 
 
+def _check_emulated(path: Path, p: TorchProblem, plan: Any, files: dict[str, str], folder: Path) -> dict[str, Any]:
+    """A candidate's ``files`` written to ``folder`` (created) and run against ``Model`` at
+    the problem's test and alternative shapes with ``plan``'s kernels emulated."""
+    folder.mkdir()
+    for fname, text in files.items():
+        (folder / fname).write_text(text)
+    return check_candidate(path, folder / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+
+
 def test_emulated_candidates_match_model_at_both_shapes(candidates: dict[tuple[str, int], Path], policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
     def run(name: str) -> tuple[str, dict[str, Any]]:
         p = problems[name]
@@ -679,11 +688,7 @@ def test_a_problem_with_views_tuples_numbers_and_strided_reductions(tmp_path: Pa
     assert "self.block.net[0].weight" in prop.source and "float(scale)" in prop.source
     assert check_candidate_source(prop.source, problem=p, allow_torch_ops=LIBRARY_OPS,
                                   cuda_sources={"kernel.cu": prop.files["kernel.cu"]}) == []
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -774,11 +779,7 @@ def test_structure_set_by_a_size_constant_is_read_at_run_time(name: str, tmp_pat
         prop = pol.propose(p, 1)
     finally:
         pol.close()
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -826,11 +827,7 @@ def test_instance_norm_is_group_norm_with_a_group_per_channel(name: str, tmp_pat
     finally:
         pol.close()
     assert "_cp_group_rows(_s0, int(_s0[1]))" in prop.files["model.py"]
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -903,11 +900,7 @@ def test_vector_norms(name: str, tmp_path: Path) -> None:
         prop = pol.propose(p, 1)
     finally:
         pol.close()
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -960,11 +953,7 @@ def test_max_with_dim_values_attribute(tmp_path: Path) -> None:
                 "{attr}", "indices.float()"))))
     finally:
         pol.close()
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -1012,11 +1001,7 @@ def test_pointwise_losses(name: str, tmp_path: Path) -> None:
         prop = pol.propose(p, 1)
     finally:
         pol.close()
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -1065,11 +1050,7 @@ def test_kl_divergence_and_triplet_margin_losses(name: str, tmp_path: Path) -> N
         prop = pol.propose(p, 1)
     finally:
         pol.close()
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -1169,11 +1150,7 @@ def test_pooling(name: str, tmp_path: Path) -> None:
     if name in ("avg2d_divisor_into_a_sum", "max3d_into_a_channel_softmax", "two_pools_in_one_kernel"):
         assert len([k for k in plan.kernels if any(l.pool is not None for l in k.leaves)]) == 1, plan.describe()
     for t, prop in enumerate(props):
-        d = tmp_path / f"cand{t}"
-        d.mkdir()
-        for fname, text in prop.files.items():
-            (d / fname).write_text(text)
-        r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
         assert r["ok"], (t, r)
 
 
@@ -1262,12 +1239,8 @@ def test_batch_norm_in_training_mode(name: str, tmp_path: Path) -> None:
     tracked = name not in ("module_3d_untracked",)
     assert len(k.writes) == (2 if tracked else 0), k.writes
     for t, prop in enumerate(props):
-        d = tmp_path / f"cand{t}"
-        d.mkdir()
-        for fname, text in prop.files.items():
-            (d / fname).write_text(text)
         assert ("running_mean" in prop.files["model.py"] or "self.rm" in prop.files["model.py"]) == tracked
-        r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
         assert r["ok"], (t, r)
 
 
@@ -1502,11 +1475,7 @@ def test_a_zero_dim_tensor_of_a_number_is_the_number(name: str, tmp_path: Path) 
         pol.close()
     assert plan.fused_ops() == [ops], plan.describe()
     assert "tensor(" not in prop.files["model.py"].split("def forward", 1)[1]
-    d = tmp_path / "cand"
-    d.mkdir()
-    for fname, text in prop.files.items():
-        (d / fname).write_text(text)
-    r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+    r = _check_emulated(path, p, plan, prop.files, tmp_path / "cand")
     assert r["ok"], r
 
 
@@ -1577,9 +1546,5 @@ def test_operands_after_a_reduction_broadcast_like_pytorch(name: str, tmp_path: 
     finally:
         pol.close()
     for t, prop in enumerate(props):
-        d = tmp_path / f"cand{t}"
-        d.mkdir()
-        for fname, text in prop.files.items():
-            (d / fname).write_text(text)
-        r = check_candidate(path, d / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
         assert r["ok"], (t, r)

@@ -36,6 +36,19 @@ def _write(files: dict[str, str], folder: Path) -> Path:
     return folder / "model.py"
 
 
+def _run_on_cuda(path: Path, props: list[Any], configs: list[dict[str, int]], tmp_path: Path) -> dict[int, dict[str, Any]]:
+    """Every proposal (one per variant) written to its folder and run against ``Model`` on
+    CUDA at ``configs``, 3 trials each, the variants' builds in parallel: turn -> result."""
+    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
+
+    def run(turn: int) -> tuple[int, dict[str, Any]]:
+        model = _write(props[turn].files, tmp_path / str(turn))
+        return turn, check_candidate(path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(max_workers=len(props)) as ex:
+        return dict(ex.map(run, range(len(props))))
+
+
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> None:
     p = load_torch_problem(EXAMPLES / f"{name}.py", constants=SMALL[name])
@@ -125,15 +138,7 @@ def test_operator_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> N
         props = [policy.propose(p, t) for t in range(len(VARIANTS))]
     finally:
         policy.close()
-    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
-
-    def run(turn: int) -> tuple[int, dict[str, Any]]:
-        model = _write(props[turn].files, tmp_path / str(turn))
-        return turn, check_candidate(path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
-
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as ex:
-        results = dict(ex.map(run, range(len(VARIANTS))))
-    for turn, r in sorted(results.items()):
+    for turn, r in sorted(_run_on_cuda(path, props, configs, tmp_path).items()):
         assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"
 
 
@@ -173,13 +178,5 @@ def test_batch_norm_channel_clusters_on_cuda(tmp_path: Path) -> None:
     finally:
         policy.close()
     assert all("cp_launch_cluster(" in prop.files["kernel.cu"] for prop in props)
-    env = {"CUDAPERF_TORCH_BUILD_ROOT": str(tmp_path / "build")}
-
-    def run(turn: int) -> tuple[int, dict[str, Any]]:
-        model = _write(props[turn].files, tmp_path / str(turn))
-        return turn, check_candidate(path, model, configs, device="cuda", trials=3, timeout_s=420, env=env)
-
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as ex:
-        results = dict(ex.map(run, range(len(VARIANTS))))
-    for turn, r in sorted(results.items()):
+    for turn, r in sorted(_run_on_cuda(path, props, configs, tmp_path).items()):
         assert r["ok"], f"variant {VARIANTS[turn].name}: {r}"
