@@ -644,17 +644,12 @@ def scratch_env(scratch: str) -> dict[str, str]:
     tempfile, nvcc's intermediate files: removed with the folder when the child ends, even
     when it was killed mid-compile), with the caches that default to the temporary folder
     kept where they were (``TORCHINDUCTOR_CACHE_DIR``: ``<tmp>/torchinductor_<user>``,
-    PyTorch's default); one BLAS thread (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``:
-    no pool that exists before the worker is confined, ``cudaperf_cli/confine.py``); and
-    Inductor compiling in the worker's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``):
-    its default pool is one subprocess per core, each importing torch, and on a 16-core
-    machine the pool alone passed the worker's host-memory bound (9.2 GB) while the
-    ``torch.compile`` baseline of KernelBench level 2's 65_Conv2d_AvgPool_Sigmoid_Sum was
-    compiled, which lost the candidate's verdict with it."""
+    PyTorch's default); and one BLAS thread (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``:
+    no pool that exists before the worker is confined, ``cudaperf_cli/confine.py``)."""
     # One BLAS thread: threads started before the worker confines itself stay unconfined,
     # and numpy's OpenBLAS pool was made to run a candidate's function (confine.py).
     return {"TMPDIR": scratch, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir(), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+            "TORCHINDUCTOR_CACHE_DIR": inductor_cache_dir()}
 
 
 def inductor_cache_dir() -> str:
