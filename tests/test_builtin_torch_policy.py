@@ -575,14 +575,14 @@ def test_an_unsupported_op_is_refused(tmp_path: Path) -> None:
                 super().__init__()
                 self.bn = nn.BatchNorm1d(8)
             def forward(self, x):
-                return torch.cumsum(torch.relu(x), dim=1)
+                return torch.triu(torch.relu(x))
         def get_inputs():
             return [torch.randn(batch_size, 8)]
         def get_init_inputs():
             return []
     """)
     p = load_torch_problem(path, alt_shapes=False)
-    with pytest.raises(PolicyRefusal, match=r"^cannot port torch\.cumsum \(node 'cumsum'\): not an operation"):
+    with pytest.raises(PolicyRefusal, match=r"^cannot port torch\.triu \(node 'triu'\): not an operation"):
         BuiltinTorchPolicy().propose(p, 0)
 
 
@@ -927,8 +927,9 @@ def test_a_norm_of_another_order_is_refused_with_its_reason(tmp_path: Path) -> N
 
 
 def test_max_with_dim_values_attribute(tmp_path: Path) -> None:
-    """``torch.max(x, dim).values`` is the max reduction, as ``[0]`` is; ``.indices`` is
-    refused (int64; KernelBench level 2's Gemm_Max_Subtract_GELU was refused at ``.values``)."""
+    """``torch.max(x, dim).values`` is the max reduction, as ``[0]`` is; arithmetic on
+    ``.indices`` is refused (int64; KernelBench level 2's Gemm_Max_Subtract_GELU was refused
+    at ``.values``)."""
     body = """
         import torch
         import torch.nn as nn
@@ -1293,6 +1294,230 @@ def test_batch_norm_with_a_cumulative_average_is_refused(tmp_path: Path) -> None
         pol.close()
 
 
+_ARG_REDUCTIONS = {
+    # name: (forward expression, rank); x is randn of [batch_size, d1] or [batch_size, d1, d2]
+    "argmax_middle_dim": ("torch.argmax(x, dim=1)", 3),
+    "argmin_last_dim_keepdim": ("torch.argmin(torch.tanh(x), dim=-1, keepdim=True)", 2),
+    "argmax_ties_first": ("torch.argmax(torch.round(x), dim=1)", 2),
+    "argmin_ties_middle_dim": ("x.round().argmin(1)", 3),
+    "argmax_flattened": ("torch.argmax(x * 2.0)", 3),
+    "argmax_after_softmax": ("torch.softmax(x, dim=-1).argmax(dim=-1)", 2),
+    "max_values_and_indices": ("(lambda m: (m[0] * 2.0, m[1]))(torch.max(x, dim=1))", 2),
+    "min_indices_attribute": ("torch.min(x - 1.0, dim=2).indices", 3),
+}
+
+
+def _arg_source(name: str) -> str:
+    expr, rank = _ARG_REDUCTIONS[name]
+    dims = ", ".join(["batch_size", "d1", "d2"][:rank])
+    return f"""
+        import torch
+        import torch.nn as nn
+        batch_size = 5
+        d1 = 70
+        d2 = 9
+        class Model(nn.Module):
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({dims}) * 3.0]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_ARG_REDUCTIONS))
+def test_argmax_and_argmin(name: str, tmp_path: Path) -> None:
+    """argmax/argmin (and the indices of ``torch.max/min(x, dim)``) as a reduction of
+    (value, index) pairs written out as int64: over the last dim (row kernels), a middle
+    dim (column kernels) or every dim (the flattened index); ties give the first index, as
+    PyTorch (KernelBench level 1's 51_Argmax and 52_Argmin were refused)."""
+    path = _write_problem(tmp_path, name, _arg_source(name))
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert any("arg" in op or "indices" in op for op in plan.fused_ops()), plan.fused_ops()
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    for t, prop in enumerate(props, 1):
+        assert "int64_t *O" in prop.files["kernel.cu"]
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
+        assert r["ok"], (t, r)
+
+
+@pytest.mark.parametrize("turn", [0, len(VARIANTS) - 1])
+def test_arg_reduction_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None:
+    """The (value, index) reductions build without a warning: the row kernel (block and
+    warp rows, scalar and float4 loops) and the column kernel of each variant."""
+    path = _write_problem(tmp_path, "arg_build", _arg_source("max_values_and_indices"))
+    pol = BuiltinTorchPolicy()
+    try:
+        text = pol.propose(load_torch_problem(path), turn).files["kernel.cu"]
+    finally:
+        pol.close()
+    assert "cp_block_argreduce<true>" in text and "cp_col_argreduce<true>" in text
+    src = tmp_path / "kernel.cu"
+    src.write_text(text)
+    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
+def test_arithmetic_on_indices_is_refused(tmp_path: Path) -> None:
+    body = _arg_source("argmax_middle_dim").replace("return torch.argmax(x, dim=1)",
+                                                    "return torch.argmax(x, dim=1) * 2")
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match=r"int64; only float32 is supported"):
+            pol.plan(load_torch_problem(_write_problem(tmp_path, "argmul", body)))
+    finally:
+        pol.close()
+
+
+_SCANS = {
+    # name: (init, forward expression, input shape); rows past 4 x 512 elements take
+    # several tiles (the carry), and 1100 % 4 == 0 takes the float4 path
+    "cumsum_last": ("pass", "torch.cumsum(x, dim=1)", "batch_size, 1100"),
+    "cumsum_last_odd_length": ("pass", "x.cumsum(-1)", "batch_size, 1030"),
+    "cumprod_last": ("pass", "torch.cumprod(x * 0.05 + 1.0, dim=1)", "batch_size, 1100"),
+    "cumsum_reverse": ("pass", "torch.cumsum(x.flip(1), dim=1).flip(1)", "batch_size, 1100"),
+    "cumprod_reverse_odd": ("pass", "torch.flip(torch.cumprod(torch.flip(torch.sigmoid(x) + 0.5, dims=[1]), 1), dims=[1])",
+                            "batch_size, 77"),
+    "cumsum_middle_dim": ("pass", "torch.cumsum(x, dim=1)", "batch_size, 40, 9"),
+    "cumsum_reverse_middle_dim": ("pass", "x.flip(1).cumsum(1).flip(1) * 0.5", "batch_size, 40, 9"),
+    "prologue_epilogue": ("self.w = nn.Parameter(torch.randn(1100))",
+                          "torch.relu(torch.cumsum(torch.tanh(x) * self.w, dim=-1)) * 2.0", "batch_size, 1100"),
+    "scan_and_input_out": ("pass", "(lambda c: (c, c - x))(torch.cumsum(x, 1))", "batch_size, 600"),
+}
+
+
+def _scan_source(name: str) -> str:
+    init, expr, shape = _SCANS[name]
+    return f"""
+        import torch
+        import torch.nn as nn
+        batch_size = 6
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({shape})]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_SCANS))
+def test_scans(name: str, tmp_path: Path) -> None:
+    """cumsum/cumprod along the last dim (a block per row, tiles with a carry) or a middle
+    dim (a thread per column), reversed as ``x.flip(d).cumsum(d).flip(d)``, with the
+    elementwise ops before and after fused (KernelBench level 1's 89-91 were refused)."""
+    path = _write_problem(tmp_path, name, _scan_source(name))
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        assert [k.kind for k in plan.kernels] == ["scan"], plan.describe()
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    for t, prop in enumerate(props):
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
+        assert r["ok"], (t, r)
+
+
+_MASKS = {
+    # name: (forward expression, x's shape, mask's shape)
+    "masked_cumsum": ("torch.cumsum(x * mask, dim=1)", "batch_size, 1100", "batch_size, 1100"),
+    "mask_broadcast_row": ("torch.relu(x) * mask + 1.0", "batch_size, 64", "64"),
+    "mask_in_a_reduction_prologue": ("(x * mask).sum(dim=-1)", "batch_size, 300", "batch_size, 300"),
+}
+
+
+def _mask_source(name: str) -> str:
+    expr, xs, ms = _MASKS[name]
+    return f"""
+        import torch
+        import torch.nn as nn
+        batch_size = 6
+        class Model(nn.Module):
+            def forward(self, x, mask):
+                return {expr}
+        def get_inputs():
+            return [torch.randn({xs}), torch.randint(0, 2, ({ms},)).bool()]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_MASKS))
+def test_bool_masks_in_arithmetic(name: str, tmp_path: Path) -> None:
+    """A bool tensor multiplied into float32 arithmetic is read as 0.0/1.0 from its own
+    bytes (``const bool *``; four at a time on the float4 path), not converted by PyTorch
+    first (KernelBench level 1's 93_masked_cumsum was refused)."""
+    path = _write_problem(tmp_path, name, _mask_source(name))
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    assert len(plan.kernels) == 1 and [l.dtype for l in plan.kernels[0].leaves].count("bool") == 1
+    for t, prop in enumerate(props):
+        assert "const bool *L" in prop.files["kernel.cu"]
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
+        assert r["ok"], (t, r)
+
+
+def test_a_bool_result_is_still_refused(tmp_path: Path) -> None:
+    body = _mask_source("masked_cumsum").replace("torch.cumsum(x * mask, dim=1)", "torch.logical_not(mask).float() * x")
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match="logical_not"):
+            pol.plan(load_torch_problem(_write_problem(tmp_path, "notmask", body)))
+    finally:
+        pol.close()
+
+
+@pytest.mark.parametrize("turn", [0, len(VARIANTS) - 1])
+def test_scan_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None:
+    """Both scan kernels (rows: scalar and float4; columns), with a bool mask's loads,
+    build without a warning."""
+    path = _write_problem(tmp_path, "scan_build", _mask_source("masked_cumsum"))
+    pol = BuiltinTorchPolicy()
+    try:
+        text = pol.propose(load_torch_problem(path), turn).files["kernel.cu"]
+    finally:
+        pol.close()
+    assert "cp_block_exscan<false>" in text and "_scol<" in text
+    src = tmp_path / "kernel.cu"
+    src.write_text(text)
+    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("expr, words", [
+    ("x.flip(1)", "flip is supported only"),
+    ("torch.cumsum(x.flip(1), dim=1)", "flip is supported only"),
+    ("torch.cumsum(x.flip(0), dim=1).flip(0)", "a flip on another dim than the scan"),
+])
+def test_flip_outside_a_reverse_scan_is_refused(expr: str, words: str, tmp_path: Path) -> None:
+    body = _scan_source("cumsum_last").replace("torch.cumsum(x, dim=1)", expr)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match=words):
+            pol.plan(load_torch_problem(_write_problem(tmp_path, "flip", body)))
+    finally:
+        pol.close()
+
+
 #: Every operator problem above, by family: name -> its source (the GPU tests run them on
 #: CUDA, every variant).
 OPERATOR_PROBLEMS: dict[str, str] = {
@@ -1302,6 +1527,9 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"loss_{n}": _more_loss_source(n) for n in _MORE_LOSSES},
     **{f"pool_{n}": _pool_source(n) for n in _POOLS},
     **{f"batch_norm_train_{n}": _bn_train_source(n) for n in _TRAIN_BATCH_NORMS},
+    **{f"arg_{n}": _arg_source(n) for n in _ARG_REDUCTIONS},
+    **{f"scan_{n}": _scan_source(n) for n in _SCANS},
+    **{f"mask_{n}": _mask_source(n) for n in _MASKS},
 }
 
 

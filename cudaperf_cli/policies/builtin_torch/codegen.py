@@ -152,6 +152,98 @@ template <int OP> __device__ __forceinline__ float cp_col_reduce(float v, float 
     for (int k = 0; k < ny; ++k) r = cp_comb<OP>(r, sm[k * 32 + tx]);
     return r;
 }
+/* argmax (MAX) / argmin: (value, index) pairs.  (v, k) beats (bv, bk) when it is NaN and bv
+ * is not, or both NaN and k is first; else when v is larger (smaller), or equal and k first:
+ * PyTorch's first largest (smallest) element, NaN counting as the largest (smallest).  A
+ * total order, so the butterfly leaves every lane the same pair.  The identity is
+ * (-inf, 0) (+inf for argmin): it loses to every element but an equal -inf, which index 0
+ * then rightly wins (a row of -inf alone gives 0). */
+template <bool MAX> __device__ __forceinline__ bool cp_arg_better(float v, int64_t k, float bv, int64_t bk) {
+    const bool vn = v != v, bn = bv != bv;
+    if (vn || bn) return vn && (!bn || k < bk);
+    if (v == bv) return k < bk;
+    return MAX ? v > bv : v < bv;
+}
+template <bool MAX> __device__ __forceinline__ void cp_arg_step(float &bv, int64_t &bk, float v, int64_t k) {
+    if (cp_arg_better<MAX>(v, k, bv, bk)) { bv = v; bk = k; }
+}
+template <bool MAX> __device__ __forceinline__ int64_t cp_warp_argreduce(float v, int64_t k) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int64_t ok = __shfl_xor_sync(0xffffffffu, (long long)k, o);
+        cp_arg_step<MAX>(v, k, ov, ok);
+    }
+    return k;
+}
+template <bool MAX> __device__ __forceinline__ int64_t cp_block_argreduce(float v, int64_t k, float *sm) {
+    __shared__ int64_t smk[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int64_t ok = __shfl_xor_sync(0xffffffffu, (long long)k, o);
+        cp_arg_step<MAX>(v, k, ov, ok);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sm may still be read by the previous reduction */
+    if (lane == 0) { sm[warp] = v; smk[warp] = k; }
+    __syncthreads();
+    v = lane < nw ? sm[lane] : (MAX ? -CP_INF : CP_INF);
+    k = lane < nw ? smk[lane] : 0;
+    return cp_warp_argreduce<MAX>(v, k);
+}
+template <bool MAX> __device__ __forceinline__ int64_t cp_col_argreduce(float v, int64_t k, float *sm, int64_t *smk) {
+    const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+    __syncthreads();
+    sm[threadIdx.x] = v;
+    smk[threadIdx.x] = k;
+    __syncthreads();
+    float bv = MAX ? -CP_INF : CP_INF;
+    int64_t bk = 0;
+    for (int j = 0; j < ny; ++j) cp_arg_step<MAX>(bv, bk, sm[j * 32 + tx], smk[j * 32 + tx]);
+    return bk;
+}
+/* Scans (PROD: product, else sum).  cp_block_exscan: the block's exclusive scan of one
+ * value per thread (thread order), and the block's total in total; warp shuffles, then one
+ * warp over the warps' totals.  Every thread of the block calls it. */
+template <bool PROD> __device__ __forceinline__ float cp_scomb(float a, float b) { return PROD ? a * b : a + b; }
+template <bool PROD> __device__ __forceinline__ float cp_block_exscan(float v, float *sm, float &total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float id = PROD ? 1.0f : 0.0f;
+    float x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x = cp_scomb<PROD>(y, x);
+    }
+    __syncthreads(); /* the previous tile's readers of sm are done */
+    if (lane == 31) sm[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < nw ? sm[lane] : id;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w = cp_scomb<PROD>(y, w);
+        }
+        if (lane < nw) sm[lane] = w;
+    }
+    __syncthreads();
+    total = sm[nw - 1];
+    float before = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) before = id;
+    return warp == 0 ? before : cp_scomb<PROD>(sm[warp - 1], before);
+}
+/* A bool mask's 4 elements i0..i0+3 (i0 % 4 == 0, p 4-byte aligned) as 0.0f/1.0f. */
+__device__ __forceinline__ void cp_load4(const bool *__restrict__ p, int64_t i0, float (&v)[4]) {
+    const uchar4 t = *reinterpret_cast<const uchar4 *>(p + i0);
+    v[0] = t.x ? 1.0f : 0.0f; v[1] = t.y ? 1.0f : 0.0f; v[2] = t.z ? 1.0f : 0.0f; v[3] = t.w ? 1.0f : 0.0f;
+}
+template <typename IdxT>
+__device__ __forceinline__ void cp_bload4(const bool *__restrict__ p, IdxT i0, IdxT inner, IdxT size, float (&v)[4]) {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) v[l] = p[((i0 + l) / inner) % size] ? 1.0f : 0.0f;
+}
 /* Broadcast operand p[(i / inner) % size] for the 4 elements i0..i0+3 (i0 % 4 == 0). */
 template <typename IdxT>
 __device__ __forceinline__ void cp_bload4(const float *__restrict__ p, IdxT i0, IdxT inner, IdxT size, float (&v)[4]) {
@@ -421,9 +513,9 @@ class _KernelWriter:
 
     # -- cones ------------------------------------------------------------------------
 
-    def cone(self, targets: Sequence[int]) -> list[Prim]:
+    def cone(self, targets: Sequence[int], given: Sequence[int] = ()) -> list[Prim]:
         """Full-domain members needed to compute ``targets`` (reduced values are already in
-        registers), in order."""
+        registers, as are the members in ``given``), in order."""
         need: set[int] = set()
         stack = list(targets)
         while stack:
@@ -431,7 +523,7 @@ class _KernelWriter:
             if pid in need:
                 continue
             p = self.members[pid]
-            if self.dom_of(pid) == "reduced":
+            if self.dom_of(pid) == "reduced" or pid in given:
                 continue
             need.add(pid)
             for r in p.ins:
@@ -454,10 +546,10 @@ class _KernelWriter:
     def params(self, idx_type: str) -> list[tuple[str, str]]:
         """(type, name) of the kernel's parameters, launcher order (no stream)."""
         ps: list[tuple[str, str]] = []
-        for i, _ in enumerate(self.k.leaves):
-            ps.append(("const float *", f"L{i}"))
-        for j, _ in enumerate(self.k.outputs):
-            ps.append(("float *", f"O{j}"))
+        for i, l in enumerate(self.k.leaves):
+            ps.append(("const bool *" if l.dtype == "bool" else "const float *", f"L{i}"))
+        for j, (pid, _) in enumerate(self.k.outputs):
+            ps.append(("int64_t *" if self.members[pid].is_index else "float *", f"O{j}"))
         if self.k.rows is None:
             ps.append((idx_type, "n"))
         else:
@@ -485,24 +577,29 @@ class _KernelWriter:
             return f"const float a{i} = {self.pool_load(i, index)};"
         var = f"a{i}" if l.domain == "full" else f"b{i}"
         at = index if l.full else f"({index} / L{i}_inner) % L{i}_size"
-        return f"const float {var} = L{i}[{at}];"
+        return f"const float {var} = {'(float)' if l.dtype == 'bool' else ''}L{i}[{at}];"
 
     def body(self, prims: Sequence[Prim], ind: str) -> list[str]:
         return [f"{ind}const float t{p.id} = {self.expr(p, 'full')};" for p in prims]
 
     def element_loop(self, prims: Sequence[Prim], tails: Sequence[str], vec_tails: Sequence[str],
                      out_stores: Sequence[tuple[int, int]], ind: str, kind: str,
-                     extra: Sequence[int] = ()) -> list[str]:
+                     extra: Sequence[int] = (), pos: bool = False) -> list[str]:
         """One pass over the elements: ``kind`` is ``ew`` (grid-stride), ``row`` or ``col``.
         ``tails``: statements after the body (accumulations); ``out_stores``: (output
-        index, prim id) stored per element; ``extra``: leaves read by the tails."""
+        index, prim id) stored per element; ``extra``: leaves read by the tails; ``pos``:
+        the tails read ``cpos``, the element's position along its row (argmax)."""
         leaves = sorted(set(self.leaves_of(prims, "full")) | set(extra))
         lines: list[str] = []
         scalar_stores = [f"O{j}[i] = t{pid};" for j, pid in out_stores]
+        if pos and kind not in ("row", "col"):
+            raise PolicyRefusal(f"internal error: element positions in a {kind} loop")
         if kind == "col":
             lines.append(f"{ind}if (valid) {{")
             lines.append(f"{ind}    for (IdxT r = ty; r < R; r += ny) {{")
             lines.append(f"{ind}        const IdxT i = (o * R + r) * inner + in;")
+            if pos:
+                lines.append(f"{ind}        const IdxT cpos = r;")
             for li in leaves:
                 lines.append(f"{ind}        {self.load_scalar(li, 'i')}")
             lines += self.body(prims, ind + "        ")
@@ -534,6 +631,8 @@ class _KernelWriter:
             ]
         else:
             scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{", f"{ind}        const IdxT i = base + c;"]
+            if pos:
+                scalar_head.append(f"{ind}        const IdxT cpos = c;")
             vec_head = [
                 f"{ind}    const IdxT R4 = R >> 2;",
                 f"{ind}    for (IdxT q = tid; q < R4; q += tpr) {{",
@@ -556,6 +655,8 @@ class _KernelWriter:
                 lines.append(f"{ind}        float w{j}[4];")
             lines.append(f"{ind}#pragma unroll")
             lines.append(f"{ind}        for (int l = 0; l < 4; ++l) {{")
+            if pos:
+                lines.append(f"{ind}            const IdxT cpos = (q << 2) + l;")
             for li in leaves:
                 lines.append(f"{ind}            const float a{li} = v{li}[l];")
             lines += self.body(prims, ind + "            ")
@@ -622,8 +723,14 @@ class _KernelWriter:
             prims = self.cone(targets)
             tails: list[str] = []
             for r in reds:
-                op = _RED_OP[r.op]
                 src = self.operand(r.ins[0], "full")
+                if r.is_index:
+                    mx = "true" if r.op == "red_argmax" else "false"
+                    lines.append(f"{ind}float s{r.id} = {'-CP_INF' if mx == 'true' else 'CP_INF'};")
+                    lines.append(f"{ind}int64_t k{r.id} = 0;")
+                    tails.append(f"cp_arg_step<{mx}>(s{r.id}, k{r.id}, {src}, (int64_t)cpos);")
+                    continue
+                op = _RED_OP[r.op]
                 if op == 0:
                     # A thread's partial sum runs over up to R / (threads per row or column)
                     # terms (4096 for a 32768-row column sum): in float that drifts past
@@ -634,8 +741,22 @@ class _KernelWriter:
                 else:
                     lines.append(f"{ind}float s{r.id} = cp_ident<{op}>();")
                     tails.append(f"s{r.id} = cp_comb<{op}>(s{r.id}, {src});")
-            lines += self.element_loop(prims, tails, tails, [], ind, kind, extra)
+            arg = any(r.is_index for r in reds)
+            if arg and kind not in ("row", "col"):
+                raise PolicyRefusal(f"argmax/argmin over {self.k.rows.describe() if self.k.rows else 'no rows'}")
+            lines += self.element_loop(prims, tails, tails, [], ind, kind, extra, pos=arg)
             for r in reds:
+                if r.is_index:
+                    mx = "true" if r.op == "red_argmax" else "false"
+                    if kind == "col":
+                        red = f"cp_col_argreduce<{mx}>(s{r.id}, k{r.id}, sm, smk)"
+                    elif self.v.warp_rows:
+                        red = (f"WARP ? cp_warp_argreduce<{mx}>(s{r.id}, k{r.id}) "
+                               f": cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)")
+                    else:
+                        red = f"cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)"
+                    lines.append(f"{ind}const int64_t r{r.id} = {red};")
+                    continue
                 op = _RED_OP[r.op]
                 part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
                 if kind == "col":
@@ -726,8 +847,10 @@ class _KernelWriter:
     def col_kernel(self) -> list[str]:
         v = self.v
         lines = self.kernel_head("col", "template <typename IdxT>")
+        lines.append(f"    __shared__ float sm[{v.block}];")
+        if any(p.is_index for p in self.k.prims):
+            lines.append(f"    __shared__ int64_t smk[{v.block}];")
         lines += [
-            f"    __shared__ float sm[{v.block}];",
             "    const IdxT tx = threadIdx.x & 31;",
             "    const IdxT ty = threadIdx.x >> 5;",
             f"    const IdxT ny = {v.block // 32};",
@@ -745,6 +868,130 @@ class _KernelWriter:
         lines += self.reduction_steps("col", "        ")
         lines.append("    }")
         lines.append("}")
+        return lines
+
+    def scan_parts(self) -> tuple[Prim, list[Prim], list[Prim], list[tuple[int, int]]]:
+        """(the scan, the members its input needs, the members the outputs need once the
+        scan's value is known, the (output index, prim id) stores)."""
+        scan = next(p for p in self.k.prims if p.is_scan)
+        src = scan.ins[0]
+        pre = self.cone([src.id]) if isinstance(src, PRef) else []
+        outs = [(j, pid) for j, (pid, _) in enumerate(self.k.outputs)]
+        post = self.cone([pid for _, pid in outs], given=[scan.id])
+        return scan, pre, post, outs
+
+    def scan_kernels(self) -> list[str]:
+        """The scan along rows: ``_scan`` for contiguous rows (inner == 1: one block per row,
+        tiles of 4 x block elements, 4 consecutive ones per thread, scanned in registers,
+        then across the block, plus the carry of the tiles before); ``_scol`` for a middle
+        dim (one thread per column, in order).  A reverse scan reads the row from its end.
+        Sums carry in double (a 32768-element row drifts past 1e-4 in float)."""
+        v = self.v
+        scan, pre, post, outs = self.scan_parts()
+        prod = "true" if scan.op == "scan_prod" else "false"
+        rev = bool(scan.params.get("reverse"))
+        carry_t = "float" if scan.op == "scan_prod" else "double"
+        ident = "1.0f" if scan.op == "scan_prod" else "0.0"
+        src = self.operand(scan.ins[0], "full")
+        pre_leaves = set(self.leaves_of(pre, "full"))
+        if isinstance(scan.ins[0], XRef):
+            pre_leaves.add(self.leaf_index[(scan.ins[0].key, scan.ins[0].at, "full", None)])
+        post_leaves = set(self.leaves_of(post, "full"))
+        value = "carry * (ex * u[l])" if prod == "true" else "(float)(carry + (double)(ex + u[l]))"
+        at = "R - 1 - c" if rev else "c"
+        lines = self.kernel_head("scan", "template <typename IdxT, bool VEC>" if v.vec else "template <typename IdxT>")
+        lines += [
+            "    __shared__ float sm[32];",
+            "    for (IdxT row = blockIdx.x; row < outer; row += gridDim.x) {",
+            "        const IdxT base = row * R;",
+            f"        {carry_t} carry = {ident};",
+            f"        for (IdxT tb = 0; tb < R; tb += {4 * v.block}) {{ /* tb, not t0: t<id> are the prims */",
+            "            const IdxT p0 = tb + (IdxT)threadIdx.x * 4;",
+            f"            float u[4] = {{{', '.join(['1.0f' if prod == 'true' else '0.0f'] * 4)}}};",
+        ]
+        ind = "            "
+
+        def vec_block(leaves: set[int], inner: list[str], ind: str) -> list[str]:
+            """float4 loads of ``leaves`` at the thread's 4 elements (in memory order; a
+            reverse scan's element l is lane 3 - l), then ``inner`` per element."""
+            out = [f"{ind}const IdxT q0 = base + {'R - 4 - p0' if rev else 'p0'};"]
+            for li in sorted(leaves):
+                l = self.k.leaves[li]
+                if l.full:
+                    out.append(f"{ind}float v{li}[4]; cp_load4(L{li}, (int64_t)q0, v{li});")
+                else:
+                    out.append(f"{ind}float v{li}[4]; cp_bload4<IdxT>(L{li}, q0, L{li}_inner, L{li}_size, v{li});")
+            out += ["#pragma unroll", f"{ind}for (int l = 0; l < 4; ++l) {{"]
+            for li in sorted(leaves):
+                out.append(f"{ind}    const float a{li} = v{li}[{'3 - l' if rev else 'l'}];")
+            out += [f"{ind}    {x}" for x in inner]
+            out.append(f"{ind}}}")
+            return out
+
+        def scalar_block(leaves: set[int], inner: list[str], ind: str) -> list[str]:
+            out = ["#pragma unroll", f"{ind}for (int l = 0; l < 4; ++l) {{",
+                   f"{ind}    const IdxT c = p0 + l;", f"{ind}    if (c < R) {{",
+                   f"{ind}        const IdxT i = base + {at};"]
+            for li in sorted(leaves):
+                out.append(f"{ind}        {self.load_scalar(li, 'i')}")
+            out += [f"{ind}        {x}" for x in inner]
+            out += [f"{ind}    }}", f"{ind}}}"]
+            return out
+
+        def both(leaves: set[int], inner: list[str], vec_tail: Sequence[str] = (), vec_head: Sequence[str] = (),
+                 scalar_tail: Sequence[str] = ()) -> list[str]:
+            """The float4 path (VEC; R % 4 == 0: a thread's 4 elements are all in the row,
+            or none) and the scalar one."""
+            if not v.vec:
+                return scalar_block(leaves, list(inner) + list(scalar_tail), ind)
+            return ([f"{ind}if constexpr (VEC) {{", f"{ind}    if (p0 < R) {{"]
+                    + [f"{ind}        {x}" for x in vec_head]
+                    + vec_block(leaves, list(inner) + [x for x in vec_tail if "cp_store4" not in x], ind + "        ")
+                    + [f"{ind}        {x}" for x in vec_tail if "cp_store4" in x]
+                    + [f"{ind}    }}", f"{ind}}} else {{"]
+                    + scalar_block(leaves, list(inner) + list(scalar_tail), ind + "    ")
+                    + [f"{ind}}}"])
+
+        load_body = [x.strip() for x in self.body(pre, "")] + [f"u[l] = {src};"]
+        store_body = [f"const float t{scan.id} = {value};"] + [x.strip() for x in self.body(post, "")]
+        lines += both(pre_leaves, load_body)
+        lines += [
+            f"{ind}u[1] = cp_scomb<{prod}>(u[0], u[1]);",
+            f"{ind}u[2] = cp_scomb<{prod}>(u[1], u[2]);",
+            f"{ind}u[3] = cp_scomb<{prod}>(u[2], u[3]);",
+            f"{ind}float total;",
+            f"{ind}const float ex = cp_block_exscan<{prod}>(u[3], sm, total);",
+        ]
+        lines += both(post_leaves, store_body,
+                      vec_head=[f"float w{j}[4];" for j, _ in outs],
+                      vec_tail=[f"w{j}[{'3 - l' if rev else 'l'}] = t{pid};" for j, pid in outs]
+                      + [f"cp_store4(O{j}, (int64_t)q0, w{j});" for j, _ in outs],
+                      scalar_tail=[f"O{j}[i] = t{pid};" for j, pid in outs])
+        lines += [
+            f"{ind}carry = {'carry * total' if prod == 'true' else 'carry + (double)total'};",
+            "        }",
+            "    }",
+            "}",
+            "",
+        ]
+        # the column scan
+        lines += self.kernel_head("scol", "template <typename IdxT>")
+        lines += [
+            "    const IdxT cols = outer * inner;",
+            f"    for (IdxT col = (IdxT)blockIdx.x * {v.block} + threadIdx.x; col < cols; col += (IdxT)gridDim.x * {v.block}) {{",
+            "        const IdxT o = col / inner, in = col % inner;",
+            f"        {carry_t} carry = {ident};",
+            "        for (IdxT c = 0; c < R; ++c) {",
+            f"            const IdxT i = (o * R + {at}) * inner + in;",
+        ]
+        for li in sorted(pre_leaves | post_leaves):
+            lines.append(f"            {self.load_scalar(li, 'i')}")
+        lines += self.body(pre, "            ")
+        lines.append(f"            carry = {'carry * ' + src if prod == 'true' else 'carry + (double)' + src};")
+        lines.append(f"            const float t{scan.id} = (float)carry;")
+        lines += self.body(post, "            ")
+        lines += [f"            O{j}[i] = t{pid};" for j, pid in outs]
+        lines += ["        }", "    }", "}"]
         return lines
 
     # -- launcher ---------------------------------------------------------------------
@@ -829,7 +1076,23 @@ class _KernelWriter:
             grid_of.setdefault("", "grid_b")
             return out + dispatch(f"{k.name}_row", flags, grid_of, ind)
 
-        if k.rows is not None and k.rows.kind == "channels":
+        if k.kind == "scan":
+            lines += [
+                "    if (outer <= 0 || R <= 0 || inner <= 0) return (int)cudaGetLastError();",
+                "    const bool small = outer * R * inner < (1LL << 30);",
+                "    if (inner == 1) {",
+                "        const unsigned grid_r = cp_grid(outer);",
+            ]
+            flags = [("IdxT", "small")]
+            if v.vec:
+                lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
+                flags.append(("VEC", "vec"))
+            lines += dispatch(f"{k.name}_scan", flags, {"": "grid_r"}, "        ")
+            lines.append("    } else {")
+            lines.append(f"        const unsigned grid_c = cp_grid((outer * inner + {v.block - 1}) / {v.block});")
+            lines += dispatch(f"{k.name}_scol", [("IdxT", "small")], {"": "grid_c"}, "        ")
+            lines.append("    }")
+        elif k.rows is not None and k.rows.kind == "channels":
             # outer = C rows of R = N * inner elements; the row kernel only.
             lines += [
                 "    if (outer <= 0 || R <= 0 || inner <= 0) return (int)cudaGetLastError();",
@@ -865,12 +1128,14 @@ class _KernelWriter:
 
     def source(self) -> str:
         k = self.k
-        head = [
-            f"/* ---- {k.name}: {k.describe()} ({k.kind}"
-            + (f", reduces {k.rows.describe()}, {k.depth} level{'s' if k.depth != 1 else ''}" if k.rows else "")
-            + ") ---- */"
-        ]
-        if k.rows is None:
+        if k.kind == "scan":
+            what = f", scans {k.rows.describe()}" if k.rows else ""
+        else:
+            what = f", reduces {k.rows.describe()}, {k.depth} level{'s' if k.depth != 1 else ''}" if k.rows else ""
+        head = [f"/* ---- {k.name}: {k.describe()} ({k.kind}{what}) ---- */"]
+        if k.kind == "scan":
+            body = self.scan_kernels()
+        elif k.rows is None:
             body = self.elementwise_kernel()
         elif k.rows.kind == "channels":
             body = self.row_kernel("chan")
@@ -1251,7 +1516,8 @@ class _ModelWriter:
                 shape = f"_cp_reduced({S}, {k.rows.start}, {k.rows.stop}, {keep})"
             else:
                 raise PolicyRefusal(f"internal error: kernel {k.name} writes per-group statistics")
-            lines.append(f"p{pid} = _cp_torch.empty({shape}, device={first}.device, dtype={first}.dtype)")
+            dtype = "_cp_torch.int64" if p.is_index else f"{first}.dtype"
+            lines.append(f"p{pid} = _cp_torch.empty({shape}, device={first}.device, dtype={dtype})")
             args.append(f"p{pid}")
         if k.rows is None:
             args.append(f"_cp_numel({S})")

@@ -83,7 +83,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
 
 #: Pooling targets -> (``"max"`` | ``"avg"``, number of pooled trailing dims).
 POOL_TARGETS: dict[str, tuple[str, int]] = {
@@ -123,6 +123,8 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "clamp": ("input", "min", "max"), "clamp_min": ("input", "min"), "clamp_max": ("input", "max"),
     "sum": ("input", "dim", "keepdim", "dtype"), "mean": ("input", "dim", "keepdim", "dtype"),
     "amax": ("input", "dim", "keepdim"), "amin": ("input", "dim", "keepdim"),
+    "argmax": ("input", "dim", "keepdim"), "argmin": ("input", "dim", "keepdim"),
+    "cumsum": ("input", "dim", "dtype"), "cumprod": ("input", "dim", "dtype"), "flip": ("input", "dims"),
     "max": ("input", "dim", "keepdim"), "min": ("input", "dim", "keepdim"),
     "var": ("input", "dim", "unbiased", "keepdim"), "std": ("input", "dim", "unbiased", "keepdim"),
     "softmax": ("input", "dim", "dtype"), "log_softmax": ("input", "dim", "dtype"),
@@ -274,7 +276,9 @@ class Prim:
 
     Attributes:
         id: index in the plan's primitive list (topological order).
-        op: an :data:`ELEMENTWISE_OPS` name or ``red_sum``/``red_max``/``red_min``.
+        op: an :data:`ELEMENTWISE_OPS` name or ``red_sum``/``red_max``/``red_min``, or
+            ``red_argmax``/``red_argmin`` (int64 indices along the row; only written out),
+            or ``scan_sum``/``scan_prod`` (inclusive scans along the row).
         ins: operands (:class:`PRef`, :class:`XRef`, :class:`CRef`, :class:`RowLen`).
         shape: the traced result shape.
         origin: the graph node it comes from.
@@ -298,6 +302,17 @@ class Prim:
     @property
     def is_reduction(self) -> bool:
         return self.op.startswith("red_")
+
+    @property
+    def is_scan(self) -> bool:
+        """A cumulative sum or product along its row (``scan_sum``/``scan_prod``;
+        ``params["reverse"]``: from the row's end)."""
+        return self.op.startswith("scan_")
+
+    @property
+    def is_index(self) -> bool:
+        """An argmax/argmin: its value is an int64 index along the row."""
+        return self.op in ("red_argmax", "red_argmin")
 
 
 # ---------------------------------------------------------------------------------------
@@ -323,6 +338,7 @@ class Leaf:
         keep: for ``domain == "reduced"``: it broadcasts against the reduced shape with the
             reduced dims kept (``x.sum(-1, keepdim=True) + b``); False: without them
             (``x.sum(-1) + b``, where ``b`` lines up with the remaining dims).
+        dtype: ``"float32"``, or ``"bool"`` (a mask in arithmetic, read as 0.0/1.0).
     """
 
     ref: XRef
@@ -331,6 +347,7 @@ class Leaf:
     shape: tuple[int, ...]
     pool: int | None = None
     keep: bool = True
+    dtype: str = "float32"
 
 
 @dataclass
@@ -340,7 +357,8 @@ class FusedKernel:
     Attributes:
         index: position in :attr:`FusionPlan.kernels`.
         name: the launcher's name (``k0_softmax``).
-        kind: ``"elementwise"`` (grid-stride loop) or ``"reduction"`` (rows/columns).
+        kind: ``"elementwise"`` (grid-stride loop), ``"reduction"`` (rows/columns) or
+            ``"scan"`` (one scan along ``rows``, with elementwise members before and after).
         prims: member primitives, topological order.
         domain: traced shape of the domain (the full-domain tensors).
         rows: what the reductions reduce (None for elementwise).
@@ -592,6 +610,16 @@ class _Planner:
         self.prims.append(p)
         return PRef(p.id)
 
+    def dtype_of(self, r: Ref) -> str:
+        """The dtype name of what ``r`` reads (``"float32"``, or ``"bool"`` for a mask)."""
+        if isinstance(r, XRef):
+            kind, name = r.key
+            if kind == "attr":
+                return str((self.g.params.get(name) or {}).get("dtype") or "float32")
+            if kind == "node" and name in self.nodes:
+                return str(self.nodes[name].dtype or "float32")
+        return "float32"
+
     def shape_of(self, r: Ref) -> tuple[int, ...]:
         if isinstance(r, PRef):
             return self.prims[r.id].shape
@@ -610,12 +638,15 @@ class _Planner:
             return node.shape or ()
         return ()
 
-    def tensor(self, a: Any, n: GraphNode, what: str = "operand") -> Ref:
-        """A tensor operand as a Ref (raises when it is not a float32 tensor)."""
+    def tensor(self, a: Any, n: GraphNode, what: str = "operand", allow_bool: bool = False) -> Ref:
+        """A tensor operand as a Ref (raises when it is not a float32 tensor, or a bool one
+        where ``allow_bool``: an operand of arithmetic whose result is float32, PyTorch's
+        promotion reading it as 0.0/1.0, as the kernel does)."""
+        ok = ("float32", "bool") if allow_bool else ("float32",)
         if isinstance(a, dict) and "attr" in a:
             name = a["attr"]
             meta = self.g.params.get(name)
-            if meta is not None and meta.get("dtype") not in (None, "float32"):
+            if meta is not None and meta.get("dtype") not in (None, *ok):
                 raise self.refuse(n, f"{what} self.{name} is {meta.get('dtype')}; only float32 is supported")
             return XRef(("attr", name))
         if _is_node(a):
@@ -626,8 +657,9 @@ class _Planner:
                                      "operand of elementwise arithmetic can be one")
             if src.kind != "tensor" or v is None or (isinstance(v, tuple) and v[0] == "py"):
                 raise self.refuse(n, f"{what} '{src.name}' is not a tensor")
-            if src.dtype != "float32":
-                raise self.refuse(n, f"{what} '{src.name}' is {src.dtype}; only float32 is supported")
+            if src.dtype not in ok:
+                raise self.refuse(n, f"{what} '{src.name}' is {src.dtype}; only float32 is supported"
+                                     + (" (and bool in arithmetic)" if src.dtype == "bool" else ""))
             return v
         raise self.refuse(n, f"{what} {a!r} is not a tensor")
 
@@ -642,7 +674,7 @@ class _Planner:
                 return CRef(var=src.name)
             if isinstance(self.values.get(src.name), CRef):  # a 0-d tensor of a number
                 return self.values[src.name]
-        return self.tensor(a, n)
+        return self.tensor(a, n, allow_bool=n.dtype == "float32")
 
     def scalar(self, a: Any, n: GraphNode, what: str) -> CRef:
         num = _number(a)
@@ -948,7 +980,7 @@ class _Planner:
                 pass
             else:
                 raise self.refuse(n, f"it returns a {n.kind} value the built-in policy cannot handle")
-        if n.kind == "tensor" and n.dtype != "float32":
+        if n.kind == "tensor" and n.dtype != "float32" and not self.index_result(n):
             raise self.refuse(n, f"its result is {n.dtype}; only float32 is supported")
         if t in LIBRARY_TARGETS:
             return self.library(n)
@@ -965,6 +997,12 @@ class _Planner:
             self.units[n.name] = "view"
             self.values[n.name] = XRef(("node", n.name))
             return
+        if t in ("cumsum", "cumprod"):
+            self.values[n.name] = self.scan(n)
+            self.units[n.name] = "fused"
+            return
+        if t == "flip":
+            return self.flip(n)
         if t in POOL_TARGETS or t in ADAPTIVE_POOL_TARGETS:
             self.values[n.name] = self.pool(n)
             self.units[n.name] = "fused"
@@ -1044,12 +1082,88 @@ class _Planner:
             "hardtanh", "relu6", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "batch_norm",
         ))
 
+    # -- scans ------------------------------------------------------------------------
+
+    def _flip_dim(self, n: GraphNode) -> int | None:
+        """The one dim ``n`` (a ``flip``) reverses, normalised; None when it is several."""
+        a = _bind(n)
+        v = self.literal(a.get("dims"))
+        ds = v if isinstance(v, list) else [v]
+        src = a.get("input")
+        rank = len(self.nodes[src["node"]].shape or ()) if _is_node(src) else 0
+        if len(ds) != 1 or not isinstance(ds[0], int) or rank == 0:
+            return None
+        return ds[0] + rank if ds[0] < 0 else ds[0]
+
+    def _only_user(self, name: str) -> GraphNode | None:
+        users = self.users.get(name, [])
+        if len(users) != 1 or name in self.output_names:
+            return None
+        return self.nodes[users[0]]
+
+    def flip(self, n: GraphNode) -> None:
+        """``flip`` only around a scan: ``x.flip(d).cumsum(d).flip(d)`` is a reverse scan
+        (KernelBench's cumsum_reverse).  The inner flip stands for its input, read from the
+        row's end; the outer one is the scan's result."""
+        d = self._flip_dim(n)
+        src = _bind(n).get("input")
+        inner = self.values.get(src["node"]) if _is_node(src) else None
+        if isinstance(inner, PRef) and self.prims[inner.id].is_scan and self.prims[inner.id].params.get("reverse"):
+            if d == self.prims[inner.id].rows.start:  # type: ignore[union-attr]
+                self.units[n.name] = "alias"
+                self.values[n.name] = inner
+                return
+        scan = self._only_user(n.name)
+        outer = self._only_user(scan.name) if scan is not None and scan.target in ("cumsum", "cumprod") else None
+        if d is not None and scan is not None and outer is not None and outer.target == "flip" \
+                and self._flip_dim(outer) == d:
+            self.units[n.name] = "tuple"
+            self.values[n.name] = ("flip", self.tensor(src, n), d)
+            return
+        raise self.refuse(n, "flip is supported only as x.flip(d).cumsum(d).flip(d) (a reverse scan), "
+                             "each used once")
+
+    def scan(self, n: GraphNode) -> PRef:
+        """``cumsum``/``cumprod`` along one dim: a ``scan_sum``/``scan_prod`` primitive,
+        reversed when its input is the inner flip of a reverse scan."""
+        a = _bind(n)
+        dtype = a.get("dtype")
+        if isinstance(dtype, dict) and dtype.get("dtype") not in (None, "float32"):
+            raise self.refuse(n, f"dtype={dtype.get('dtype')}")
+        src = a.get("input")
+        inner = self.values.get(src["node"]) if _is_node(src) else None
+        reverse = isinstance(inner, tuple) and inner[0] == "flip"
+        x = inner[1] if reverse else self.tensor(src, n)  # type: ignore[index]
+        shape = tuple(self.shape_of(x))
+        if not shape:
+            raise self.refuse(n, f"{n.target} of a 0-d tensor")
+        d = self.literal(a.get("dim"))
+        if not isinstance(d, int):
+            raise self.refuse(n, f"{n.target} needs one int dim")
+        start, stop = self.dims(d, len(shape), n)
+        if reverse and start != inner[2]:  # type: ignore[index]
+            raise self.refuse(n, "a flip on another dim than the scan's")
+        op = "scan_sum" if n.target == "cumsum" else "scan_prod"
+        label = n.target + (" reverse" if reverse else "")
+        return self.add(op, [x], shape, n, label, rows=RowSpec("dims", start, stop), in_shape=shape,
+                        params={"reverse": bool(reverse)})
+
     # -- getitem / max with indices ---------------------------------------------------
 
     def max_with_indices(self, n: GraphNode) -> None:
         # torch.max(x, dim) -> (values, indices): only values may be used (getitem 0).
         self.units[n.name] = "tuple"
         self.values[n.name] = ("maxdim", n.name)
+
+    def index_result(self, n: GraphNode) -> bool:
+        """Whether ``n`` gives int64 indices the plan computes: ``argmax``/``argmin``, or the
+        indices of ``torch.max/min(x, dim)`` (``[1]``, ``.indices``).  Nothing fused may read
+        them (an operand must be float32): they are written out as int64."""
+        if n.dtype != "int64":
+            return False
+        if n.target in ("argmax", "argmin"):
+            return True
+        return n.target in ("getitem", "getattr") and self.maxdim_source(n) is not None
 
     def maxdim_source(self, n: GraphNode) -> str | None:
         """The ``torch.max/min(x, dim)`` node whose result tuple ``n`` reads, or None."""
@@ -1064,15 +1178,18 @@ class _Planner:
         if src_name is not None:
             idx = idx if idx is not None else (n.args[1] if len(n.args) > 1 else None)
             src = self.nodes[src_name]
-            if idx != 0:
-                raise self.refuse(n, f"the indices of {src.target}(dim) are not supported (only the values)")
+            if idx not in (0, 1):
+                raise self.refuse(n, f"element {idx!r} of {src.target}(dim)")
             a = _bind(src)
             x = self.tensor(a.get("input"), src)
             rank = len(self.shape_of(x))
             start, stop = self.dims(a.get("dim"), rank, src)
             keep = bool(self.literal(a.get("keepdim", False)))
-            op = "red_max" if src.target == "max" else "red_min"
-            self.values[n.name] = self.reduce(op, x, start, stop, keep, src, src.target)
+            if idx == 1:  # the indices: argmax/argmin over the dim
+                op, label = ("red_argmax", "max indices") if src.target == "max" else ("red_argmin", "min indices")
+            else:
+                op, label = ("red_max" if src.target == "max" else "red_min"), src.target
+            self.values[n.name] = self.reduce(op, x, start, stop, keep, src, label)
             self.units[n.name] = "fused"
             return
         self.units[n.name] = "view"
@@ -1254,6 +1371,14 @@ class _Planner:
             raise self.refuse(n, f"dtype={dtype.get('dtype')}")
         keep = bool(self.literal(a.get("keepdim", False)))
         out_shape = n.shape or ()
+        if t in ("argmax", "argmin"):
+            # The index along dim of the first largest (smallest) element, NaN counting as the
+            # largest (smallest), as PyTorch; dim=None: the index into the flattened tensor.
+            d = self.literal(a.get("dim"))
+            start, stop = self.dims(d, rank, n)
+            if d is not None and stop - start != 1:
+                raise self.refuse(n, f"{t} over several dims")
+            return self.reduce("red_" + t, x, start, stop, keep, n, t)
         if t in ("sum", "mean", "amax", "amin", "max", "min"):
             if t in ("max", "min") and a.get("other") is not None:
                 return self._binary("maximum" if t == "max" else "minimum", x, self.operand(a["other"], n), out_shape, n,
@@ -1417,6 +1542,7 @@ class _Group:
     rows: RowSpec | None = None
     members: list[int] = field(default_factory=list)
     dom: dict[int, str] = field(default_factory=dict)  # prim id -> "full" | "reduced"
+    scan: bool = False  # holds a scan: elementwise members only, besides it
 
     def reduced_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """(keepdim form, squeezed form) of the reduced domain."""
@@ -1524,6 +1650,7 @@ class _Grouper:
             self.group_of[pid] = keep.gid
         if keep.rows is None:
             keep.rows = other.rows
+        keep.scan = keep.scan or other.scan
         keep.members.sort()
         del self.groups[other.gid]
 
@@ -1531,8 +1658,26 @@ class _Grouper:
         for p in self.prims:
             if p.is_reduction:
                 self.place_reduction(p)
+            elif p.is_scan:
+                self.place_scan(p)
             else:
                 self.place_elementwise(p)
+
+    def place_scan(self, p: Prim) -> None:
+        """A scan joins its input's group when that is elementwise over the same shape (its
+        prologue: ``cumsum(x * mask)``), else starts a group; one scan per group."""
+        x = p.ins[0]
+        if isinstance(x, PRef) and x.id in self.group_of:
+            g = self.groups[self.group_of[x.id]]
+            if (g.rows is None and g.domain == tuple(p.shape) and g.dom.get(x.id) == "full"
+                    and not any(self.prims[m].op == "pool" for m in g.members)
+                    and self.legal(g.members + [p.id])):
+                g.rows, g.scan = p.rows, True
+                self.put(g, p.id, "full")
+                return
+        g = self.new_group(p.shape, p.rows)
+        g.scan = True
+        self.put(g, p.id, "full")
 
     def place_reduction(self, p: Prim) -> None:
         x = p.ins[0]
@@ -1540,7 +1685,8 @@ class _Grouper:
         if isinstance(x, PRef) and x.id in self.group_of:
             g = self.groups[self.group_of[x.id]]
             if (
-                g.dom.get(x.id) == "full"
+                not g.scan
+                and g.dom.get(x.id) == "full"
                 and g.domain == S
                 and (g.rows is None or g.rows == p.rows)
                 and self.legal(g.members + [p.id])
@@ -1551,7 +1697,7 @@ class _Grouper:
                 return
         # A sibling: a group reducing the same tensor the same way (x.max(-1), x.sum(-1)).
         for g in list(self.groups.values()):
-            if g.domain != S or g.rows != p.rows:
+            if g.domain != S or g.rows != p.rows or g.scan:
                 continue
             same = any(
                 self.prims[m].is_reduction and self.prims[m].ins[0] == x for m in g.members
@@ -1611,6 +1757,9 @@ class _Grouper:
                 for g in fits:
                     if g is base:
                         continue
+                    if (g.scan or base.scan) and (g.scan == base.scan or (g if base.scan else base).rows is not None
+                                                  or any(self.prims[m].op == "pool" for m in g.members + base.members)):
+                        continue  # a scan's kernel takes elementwise members only, and one scan
                     rows = [c.rows for c in chosen if c.rows is not None]
                     if g.domain == base.domain and (g.rows is None or all(r == g.rows for r in rows)):
                         chosen.append(g)
@@ -1815,7 +1964,7 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
                 if not keep:  # an operand of a reduced value without its reduced dims
                     target = tuple(p.shape)
                 full = r.at is None and tuple(shape) == tuple(target)
-                leaves.append(Leaf(r, dom, full, tuple(shape), keep=keep))
+                leaves.append(Leaf(r, dom, full, tuple(shape), keep=keep, dtype=pl.dtype_of(r)))
             elif isinstance(r, CRef) and r not in consts:
                 consts.append(r)
     nodes: list[str] = []
@@ -1830,9 +1979,9 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
             t = pl.nodes[name].target
             if t not in after:
                 after.append(t)
-    kind = "reduction" if g.rows is not None else "elementwise"
+    kind = "scan" if g.scan else "reduction" if g.rows is not None else "elementwise"
     first = labels[-1] if labels else "fused"
-    main = next((p.label for p in prims if p.is_reduction), first)
+    main = next((p.label for p in prims if p.is_reduction or p.is_scan), first)
     cname = "".join(ch if ch.isalnum() else "_" for ch in main.split(" ")[0].split("(")[0])
     return FusedKernel(
         index=index,

@@ -191,8 +191,9 @@ class _EmuLib:
         for p in sig.params:
             v = a[p.name]
             if p.pointer:
-                if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or not v.is_contiguous():
-                    raise TypeError(f"{name}: {p.name} must be a contiguous float32 tensor")
+                want = getattr(torch, p.dtype or "float32")
+                if not isinstance(v, torch.Tensor) or v.dtype != want or not v.is_contiguous():
+                    raise TypeError(f"{name}: {p.name} must be a contiguous {p.dtype} tensor")
             elif isinstance(v, torch.Tensor):
                 raise TypeError(f"{name}: {p.name} must be a number")
         chan = k["rows"] == "channels"  # rows: channels of [N, C, S]; R = N * S, inner = S
@@ -255,11 +256,20 @@ class _EmuLib:
                 x = rows_of(operand(p["ins"][0], "full"))
                 if p["op"] == "red_sum":
                     v = x.sum(dim=1)
+                elif p["op"] in ("red_argmax", "red_argmin"):  # first max/min, NaN first: as torch
+                    v = x.argmax(dim=1) if p["op"] == "red_argmax" else x.argmin(dim=1)
                 elif p["op"] == "red_max":
                     v = x.amax(dim=1) if R else torch.full((nred,), -float("inf"))
                 else:
                     v = x.amin(dim=1) if R else torch.full((nred,), float("inf"))
                 vals[p["id"]] = v.reshape(-1)
+                continue
+            if p["op"] in ("scan_sum", "scan_prod"):  # along the row: [rows, R, columns]
+                x = rows_of(operand(p["ins"][0], "full"))
+                rev = bool((p.get("params") or {}).get("reverse"))
+                x = x.flip(1) if rev else x
+                v = x.cumsum(1) if p["op"] == "scan_sum" else x.cumprod(1)
+                vals[p["id"]] = (v.flip(1) if rev else v).reshape(-1)
                 continue
             if p["op"] == "pool":
                 i = pool_leaf[p["id"]]
