@@ -1518,6 +1518,70 @@ def test_flip_outside_a_reverse_scan_is_refused(expr: str, words: str, tmp_path:
         pol.close()
 
 
+_WHOLE = {
+    # name: (forward expression, kernels); [batch_size, 5000] takes the many-block kernel
+    # (R >= 16 x block), the alternative shapes too
+    "mse_mean": ("F.mse_loss(x, y)", 1),
+    "huber_mean": ("F.smooth_l1_loss(x, y)", 1),
+    "frobenius_normalize": ("x / torch.norm(x, p='fro')", 2),
+    "sum_max_mean": ("(x.sum() + y.amax() * 2.0, x - x.mean())", 2),
+    "softmax_of_everything": ("torch.softmax(x.flatten(), dim=0)", 3),
+}
+
+
+def _whole_source(name: str) -> str:
+    expr, _ = _WHOLE[name]
+    return f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        class Model(nn.Module):
+            def forward(self, x, y):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(batch_size, 5000), torch.randn(batch_size, 5000)]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_WHOLE))
+def test_whole_tensor_reductions(name: str, tmp_path: Path) -> None:
+    """A reduction of the whole tensor ends its kernel: what reads its value per element
+    is the next kernel, so that the reduction's own kernel can spread its one row over the
+    whole grid (``_whole``: block partials, the last block combines them).  In one block,
+    KernelBench level 1's MSELoss, HuberLoss and FrobeniusNorm ran 0.016-0.053x eager."""
+    path = _write_problem(tmp_path, name, _whole_source(name))
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        plan = pol.plan(p)
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    assert len(plan.kernels) == _WHOLE[name][1], plan.describe()
+    assert "_whole<" in props[0].files["kernel.cu"]
+    for t, prop in enumerate(props):
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
+        assert r["ok"], (t, r)
+
+
+def test_whole_tensor_kernel_compiles(nvcc_path: str, tmp_path: Path) -> None:
+    path = _write_problem(tmp_path, "whole_build", _whole_source("sum_max_mean"))
+    pol = BuiltinTorchPolicy()
+    try:
+        text = pol.propose(load_torch_problem(path), len(VARIANTS) - 1).files["kernel.cu"]
+    finally:
+        pol.close()
+    assert "cp_last_block(&" in text and "cp_combine_parts<1>" in text
+    src = tmp_path / "kernel.cu"
+    src.write_text(text)
+    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
 #: Every operator problem above, by family: name -> its source (the GPU tests run them on
 #: CUDA, every variant).
 OPERATOR_PROBLEMS: dict[str, str] = {
@@ -1530,6 +1594,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"arg_{n}": _arg_source(n) for n in _ARG_REDUCTIONS},
     **{f"scan_{n}": _scan_source(n) for n in _SCANS},
     **{f"mask_{n}": _mask_source(n) for n in _MASKS},
+    **{f"whole_{n}": _whole_source(n) for n in _WHOLE},
 }
 
 

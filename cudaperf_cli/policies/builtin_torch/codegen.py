@@ -152,6 +152,26 @@ template <int OP> __device__ __forceinline__ float cp_col_reduce(float v, float 
     for (int k = 0; k < ny; ++k) r = cp_comb<OP>(r, sm[k * 32 + tx]);
     return r;
 }
+/* A whole-tensor reduction over many blocks: each block writes its partial, and the last
+ * block to finish (counted with an atomic after a fence: threadFenceReduction) combines
+ * them, computes what follows from the reduced values and resets the counter. */
+#define CP_SPLIT_MAX 2048
+__device__ __forceinline__ bool cp_last_block(unsigned int *done) {
+    __shared__ bool last;
+    __threadfence(); /* this block's partials are visible before it is counted */
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    return last;
+}
+template <int OP> __device__ __forceinline__ float cp_combine_parts(const float *p, int n, float *sm) {
+    double acc = OP == 0 ? 0.0 : (double)cp_ident<OP>();
+    for (int b = threadIdx.x; b < n; b += blockDim.x) {
+        const float v = __ldcg(p + b); /* written by other blocks: past L1 */
+        acc = OP == 0 ? acc + (double)v : (double)cp_comb<OP>((float)acc, v);
+    }
+    return cp_block_reduce<OP>((float)acc, sm);
+}
 /* argmax (MAX) / argmin: (value, index) pairs.  (v, k) beats (bv, bk) when it is NaN and bv
  * is not, or both NaN and k is first; else when v is larger (smaller), or equal and k first:
  * PyTorch's first largest (smallest) element, NaN counting as the largest (smallest).  A
@@ -321,6 +341,12 @@ __device__ __forceinline__ float cp_pool(const float *__restrict__ x, IdxT i,
     return s / (float)cnt;
 }
 inline bool cp_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline int64_t cp_sms() {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+}
 inline unsigned cp_grid(int64_t blocks) {
     if (blocks < 1) return 1u;
     return blocks > 1048576 ? 1048576u : (unsigned)blocks;
@@ -379,12 +405,6 @@ template <typename K> inline bool cp_cluster_built(K *kern) {
     cudaFuncAttributes a;
     if (cudaFuncGetAttributes(&a, kern) != cudaSuccess) { cudaGetLastError(); return false; }
     return a.ptxVersion >= 90 && a.binaryVersion >= 90;
-}
-inline int64_t cp_sms() {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 1;
 }
 /* kern<<<grid * CP_CLUSTER, block, 0, stream>>>(args...) in clusters of CP_CLUSTER blocks. */
 template <typename... P, typename... A>
@@ -712,7 +732,7 @@ class _KernelWriter:
         reduced_ew = [p for p in k.prims
                       if not p.is_reduction and self.dom_of(p.id) == "reduced" and p.id in self.needed]
         loaded_red: set[int] = set()
-        guard = "valid && ty == 0" if kind == "col" else "tid == 0"
+        guard = "valid && ty == 0" if kind == "col" else "threadIdx.x == 0" if kind == "whole" else "tid == 0"
         for level in range(1, depth + 1):
             reds = reds_by_level.get(level, [])
             if not reds:
@@ -744,8 +764,19 @@ class _KernelWriter:
             arg = any(r.is_index for r in reds)
             if arg and kind not in ("row", "col"):
                 raise PolicyRefusal(f"argmax/argmin over {self.k.rows.describe() if self.k.rows else 'no rows'}")
-            lines += self.element_loop(prims, tails, tails, [], ind, kind, extra, pos=arg)
-            for r in reds:
+            lines += self.element_loop(prims, tails, tails, [], ind, "row" if kind == "whole" else kind, extra, pos=arg)
+            if kind == "whole":  # block partials, then the last block combines them
+                for j, r in enumerate(reds):
+                    op = _RED_OP[r.op]
+                    part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
+                    lines.append(f"{ind}const float q{r.id} = cp_block_reduce<{op}>({part}, sm);")
+                    lines.append(f"{ind}if (threadIdx.x == 0) {self.k.name}_part[{j} * CP_SPLIT_MAX + blockIdx.x] = q{r.id};")
+                lines.append(f"{ind}if (!cp_last_block(&{self.k.name}_done)) return;")
+                for j, r in enumerate(reds):
+                    op = _RED_OP[r.op]
+                    lines.append(f"{ind}const float r{r.id} = cp_combine_parts<{op}>({self.k.name}_part + {j} * CP_SPLIT_MAX, "
+                                 "(int)gridDim.x, sm);")
+            for r in reds if kind != "whole" else []:
                 if r.is_index:
                     mx = "true" if r.op == "red_argmax" else "false"
                     if kind == "col":
@@ -841,6 +872,37 @@ class _KernelWriter:
         ]
         lines += self.reduction_steps(kind, "        ")
         lines.append("    }")
+        lines.append("}")
+        return lines
+
+    def whole_ok(self) -> bool:
+        """Whether the kernel reduces the whole tensor in one level to reduced values only
+        (sums, maxima, minima): it then also gets a kernel over many blocks (``_whole``)."""
+        k = self.k
+        return (k.rows is not None and k.rows.kind == "dims" and k.rows.start == 0
+                and k.rows.stop == len(k.domain) and k.depth == 1
+                and all(self.dom_of(pid) == "reduced" for pid, _ in k.outputs)
+                and not any(p.is_index for p in k.prims) and not k.writes)
+
+    def whole_kernel(self) -> list[str]:
+        """The whole tensor as one row spread over the grid: thread ``tid`` of ``tpr`` (all
+        the grid's threads) walks the row; the last block writes the reduced outputs."""
+        v = self.v
+        nred = sum(1 for p in self.k.prims if p.is_reduction)
+        tmpl = "template <typename IdxT, bool VEC>" if v.vec else "template <typename IdxT>"
+        lines = [f"__device__ float {self.k.name}_part[{nred} * CP_SPLIT_MAX];",
+                 f"__device__ unsigned int {self.k.name}_done = 0u;"]
+        lines += self.kernel_head("whole", tmpl)
+        lines += [
+            "    __shared__ float sm[32];",
+            f"    const IdxT tpr = (IdxT)gridDim.x * {v.block};",
+            f"    const IdxT tid = (IdxT)blockIdx.x * {v.block} + threadIdx.x;",
+            "    const IdxT base = 0, ridx = 0;",
+            "    const float rl = (float)R;",
+            "    (void)rl; (void)inner; (void)outer; (void)base; (void)ridx;",
+        ]
+        lines += self.reduction_steps("whole", "    ")
+        lines.append(f"    if (threadIdx.x == 0) {self.k.name}_done = 0u; /* for the next launch */")
         lines.append("}")
         return lines
 
@@ -1115,8 +1177,24 @@ class _KernelWriter:
             lines += [
                 "    if (outer <= 0 || inner <= 0) return (int)cudaGetLastError();",
                 f"    const bool small = outer * R * inner < (1LL << 30){pooled_small('(outer * R * inner)')};",
-                "    if (inner == 1) {",
             ]
+            if self.whole_ok():  # one long row: over the whole grid, the last block finishing
+                lines += [
+                    f"    if (outer == 1 && inner == 1 && R >= {4 * 4 * v.block}) {{",
+                    f"        int64_t want = R / {4 * v.block};",
+                    f"        const int64_t fill = cp_sms() * {max(1, 2048 // v.block)};",
+                    "        if (want > fill) want = fill;",
+                    "        if (want > CP_SPLIT_MAX) want = CP_SPLIT_MAX;",
+                    "        const unsigned grid_s = (unsigned)want;",
+                ]
+                flags = [("IdxT", "small")]
+                if v.vec:
+                    lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
+                    flags.append(("VEC", "vec"))
+                lines += dispatch(f"{k.name}_whole", flags, {"": "grid_s"}, "        ")
+                lines.append("        return (int)cudaGetLastError();")
+                lines.append("    }")
+            lines.append("    if (inner == 1) {")
             lines += row_launch("(R % 4) == 0", "        ")
             lines.append("    } else {")
             lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
@@ -1141,6 +1219,8 @@ class _KernelWriter:
             body = self.row_kernel("chan")
         else:
             body = self.row_kernel() + [""] + self.col_kernel()
+            if self.whole_ok():
+                body += [""] + self.whole_kernel()
         return "\n".join(head + body + [""] + self.launcher()) + "\n"
 
 

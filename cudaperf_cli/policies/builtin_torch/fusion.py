@@ -1544,6 +1544,13 @@ class _Group:
     dom: dict[int, str] = field(default_factory=dict)  # prim id -> "full" | "reduced"
     scan: bool = False  # holds a scan: elementwise members only, besides it
 
+    @property
+    def whole(self) -> bool:
+        """Its rows are the whole tensor (``x.sum()``, ``mse_loss``): one row, which the
+        kernel spreads over many blocks; nothing per element may follow its reductions."""
+        return (self.rows is not None and self.rows.kind == "dims" and self.rows.start == 0
+                and self.rows.stop == len(self.domain) and not self.scan)
+
     def reduced_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """(keepdim form, squeezed form) of the reduced domain."""
         if self.rows is None:
@@ -1718,9 +1725,9 @@ class _Grouper:
                 if g.dom[r.id] == "full":
                     continue
                 q = self.prims[r.id]
-                if red is not None and (r.row or (len(q.shape) == len(T) and q.shape == red[0])):
+                if red is not None and (r.row or (len(q.shape) == len(T) and q.shape == red[0])) and not g.whole:
                     continue
-                ok = False
+                ok = False  # (a whole-tensor reduction's value is read by the next kernel)
             if ok:
                 return "full"
         red = g.reduced_shapes()
