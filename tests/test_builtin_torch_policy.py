@@ -1436,6 +1436,7 @@ _MASKS = {
     "masked_cumsum": ("torch.cumsum(x * mask, dim=1)", "batch_size, 1100", "batch_size, 1100"),
     "mask_broadcast_row": ("torch.relu(x) * mask + 1.0", "batch_size, 64", "64"),
     "mask_in_a_reduction_prologue": ("(x * mask).sum(dim=-1)", "batch_size, 300", "batch_size, 300"),
+    "mask_first": ("torch.cumsum(mask * x, dim=1)", "batch_size, 1100", "batch_size, 1100"),
 }
 
 
@@ -1507,6 +1508,8 @@ def test_scan_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None
     ("x.flip(1)", "flip is supported only"),
     ("torch.cumsum(x.flip(1), dim=1)", "flip is supported only"),
     ("torch.cumsum(x.flip(0), dim=1).flip(0)", "a flip on another dim than the scan"),
+    ("x.flip(1).cumsum(1).flip(1).flip(1)", "flip is supported only"),
+    ("x.flip(1).cumsum(1).flip(1).contiguous().flip(1)", "flip is supported only"),
 ])
 def test_flip_outside_a_reverse_scan_is_refused(expr: str, words: str, tmp_path: Path) -> None:
     body = _scan_source("cumsum_last").replace("torch.cumsum(x, dim=1)", expr)

@@ -154,7 +154,9 @@ template <int OP> __device__ __forceinline__ float cp_col_reduce(float v, float 
 }
 /* A whole-tensor reduction over many blocks: each block writes its partial, and the last
  * block to finish (counted with an atomic after a fence: threadFenceReduction) combines
- * them, computes what follows from the reduced values and resets the counter. */
+ * them, computes what follows from the reduced values and resets the counter.  The
+ * partials and the counter are static (per kernel and device): two launches of one kernel
+ * must not overlap (one stream, as the evaluation and the generated forward use). */
 #define CP_SPLIT_MAX 2048
 __device__ __forceinline__ bool cp_last_block(unsigned int *done) {
     __shared__ bool last;
@@ -1596,7 +1598,7 @@ class _ModelWriter:
                 shape = f"_cp_reduced({S}, {k.rows.start}, {k.rows.stop}, {keep})"
             else:
                 raise PolicyRefusal(f"internal error: kernel {k.name} writes per-group statistics")
-            dtype = "_cp_torch.int64" if p.is_index else f"{first}.dtype"
+            dtype = "_cp_torch.int64" if p.is_index else "_cp_torch.float32"  # (the first input may be a bool mask)
             lines.append(f"p{pid} = _cp_torch.empty({shape}, device={first}.device, dtype={dtype})")
             args.append(f"p{pid}")
         if k.rows is None:

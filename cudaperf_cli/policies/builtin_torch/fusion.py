@@ -1108,7 +1108,8 @@ class _Planner:
         d = self._flip_dim(n)
         src = _bind(n).get("input")
         inner = self.values.get(src["node"]) if _is_node(src) else None
-        if isinstance(inner, PRef) and self.prims[inner.id].is_scan and self.prims[inner.id].params.get("reverse"):
+        if (isinstance(inner, PRef) and self.prims[inner.id].is_scan and self.prims[inner.id].params.get("reverse")
+                and self.nodes[src["node"]].target in ("cumsum", "cumprod")):  # the scan node itself, not an alias of it
             if d == self.prims[inner.id].rows.start:  # type: ignore[union-attr]
                 self.units[n.name] = "alias"
                 self.values[n.name] = inner
