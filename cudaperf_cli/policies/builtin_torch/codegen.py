@@ -1002,16 +1002,18 @@ class _KernelWriter:
             out += [f"{ind}    }}", f"{ind}}}"]
             return out
 
-        def both(leaves: set[int], inner: list[str], vec_tail: Sequence[str] = (), vec_head: Sequence[str] = (),
-                 scalar_tail: Sequence[str] = ()) -> list[str]:
+        def both(leaves: set[int], inner: list[str], vec_head: Sequence[str] = (), vec_tail: Sequence[str] = (),
+                 vec_after: Sequence[str] = (), scalar_tail: Sequence[str] = ()) -> list[str]:
             """The float4 path (VEC; R % 4 == 0: a thread's 4 elements are all in the row,
-            or none) and the scalar one."""
+            or none) and the scalar one.  ``inner`` runs per element in both; ``vec_head``
+            before the float4 loop, ``vec_tail`` per element in it, ``vec_after`` after it;
+            ``scalar_tail`` per element of the scalar loop."""
             if not v.vec:
                 return scalar_block(leaves, list(inner) + list(scalar_tail), ind)
             return ([f"{ind}if constexpr (VEC) {{", f"{ind}    if (p0 < R) {{"]
                     + [f"{ind}        {x}" for x in vec_head]
-                    + vec_block(leaves, list(inner) + [x for x in vec_tail if "cp_store4" not in x], ind + "        ")
-                    + [f"{ind}        {x}" for x in vec_tail if "cp_store4" in x]
+                    + vec_block(leaves, list(inner) + list(vec_tail), ind + "        ")
+                    + [f"{ind}        {x}" for x in vec_after]
                     + [f"{ind}    }}", f"{ind}}} else {{"]
                     + scalar_block(leaves, list(inner) + list(scalar_tail), ind + "    ")
                     + [f"{ind}}}"])
@@ -1028,8 +1030,8 @@ class _KernelWriter:
         ]
         lines += both(post_leaves, store_body,
                       vec_head=[f"float w{j}[4];" for j, _ in outs],
-                      vec_tail=[f"w{j}[{'3 - l' if rev else 'l'}] = t{pid};" for j, pid in outs]
-                      + [f"cp_store4(O{j}, (int64_t)q0, w{j});" for j, _ in outs],
+                      vec_tail=[f"w{j}[{'3 - l' if rev else 'l'}] = t{pid};" for j, pid in outs],
+                      vec_after=[f"cp_store4(O{j}, (int64_t)q0, w{j});" for j, _ in outs],
                       scalar_tail=[f"O{j}[i] = t{pid};" for j, pid in outs])
         lines += [
             f"{ind}carry = {'carry * total' if prod == 'true' else 'carry + (double)total'};",
