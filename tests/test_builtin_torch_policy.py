@@ -606,6 +606,41 @@ def _check_emulated(path: Path, p: TorchProblem, plan: Any, files: dict[str, str
     return check_candidate(path, folder / "model.py", _configs(p), emulate=True, kernels=plan.kernels)
 
 
+def _plan_and_variants(path: Path) -> tuple[TorchProblem, Any, list[Any]]:
+    """The problem at ``path``, its plan and every variant's proposal (turn order)."""
+    p = load_torch_problem(path)
+    pol = BuiltinTorchPolicy()
+    try:
+        return p, pol.plan(p), [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+
+
+def _assert_variants_match_model(path: Path, p: TorchProblem, plan: Any, props: list[Any], tmp_path: Path) -> None:
+    """Every variant's candidate, kernels emulated, against ``Model`` at both shapes."""
+    for t, prop in enumerate(props):
+        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
+        assert r["ok"], (t, r)
+
+
+def _kernel_cu(path: Path, turn: int) -> str:
+    """``kernel.cu`` of the problem at ``path`` for variant ``turn``."""
+    pol = BuiltinTorchPolicy()
+    try:
+        return pol.propose(load_torch_problem(path), turn).files["kernel.cu"]
+    finally:
+        pol.close()
+
+
+def _assert_builds_without_warning(text: str, nvcc_path: str, tmp_path: Path, arch: str = "sm_90") -> None:
+    """``text`` as ``kernel.cu`` through ``nvcc -arch=<arch> -shared``: no error, no warning."""
+    src = tmp_path / "kernel.cu"
+    src.write_text(text)
+    proc = subprocess.run([nvcc_path, f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
 def test_emulated_candidates_match_model_at_both_shapes(candidates: dict[tuple[str, int], Path], policy: BuiltinTorchPolicy, problems: dict[str, TorchProblem]) -> None:
     def run(name: str) -> tuple[str, dict[str, Any]]:
         p = problems[name]
@@ -1333,18 +1368,10 @@ def test_argmax_and_argmin(name: str, tmp_path: Path) -> None:
     dim (column kernels) or every dim (the flattened index); ties give the first index, as
     PyTorch (KernelBench level 1's 51_Argmax and 52_Argmin were refused)."""
     path = _write_problem(tmp_path, name, _arg_source(name))
-    p = load_torch_problem(path)
-    pol = BuiltinTorchPolicy()
-    try:
-        plan = pol.plan(p)
-        assert any("arg" in op or "indices" in op for op in plan.fused_ops()), plan.fused_ops()
-        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
-    finally:
-        pol.close()
-    for t, prop in enumerate(props, 1):
-        assert "int64_t *O" in prop.files["kernel.cu"]
-        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
-        assert r["ok"], (t, r)
+    p, plan, props = _plan_and_variants(path)
+    assert any("arg" in op or "indices" in op for op in plan.fused_ops()), plan.fused_ops()
+    assert all("int64_t *O" in prop.files["kernel.cu"] for prop in props)
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 
 @pytest.mark.parametrize("turn", [0, len(VARIANTS) - 1])
@@ -1352,17 +1379,9 @@ def test_arg_reduction_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path
     """The (value, index) reductions build without a warning: the row kernel (block and
     warp rows, scalar and float4 loops) and the column kernel of each variant."""
     path = _write_problem(tmp_path, "arg_build", _arg_source("max_values_and_indices"))
-    pol = BuiltinTorchPolicy()
-    try:
-        text = pol.propose(load_torch_problem(path), turn).files["kernel.cu"]
-    finally:
-        pol.close()
+    text = _kernel_cu(path, turn)
     assert "cp_block_argreduce<true>" in text and "cp_col_argreduce<true>" in text
-    src = tmp_path / "kernel.cu"
-    src.write_text(text)
-    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+    _assert_builds_without_warning(text, nvcc_path, tmp_path)
 
 
 def test_arithmetic_on_indices_is_refused(tmp_path: Path) -> None:
@@ -1418,17 +1437,9 @@ def test_scans(name: str, tmp_path: Path) -> None:
     dim (a thread per column), reversed as ``x.flip(d).cumsum(d).flip(d)``, with the
     elementwise ops before and after fused (KernelBench level 1's 89-91 were refused)."""
     path = _write_problem(tmp_path, name, _scan_source(name))
-    p = load_torch_problem(path)
-    pol = BuiltinTorchPolicy()
-    try:
-        plan = pol.plan(p)
-        assert [k.kind for k in plan.kernels] == ["scan"], plan.describe()
-        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
-    finally:
-        pol.close()
-    for t, prop in enumerate(props):
-        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
-        assert r["ok"], (t, r)
+    p, plan, props = _plan_and_variants(path)
+    assert [k.kind for k in plan.kernels] == ["scan"], plan.describe()
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 
 _MASKS = {
@@ -1462,18 +1473,10 @@ def test_bool_masks_in_arithmetic(name: str, tmp_path: Path) -> None:
     bytes (``const bool *``; four at a time on the float4 path), not converted by PyTorch
     first (KernelBench level 1's 93_masked_cumsum was refused)."""
     path = _write_problem(tmp_path, name, _mask_source(name))
-    p = load_torch_problem(path)
-    pol = BuiltinTorchPolicy()
-    try:
-        plan = pol.plan(p)
-        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
-    finally:
-        pol.close()
+    p, plan, props = _plan_and_variants(path)
     assert len(plan.kernels) == 1 and [l.dtype for l in plan.kernels[0].leaves].count("bool") == 1
-    for t, prop in enumerate(props):
-        assert "const bool *L" in prop.files["kernel.cu"]
-        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
-        assert r["ok"], (t, r)
+    assert all("const bool *L" in prop.files["kernel.cu"] for prop in props)
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 
 def test_a_bool_result_is_still_refused(tmp_path: Path) -> None:
@@ -1491,17 +1494,9 @@ def test_scan_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None
     """Both scan kernels (rows: scalar and float4; columns), with a bool mask's loads,
     build without a warning."""
     path = _write_problem(tmp_path, "scan_build", _mask_source("masked_cumsum"))
-    pol = BuiltinTorchPolicy()
-    try:
-        text = pol.propose(load_torch_problem(path), turn).files["kernel.cu"]
-    finally:
-        pol.close()
+    text = _kernel_cu(path, turn)
     assert "cp_block_exscan<false>" in text and "_scol<" in text
-    src = tmp_path / "kernel.cu"
-    src.write_text(text)
-    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+    _assert_builds_without_warning(text, nvcc_path, tmp_path)
 
 
 @pytest.mark.parametrize("expr, words", [
@@ -1556,33 +1551,17 @@ def test_whole_tensor_reductions(name: str, tmp_path: Path) -> None:
     whole grid (``_whole``: block partials, the last block combines them).  In one block,
     KernelBench level 1's MSELoss, HuberLoss and FrobeniusNorm ran 0.016-0.053x eager."""
     path = _write_problem(tmp_path, name, _whole_source(name))
-    p = load_torch_problem(path)
-    pol = BuiltinTorchPolicy()
-    try:
-        plan = pol.plan(p)
-        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
-    finally:
-        pol.close()
+    p, plan, props = _plan_and_variants(path)
     assert len(plan.kernels) == _WHOLE[name][1], plan.describe()
     assert "_whole<" in props[0].files["kernel.cu"]
-    for t, prop in enumerate(props):
-        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
-        assert r["ok"], (t, r)
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 
 def test_whole_tensor_kernel_compiles(nvcc_path: str, tmp_path: Path) -> None:
     path = _write_problem(tmp_path, "whole_build", _whole_source("sum_max_mean"))
-    pol = BuiltinTorchPolicy()
-    try:
-        text = pol.propose(load_torch_problem(path), len(VARIANTS) - 1).files["kernel.cu"]
-    finally:
-        pol.close()
+    text = _kernel_cu(path, len(VARIANTS) - 1)
     assert "cp_last_block(&" in text and "cp_combine_parts<1>" in text
-    src = tmp_path / "kernel.cu"
-    src.write_text(text)
-    proc = subprocess.run([nvcc_path, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+    _assert_builds_without_warning(text, nvcc_path, tmp_path)
 
 
 #: Every operator problem above, by family: name -> its source (the GPU tests run them on
@@ -1696,11 +1675,7 @@ def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
     if cxx is None:
         pytest.skip("no C++ compiler")
     path = _write_problem(tmp_path, "bn_rows", _bn_train_source("module_2d_then_tanh"))
-    pol = BuiltinTorchPolicy()
-    try:
-        text = pol.propose(load_torch_problem(path), 1).files["kernel.cu"]  # block256_vec4
-    finally:
-        pol.close()
+    text = _kernel_cu(path, 1)  # block256_vec4
     step = re.search(r"template <typename IdxT>\n__device__ __forceinline__ void cp_chan_step\(.*?\n}\n", text, re.S)
     scalar = re.search(r"( *const IdxT dn = tpr / inner.*?\n *const IdxT i = [^\n]*\n)", text, re.S)
     vec = re.search(r"( *const IdxT R4 = R >> 2;\n *const IdxT dn = \(tpr << 2\).*?\n *const IdxT i0 = [^\n]*\n)", text, re.S)
@@ -1718,17 +1693,9 @@ def test_channel_cluster_kernel_compiles(arch: str, nvcc_path: str, tmp_path: Pa
     """Batch norm in training mode (the cluster launch, ``cp_cluster_reduce``) builds without
     a warning for sm_90 and for an architecture without clusters (its ``__trap`` branch)."""
     path = _write_problem(tmp_path, "bn_build", _bn_train_source("module_2d_then_tanh"))
-    pol = BuiltinTorchPolicy()
-    try:
-        text = pol.propose(load_torch_problem(path), len(VARIANTS) - 1).files["kernel.cu"]
-    finally:
-        pol.close()
+    text = _kernel_cu(path, len(VARIANTS) - 1)
     assert "cp_launch_cluster(" in text and "static const bool built = cp_cluster_built(" in text
-    src = tmp_path / "kernel.cu"
-    src.write_text(text)
-    proc = subprocess.run([nvcc_path, f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+    _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
 
 
 _NUMBER_TENSORS = {
@@ -1834,13 +1801,5 @@ def test_operands_after_a_reduction_broadcast_like_pytorch(name: str, tmp_path: 
         def get_init_inputs():
             return [c]
     """)
-    p = load_torch_problem(path)
-    pol = BuiltinTorchPolicy()
-    try:
-        plan = pol.plan(p)
-        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
-    finally:
-        pol.close()
-    for t, prop in enumerate(props):
-        r = _check_emulated(path, p, plan, prop.files, tmp_path / f"cand{t}")
-        assert r["ok"], (t, r)
+    p, plan, props = _plan_and_variants(path)
+    _assert_variants_match_model(path, p, plan, props, tmp_path)

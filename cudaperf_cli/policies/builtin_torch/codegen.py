@@ -1106,6 +1106,16 @@ class _KernelWriter:
 
         aligned = " && ".join(f"cp_aligned16({p})" for p in ptrs) or "true"
 
+        def flat_launch(kern: str, grid: str, vec_cond: str, ind: str) -> list[str]:
+            """``kern`` on one grid: 32-bit indices where ``small``; on the float4 variants
+            the float4 path where ``vec_cond`` holds and every pointer is aligned."""
+            out: list[str] = []
+            flags = [("IdxT", "small")]
+            if v.vec:
+                out.append(f"{ind}const bool vec = {vec_cond} && {aligned};")
+                flags.append(("VEC", "vec"))
+            return out + dispatch(kern, flags, {"": grid}, ind)
+
         def pooled_small(total: str) -> str:
             """32-bit indices also need each pooled input below 2^30 elements."""
             return "".join(
@@ -1149,11 +1159,7 @@ class _KernelWriter:
                 "    if (inner == 1) {",
                 "        const unsigned grid_r = cp_grid(outer);",
             ]
-            flags = [("IdxT", "small")]
-            if v.vec:
-                lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
-                flags.append(("VEC", "vec"))
-            lines += dispatch(f"{k.name}_scan", flags, {"": "grid_r"}, "        ")
+            lines += flat_launch(f"{k.name}_scan", "grid_r", "(R % 4) == 0", "        ")
             lines.append("    } else {")
             lines.append(f"        const unsigned grid_c = cp_grid((outer * inner + {v.block - 1}) / {v.block});")
             lines += dispatch(f"{k.name}_scol", [("IdxT", "small")], {"": "grid_c"}, "        ")
@@ -1191,11 +1197,7 @@ class _KernelWriter:
                     "        if (want > CP_SPLIT_MAX) want = CP_SPLIT_MAX;",
                     "        const unsigned grid_s = (unsigned)want;",
                 ]
-                flags = [("IdxT", "small")]
-                if v.vec:
-                    lines.append(f"        const bool vec = (R % 4) == 0 && {aligned};")
-                    flags.append(("VEC", "vec"))
-                lines += dispatch(f"{k.name}_whole", flags, {"": "grid_s"}, "        ")
+                lines += flat_launch(f"{k.name}_whole", "grid_s", "(R % 4) == 0", "        ")
                 lines.append("        return (int)cudaGetLastError();")
                 lines.append("    }")
             lines.append("    if (inner == 1) {")
