@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from cudaperf_cli.build import (
     parse_ptxas_report,
 )
 from cudaperf_cli.build import nvcc as nvcc_mod
+from cudaperf_cli.build.host_code import syscall_bytes
 from cudaperf_cli.core import ToolchainError
 
 # Real nvcc 13.0 output, ``-gencode`` for sm_80 and sm_90 (sm_80 still reports cmem[0]).
@@ -463,6 +465,29 @@ def test_an_honest_launcher_passes_the_host_code_check(nvcc_path: str, tmp_path:
            "  k<<<(n + 255) / 256, 256>>>(y, n);\n  return (int)cudaGetLastError();\n}\n")
     r = build_candidate(src, cache_root=tmp_path / "cache")
     assert r.ok and r.status == "ok", r.errors
+
+
+def test_system_call_bytes_inside_a_jump_are_moved_by_another_layout(nvcc_path: str, tmp_path: Path) -> None:
+    """Honest host code whose conditional jump skips 0x50f bytes (``0f 8e 0f 05 00 00``: the
+    bytes of ``syscall`` inside the displacement, as in a generated batch-norm launcher of
+    KernelBench's level2/72) is rebuilt with other jump-target alignments until they are
+    gone (here the second, ``-falign-labels=32,-falign-loops=32``; measured with gcc 12 under
+    nvcc 13.0), and says so among the warnings.  A syscall the source writes stays refused
+    (``HOST_CHEATS``)."""
+    from cudaperf_cli.build.nvcc import HOST_RELAYOUTS
+
+    src = ('extern "C" int cp_f(int x) { if (x > 3) { asm volatile(".skip 1295, 0x90"); } return x * 7; }\n'
+           "__global__ void k(float *x) { x[0] = 1.0f; }\n"
+           'extern "C" int saxpy_cuda(int n, float a, float *x, float *y) {\n'
+           "  k<<<1, 1>>>(y);\n  return (int)cudaGetLastError() + cp_f(n) * 0;\n}\n")
+    obj = tmp_path / "default.o"
+    subprocess.run([nvcc_path, "-O3", "-arch=sm_90", "-c", "-Xcompiler", "-fPIC", "-x", "cu", "-o", str(obj), "-"],
+                   input=src, text=True, check=True, capture_output=True)
+    if not syscall_bytes(obj):
+        pytest.skip("this host compiler lays the jump out differently: no 0f 05 to move")
+    r = build_candidate(src, cache_root=tmp_path / "cache")
+    assert r.ok and r.status == "ok", r.errors
+    assert f"host code rebuilt with -Xcompiler {HOST_RELAYOUTS[-1]}" in r.warnings, r.warnings
 
 
 def test_ptxas_reserved_shared_memory_unknown_fields_and_the_target_arch() -> None:

@@ -39,6 +39,9 @@ BUILD_REVISION = 2  # 2: compile, check the host code (host_code.py), link
 
 SOURCE_NAME = "candidate.cu"
 OBJ_NAME = "candidate.o"
+#: Host-compiler alignments tried, in order, when the bytes of a system-call instruction turn
+#: up only inside other instructions of the default layout (check_host_object).
+HOST_RELAYOUTS = ("-falign-jumps=32", "-falign-labels=32,-falign-loops=32")
 LIB_NAME = "candidate.so"
 
 #: Limits of :attr:`BuildResult.errors` (the text fed back to the model).
@@ -506,8 +509,29 @@ def build_candidate(
             # The host code, before the CUDA runtime is linked in (it uses dlopen itself).
             refused, note = check_host_object(tmp / OBJ_NAME)
             notes += [note] if note else []
+            for layout in HOST_RELAYOUTS:
+                # The bytes of a system-call instruction inside another instruction (a jump's
+                # displacement of 0x50f: `0f 8e 0f 05 00 00`) in honest host code: another
+                # alignment of the host compiler's jump targets moves them; a syscall the
+                # source puts there stays, and is refused.
+                if not refused or not all(v.kind == "a raw system call" for v in refused):
+                    break
+                left = timeout_s - (time.monotonic() - t0)
+                code2, log2, timed_out = _run_tool(nvcc_command(nvcc_path, arch, [*extra_flags, "-Xcompiler", layout]),
+                                                   tmpdir, left)
+                if timed_out or code2 != 0:
+                    log += log2
+                    code = code2
+                    break
+                refused, note = check_host_object(tmp / OBJ_NAME)
+                notes.append(f"host code rebuilt with -Xcompiler {layout}: the bytes of a system-call "
+                             "instruction lay inside another instruction")
+            if timed_out or code != 0:
+                refused = []
             if refused:
                 status, errors = "guard_rejected", "\n".join(dict.fromkeys(str(v) for v in refused))
+            elif timed_out or code != 0:
+                pass
             else:
                 left = timeout_s - (time.monotonic() - t0)
                 code, link_log, timed_out = _run_tool(link_command(nvcc_path, arch), tmpdir, left)
