@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,30 +355,24 @@ inline unsigned cp_grid(int64_t blocks) {
 }
 """
 
-#: Appended to the prelude when a kernel reduces batch norm's channel rows.
-_CLUSTER_PRELUDE = r"""#include <cooperative_groups.h>
+#: Appended to the prelude when a kernel reduces rows (they may be split over the grid).
+_SPLIT_PRELUDE = r"""#include <cooperative_groups.h>
 
-/* Batch norm's channel rows on sm_90+: one row per thread-block cluster of CP_CLUSTER blocks
- * (a few channels would otherwise leave most SMs idle); each block reduces its share, the
- * cluster combines the blocks' partials through distributed shared memory, in rank order
- * (every block gets the same value).  Launched only where the device supports clusters. */
-#define CP_CLUSTER 8
-template <int OP> __device__ __forceinline__ float cp_cluster_reduce(float v, float *sm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ float part;
+/* Few, long rows (batch norm's channels, KernelBench's 16 rows of layer norm) spread over
+ * the grid: MODE 2 of a row kernel runs outer * S blocks, S per row, all resident at once
+ * (a cooperative launch); each block reduces its share of the row, writes one partial, the
+ * grid synchronises, and every block of the row combines the row's S partials in rank order
+ * (the same value in each).  part: the row's S slots (a static __device__ array of the
+ * kernel, CP_GRID_MAX floats per reduction: two launches of one kernel must not overlap). */
+#define CP_GRID_MAX 4096
+template <int OP> __device__ __forceinline__ float cp_grid_reduce(float v, float *sm, float *part,
+                                                                  unsigned rank, unsigned S) {
     v = cp_block_reduce<OP>(v, sm);
-    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-    if (threadIdx.x == 0) part = v;
-    cl.sync();
+    if (threadIdx.x == 0) part[rank] = v;
+    cooperative_groups::this_grid().sync();
     float r = cp_ident<OP>();
-#pragma unroll
-    for (int b = 0; b < CP_CLUSTER; ++b) r = cp_comb<OP>(r, *cl.map_shared_rank(&part, b));
-    cl.sync(); /* no block overwrites (or frees) part while another still reads it */
-    return r;
-#else
-    __trap(); /* built for an architecture without clusters, launched as a cluster */
-    return v;
-#endif
+    for (unsigned b = threadIdx.x; b < S; b += blockDim.x) r = cp_comb<OP>(r, __ldcg(part + b));
+    return cp_block_reduce<OP>(r, sm);
 }
 /* A channel row's element c = n * inner + s (0 <= s < inner) advanced by a step of
  * dn * inner + ds elements (ds < inner): no division per element. */
@@ -388,39 +382,38 @@ __device__ __forceinline__ void cp_chan_step(IdxT &n, IdxT &s, IdxT dn, IdxT ds,
     n += dn;
     if (s >= inner) { s -= inner; ++n; }
 }
-inline bool cp_cluster_ok() {
-    static int ok[64];  /* per device: 0 unknown, 1 yes, 2 no */
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-    if (ok[dev] == 0) {
-        int major = 0;
-        cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        ok[dev] = (v && major >= 9) ? 1 : 2;
+/* Blocks of kern (block threads) resident at once on the current device; 0 where the device
+ * cannot launch cooperatively or the occupancy query fails. */
+template <typename K> inline int64_t cp_coop_fill(K *kern, int block) {
+    int dev = 0, coop = 0, per = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) { cudaGetLastError(); return 0; }
+    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, block, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
     }
-    return ok[dev] == 1;
+    return (int64_t)per * cp_sms();
 }
-/* Whether the module's kernels were built with clusters (sm_90 code from sm_90 PTX or
- * later): a build for an older architecture (CUDAPERF_TORCH_ARCH=sm_80 on an H200) has
- * cp_cluster_reduce's __trap branch, so the device's support alone is not enough. */
-template <typename K> inline bool cp_cluster_built(K *kern) {
-    cudaFuncAttributes a;
-    if (cudaFuncGetAttributes(&a, kern) != cudaSuccess) { cudaGetLastError(); return false; }
-    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+/* Blocks per row of a split launch: as many as stay resident (fill), at least 4 elements a
+ * thread, outer * S <= CP_GRID_MAX; under 2, no split (0). */
+inline int64_t cp_split_blocks(int64_t fill, int64_t outer, int64_t R, int block) {
+    if (outer <= 0) return 0;
+    int64_t S = fill / outer;
+    if (S > R / (4 * (int64_t)block)) S = R / (4 * (int64_t)block);
+    if (S * outer > CP_GRID_MAX) S = CP_GRID_MAX / outer;
+    return S >= 2 ? S : 0;
 }
-/* kern<<<grid * CP_CLUSTER, block, 0, stream>>>(args...) in clusters of CP_CLUSTER blocks. */
+/* kern<<<grid, block, 0, stream>>>(args...) as a cooperative launch (grid.sync() allowed). */
 template <typename... P, typename... A>
-static cudaError_t cp_launch_cluster(void (*kern)(P...), unsigned grid, unsigned block, cudaStream_t stream, A... args) {
+static cudaError_t cp_launch_coop(void (*kern)(P...), unsigned grid, unsigned block, cudaStream_t stream, A... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid * CP_CLUSTER);
+    cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = CP_CLUSTER;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kern, ((P)args)...);
@@ -784,7 +777,7 @@ class _KernelWriter:
                     if kind == "col":
                         red = f"cp_col_argreduce<{mx}>(s{r.id}, k{r.id}, sm, smk)"
                     elif self.v.warp_rows:
-                        red = (f"WARP ? cp_warp_argreduce<{mx}>(s{r.id}, k{r.id}) "
+                        red = (f"MODE == 1 ? cp_warp_argreduce<{mx}>(s{r.id}, k{r.id}) "
                                f": cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)")
                     else:
                         red = f"cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)"
@@ -794,12 +787,14 @@ class _KernelWriter:
                 part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
                 if kind == "col":
                     lines.append(f"{ind}const float r{r.id} = cp_col_reduce<{op}>({part}, sm);")
-                elif kind == "chan":
-                    lines.append(f"{ind}const float r{r.id} = CL ? cp_cluster_reduce<{op}>({part}, sm) : cp_block_reduce<{op}>({part}, sm);")
-                elif self.v.warp_rows:
-                    lines.append(f"{ind}const float r{r.id} = WARP ? cp_warp_reduce<{op}>({part}) : cp_block_reduce<{op}>({part}, sm);")
-                else:
-                    lines.append(f"{ind}const float r{r.id} = cp_block_reduce<{op}>({part}, sm);")
+                    continue
+                red = f"cp_block_reduce<{op}>({part}, sm)"
+                if self.split_ok():
+                    slot = f"{self.k.name}_gpart + {self.split_slots()[r.id]} * CP_GRID_MAX + row * cs"
+                    red = f"MODE == 2 ? cp_grid_reduce<{op}>({part}, sm, {slot}, (unsigned)rank, (unsigned)cs) : {red}"
+                if self.v.warp_rows and kind == "row":
+                    red = f"MODE == 1 ? cp_warp_reduce<{op}>({part}) : {red}"
+                lines.append(f"{ind}const float r{r.id} = {red};")
             for p in reduced_ew:
                 if self.levels[p.id] != level:
                     continue
@@ -824,47 +819,55 @@ class _KernelWriter:
             lines += self.element_loop(prims, [], [], full_outs, ind, kind)
         return lines
 
+    def split_ok(self) -> bool:
+        """Whether the row kernel has MODE 2 (rows split over a cooperative grid): it
+        reduces rows (contiguous, grouped or batch norm's channels) with sums, maxima or
+        minima only (an argmax's (value, index) pairs are not split)."""
+        k = self.k
+        return (k.kind != "scan" and k.rows is not None
+                and any(p.is_reduction for p in k.prims) and not any(p.is_index for p in k.prims))
+
+    def split_slots(self) -> dict[int, int]:
+        """Reduction prim id -> its slot in ``<kernel>_gpart`` (CP_GRID_MAX floats each)."""
+        reds = [p.id for p in self.k.prims if p.is_reduction]
+        return {pid: j for j, pid in enumerate(reds)}
+
+    def row_modes(self, kind: str) -> list[str]:
+        """The row kernel's MODEs: 0 one block per row, 1 one warp per row (the warp-rows
+        variants), 2 a row over several blocks of a cooperative grid (:meth:`split_ok`)."""
+        modes = ["0"]
+        if self.v.warp_rows and kind == "row":
+            modes.append("1")
+        if self.split_ok():
+            modes.append("2")
+        return modes
+
     def row_kernel(self, kind: str = "row") -> list[str]:
-        """One block (or warp) per row; ``kind`` ``"chan"``: rows are batch norm's channels,
-        one block per row, or with ``CL`` one cluster of ``CP_CLUSTER`` blocks per row (the
-        elements of a row dealt over the cluster's threads: ``tid`` and ``tpr`` count them)."""
+        """Rows of the domain (``kind`` ``"row"``: contiguous rows; ``"chan"``: batch norm's
+        channels, element ``c`` of row ``ch`` at ``(c / inner, ch, c % inner)``).  MODE 0: one
+        block per row; 1: one warp per row; 2: ``cs`` blocks per row (the grid is ``outer *
+        cs`` blocks, each doing one row: ``rank`` is its place in the row, ``tid``/``tpr``
+        the thread's place among the row's threads)."""
         v = self.v
         tmpl_parts = ["typename IdxT"]
         if v.vec:
             tmpl_parts.append("bool VEC")
-        if kind == "chan":
-            tmpl_parts.append("bool CL")
-        elif v.warp_rows:
-            tmpl_parts.append("bool WARP")
-        lines = self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>")
+        tmpl_parts.append("int MODE")
+        lines: list[str] = []
+        if self.split_ok():
+            lines.append(f"__device__ float {self.k.name}_gpart[{len(self.split_slots())} * CP_GRID_MAX];")
+        lines += self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>")
         lines.append("    __shared__ float sm[32];")
         lines.append("    (void)sm;")
-        if kind == "chan":
-            lines += [
-                "    const IdxT cs = CL ? CP_CLUSTER : 1;",
-                "    const IdxT rank = (IdxT)blockIdx.x % cs;",
-                f"    const IdxT tpr = cs * {v.block};",
-                f"    const IdxT tid = rank * {v.block} + threadIdx.x;",
-                "    const IdxT row0 = (IdxT)blockIdx.x / cs;",
-                "    const IdxT rstep = (IdxT)gridDim.x / cs;",
-            ]
-        elif v.warp_rows:
-            lines += [
-                "    const IdxT tpr = WARP ? 32 : " + str(v.block) + ";",
-                "    const IdxT tid = WARP ? (IdxT)(threadIdx.x & 31) : (IdxT)threadIdx.x;",
-                f"    const IdxT rpb = WARP ? {v.block // 32} : 1;",
-                "    const IdxT row0 = (IdxT)blockIdx.x * rpb + (WARP ? (IdxT)(threadIdx.x >> 5) : 0);",
-            ]
-        else:
-            lines += [
-                f"    const IdxT tpr = {v.block};",
-                "    const IdxT tid = threadIdx.x;",
-                "    const IdxT rpb = 1;",
-                "    const IdxT row0 = blockIdx.x;",
-            ]
-        if kind != "chan":
-            lines.append("    const IdxT rstep = (IdxT)gridDim.x * rpb;")
         lines += [
+            "    const IdxT cs = MODE == 2 ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
+            "    const IdxT rank = (IdxT)blockIdx.x % cs;",
+            f"    const IdxT tpr = MODE == 1 ? 32 : cs * {v.block};",
+            f"    const IdxT tid = MODE == 1 ? (IdxT)(threadIdx.x & 31) : rank * {v.block} + threadIdx.x;",
+            f"    const IdxT rpb = MODE == 1 ? {v.block // 32} : 1; /* rows per block */",
+            "    const IdxT row0 = MODE == 1 ? (IdxT)blockIdx.x * rpb + (IdxT)(threadIdx.x >> 5) : (IdxT)blockIdx.x / cs;",
+            "    const IdxT rstep = MODE == 1 ? (IdxT)gridDim.x * rpb : (IdxT)gridDim.x / cs;",
+            "    (void)rank;",
             "    const float rl = (float)R;",
             "    (void)rl; (void)inner;",
             "    for (IdxT row = row0; row < outer; row += rstep) {",
@@ -1069,40 +1072,63 @@ class _KernelWriter:
         lines = [f'extern "C" int {k.name}({sig}, cudaStream_t stream)', "{"]
         ptrs = [n for t, n in ps if t.endswith("*")]
 
-        def call(kern: str, chosen: list[str], grid: str, cluster: bool = False) -> str:
+        def call(kern: str, chosen: list[str], grid: str) -> str:
             idx = chosen[0]
             args = ", ".join(f"({idx}){n}" if t == "int64_t" else n for t, n in ps)
-            if cluster:  # grid clusters of CP_CLUSTER blocks
-                return (f"{{ const cudaError_t e = cp_launch_cluster({kern}<{', '.join(chosen)}>, {grid}, {v.block}, "
-                        f"stream, {args}); if (e != cudaSuccess) return (int)e; }}")
             return f"{kern}<{', '.join(chosen)}><<<{grid}, {v.block}, 0, stream>>>({args});"
 
-        def dispatch(kern: str, flags: list[tuple[str, str]], grid_of: Mapping[str, str], ind: str) -> list[str]:
-            """Nested ifs over the template flags (name, runtime condition); ``CL`` true
-            launches in clusters."""
+        def split_call(kern: str, chosen: list[str], fallback: str, ind: str) -> list[str]:
+            """MODE 2 (``chosen`` ends with it): ``outer * S`` blocks in one cooperative
+            launch, S from the device's resident blocks of this instantiation; where no
+            split fits or the launch is refused, MODE 0 on ``fallback`` blocks."""
+            idx = chosen[0]
+            args = ", ".join(f"({idx}){n}" if t == "int64_t" else n for t, n in ps)
+            inst = f"{kern}<{', '.join(chosen)}>"
+            return [
+                f"{ind}static const int64_t fill = cp_coop_fill({inst}, {v.block});",
+                f"{ind}const int64_t S = cp_split_blocks(fill, outer, R, {v.block});",
+                f"{ind}cudaError_t e = cudaErrorInvalidConfiguration;",
+                f"{ind}if (S > 0) e = cp_launch_coop({inst}, (unsigned)(outer * S), {v.block}, stream, {args});",
+                f"{ind}if (e != cudaSuccess) {{",
+                f"{ind}    cudaGetLastError(); /* the refused launch's error, not the kernel's */",
+                f"{ind}    {call(kern, chosen[:-1] + ['0'], fallback)}",
+                f"{ind}}}",
+            ]
+
+        def dispatch(kern: str, flags: list[tuple[str, list[tuple[str, str | None]]]],
+                     grid_of: Callable[[list[str]], str], ind: str) -> list[str]:
+            """Nested ifs over the template parameters: ``flags`` holds (name, options), an
+            option (value, runtime condition; None: the rest); ``grid_of(chosen)`` is a
+            launch's grid.  ``MODE`` 2 (split rows) is a cooperative launch."""
             out: list[str] = []
 
             def rec(i: int, chosen: list[str], ind: str) -> None:
                 if i == len(flags):
-                    key = ",".join(chosen[1:])
-                    grid = grid_of.get(key, grid_of.get("", "1"))
-                    cluster = any(name == "CL" and chosen[j] == "true" for j, (name, _) in enumerate(flags))
-                    out.append(f"{ind}{call(kern, chosen, grid, cluster)}")
+                    if flags and flags[-1][0] == "MODE" and chosen[-1] == "2":
+                        out.extend(split_call(kern, chosen, grid_of(chosen[:-1] + ["0"]), ind))
+                    else:
+                        out.append(f"{ind}{call(kern, chosen, grid_of(chosen))}")
                     return
-                name, cond = flags[i]
-                if name == "IdxT":
-                    opts = [("int", cond), ("int64_t", None)]
-                else:
-                    opts = [("true", cond), ("false", None)]
-                first, rest = opts
-                out.append(f"{ind}if ({first[1]}) {{")
-                rec(i + 1, chosen + [first[0]], ind + "    ")
-                out.append(f"{ind}}} else {{")
-                rec(i + 1, chosen + [rest[0]], ind + "    ")
+                opts = flags[i][1]
+                if len(opts) == 1:
+                    rec(i + 1, chosen + [opts[0][0]], ind)
+                    return
+                for j, (value, cond) in enumerate(opts):
+                    if cond is None:
+                        out.append(f"{ind}}} else {{")
+                    else:
+                        out.append(f"{ind}{'if' if j == 0 else '} else if'} ({cond}) {{")
+                    rec(i + 1, chosen + [value], ind + "    ")
                 out.append(f"{ind}}}")
 
             rec(0, [], ind)
             return out
+
+        def idx_flag() -> tuple[str, list[tuple[str, str | None]]]:
+            return ("IdxT", [("int", "small"), ("int64_t", None)])
+
+        def bool_flag(name: str, cond: str) -> tuple[str, list[tuple[str, str | None]]]:
+            return (name, [("true", cond), ("false", None)])
 
         aligned = " && ".join(f"cp_aligned16({p})" for p in ptrs) or "true"
 
@@ -1110,11 +1136,11 @@ class _KernelWriter:
             """``kern`` on one grid: 32-bit indices where ``small``; on the float4 variants
             the float4 path where ``vec_cond`` holds and every pointer is aligned."""
             out: list[str] = []
-            flags = [("IdxT", "small")]
+            flags = [idx_flag()]
             if v.vec:
                 out.append(f"{ind}const bool vec = {vec_cond} && {aligned};")
-                flags.append(("VEC", "vec"))
-            return out + dispatch(kern, flags, {"": grid}, ind)
+                flags.append(bool_flag("VEC", "vec"))
+            return out + dispatch(kern, flags, lambda chosen: grid, ind)
 
         def pooled_small(total: str) -> str:
             """32-bit indices also need each pooled input below 2^30 elements."""
@@ -1123,34 +1149,30 @@ class _KernelWriter:
                 for i, l in enumerate(k.leaves) if l.pool is not None
             )
 
-        def row_launch(vec_cond: str, ind: str, channels: bool = False) -> list[str]:
-            """The row kernel's launch: one block per row (or one warp, short rows); batch
-            norm's channels: one cluster per row where there are few (under 4 per SM) and
-            long ones (4 elements a thread at least) and the device has clusters."""
+        def row_launch(vec_cond: str, ind: str, kind: str = "row") -> list[str]:
+            """The row kernel's launch (:meth:`row_kernel`'s MODEs): rows split over the
+            grid where there are few (under 2 per SM) and long ones (8 elements a thread of
+            2 blocks at least), one warp per row for short rows (warp-rows variants), else
+            one block per row."""
             out: list[str] = []
-            flags = [("IdxT", "small")]
+            flags = [idx_flag()]
             if v.vec:
                 out.append(f"{ind}const bool vec = {vec_cond} && {aligned};")
-                flags.append(("VEC", "vec"))
-            if channels:
-                probe = f"{k.name}_row<int64_t{', false' if v.vec else ''}, true>"
-                out.append(f"{ind}static const bool built = cp_cluster_built({probe});")
-                out.append(f"{ind}const bool cl = built && outer < 4 * cp_sms() && R >= (int64_t)CP_CLUSTER * {v.block * 4} && cp_cluster_ok();")
-                flags.append(("CL", "cl"))
-            elif v.warp_rows:
+                flags.append(bool_flag("VEC", "vec"))
+            modes: list[tuple[str, str | None]] = []
+            have = self.row_modes(kind)
+            if "2" in have:
+                out.append(f"{ind}const bool split = outer < 2 * cp_sms() && R >= {8 * v.block};")
+                modes.append(("2", "split"))
+            if "1" in have:
                 out.append(f"{ind}const bool warp = R <= {v.warp_max};")
-                flags.append(("WARP", "warp"))
+                modes.append(("1", "warp"))
+            modes.append(("0", None))
+            flags.append(("MODE", modes))
             out.append(f"{ind}const unsigned grid_b = cp_grid(outer);")
-            warp_rows = v.warp_rows and not channels
-            if warp_rows:
+            if "1" in have:
                 out.append(f"{ind}const unsigned grid_w = cp_grid((outer + {v.block // 32 - 1}) / {v.block // 32});")
-            grid_of: dict[str, str] = {}
-            for vec in (["true", "false"] if v.vec else [None]):
-                for warp in (["true", "false"] if warp_rows else [None]):
-                    key = ",".join(x for x in (vec, warp) if x is not None)
-                    grid_of[key] = "grid_w" if warp == "true" else "grid_b"
-            grid_of.setdefault("", "grid_b")
-            return out + dispatch(f"{k.name}_row", flags, grid_of, ind)
+            return out + dispatch(f"{k.name}_row", flags, lambda chosen: "grid_w" if chosen[-1] == "1" else "grid_b", ind)
 
         if k.kind == "scan":
             lines += [
@@ -1162,7 +1184,7 @@ class _KernelWriter:
             lines += flat_launch(f"{k.name}_scan", "grid_r", "(R % 4) == 0", "        ")
             lines.append("    } else {")
             lines.append(f"        const unsigned grid_c = cp_grid((outer * inner + {v.block - 1}) / {v.block});")
-            lines += dispatch(f"{k.name}_scol", [("IdxT", "small")], {"": "grid_c"}, "        ")
+            lines += dispatch(f"{k.name}_scol", [idx_flag()], lambda chosen: "grid_c", "        ")
             lines.append("    }")
         elif k.rows is not None and k.rows.kind == "channels":
             # outer = C rows of R = N * inner elements; the row kernel only.
@@ -1170,19 +1192,18 @@ class _KernelWriter:
                 "    if (outer <= 0 || R <= 0 || inner <= 0) return (int)cudaGetLastError();",
                 f"    const bool small = outer * R < (1LL << 30){pooled_small('(outer * R)')};",
             ]
-            lines += row_launch("(inner % 4) == 0", "    ", channels=True)
+            lines += row_launch("(inner % 4) == 0", "    ", kind="chan")
         elif k.rows is None:
             lines.append("    if (n <= 0) return (int)cudaGetLastError();")
             lines.append(f"    const bool small = n < (1LL << 30){pooled_small('n')}; /* 32-bit indices: no overflow of i + stride */")
-            flags = [("IdxT", "small")]
+            flags = [idx_flag()]
             if v.vec:
                 lines.append(f"    const bool vec = (n % 4) == 0 && {aligned};")
-                flags.append(("VEC", "vec"))
+                flags.append(bool_flag("VEC", "vec"))
             lines.append(f"    const unsigned grid_s = cp_grid((n + {v.block - 1}) / {v.block});")
             if v.vec:
                 lines.append(f"    const unsigned grid_v = cp_grid((n / 4 + {v.block - 1}) / {v.block});")
-            grid_of = {"": "grid_s", "true": "grid_v", "false": "grid_s"}
-            lines += dispatch(f"{k.name}_ew", flags, grid_of, "    ")
+            lines += dispatch(f"{k.name}_ew", flags, lambda chosen: "grid_v" if chosen[1:] == ["true"] else "grid_s", "    ")
         else:
             lines += [
                 "    if (outer <= 0 || inner <= 0) return (int)cudaGetLastError();",
@@ -1204,7 +1225,7 @@ class _KernelWriter:
             lines += row_launch("(R % 4) == 0", "        ")
             lines.append("    } else {")
             lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
-            lines += dispatch(f"{k.name}_col", [("IdxT", "small")], {"": "grid_c"}, "        ")
+            lines += dispatch(f"{k.name}_col", [idx_flag()], lambda chosen: "grid_c", "        ")
             lines.append("    }")
         lines.append("    return (int)cudaGetLastError();")
         lines.append("}")
@@ -1245,8 +1266,8 @@ def generate_cuda(plan: FusionPlan, variant: Variant) -> str:
         " * float32 throughout; sizes and broadcast strides are launcher arguments. */\n"
     )
     parts = [head, _PRELUDE]
-    if any(k.rows is not None and k.rows.kind == "channels" for k in plan.kernels):
-        parts.append(_CLUSTER_PRELUDE)
+    if any(k.rows is not None and k.kind != "scan" for k in plan.kernels):
+        parts.append(_SPLIT_PRELUDE)
     for k in plan.kernels:
         parts.append(_KernelWriter(k, variant).source())
     return "\n".join(parts)
