@@ -35,7 +35,7 @@ from cudaperf_cli.evaluate.static_guards import check_includes
 from cudaperf_cli.sandbox import NVCC_LIMITS, limit_hit, scrubbed_env
 
 #: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
-BUILD_REVISION = 2  # 2: compile, check the host code (host_code.py), link
+BUILD_REVISION = 3  # 2: compile, check the host code (host_code.py), link; 3: HOST_RELAYOUTS
 
 SOURCE_NAME = "candidate.cu"
 OBJ_NAME = "candidate.o"
