@@ -1655,7 +1655,7 @@ int main() {
     int bad = 0;
     const long inners[] = {1, 3, 4, 7, 28, 100, 512, 4096, 5000};
     const long ns[] = {1, 2, 5, 9};
-    const long tprs[] = {256, 512, 2048, 4096};
+    const long tprs[] = {256, 512, 2048, 4096, 33 * 256, 100 * 512};
     for (long inner : inners) for (long n : ns) for (long tpr : tprs) for (long outer : {1L, 3L}) {
         bad |= visit<int>(false, outer, n * inner, inner, tpr) | visit<int64_t>(false, outer, n * inner, inner, tpr);
         if (inner %% 4 == 0) bad |= visit<int>(true, outer, n * inner, inner, tpr) | visit<int64_t>(true, outer, n * inner, inner, tpr);
@@ -1667,8 +1667,9 @@ int main() {
 
 def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
     """The channel rows' loops as generated (both heads and ``cp_chan_step`` cut out of a
-    ``kernel.cu``), compiled for the host and run for every thread of a block or cluster
-    (up to 4096 threads) over rows of 1-9 samples of 1-5000 elements: each element of each
+    ``kernel.cu``), compiled for the host and run for every thread of a block or of a row
+    split over the grid (up to 100 blocks of 512 threads) over rows of 1-9 samples of 1-5000
+    elements: each element of each
     row is visited exactly once, as ``divmod(c, inner)`` would index it.  The CUDA text of
     these loops is otherwise only checked on a GPU."""
     cxx = shutil.which("g++") or shutil.which("c++")
@@ -1689,12 +1690,33 @@ def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
-def test_channel_cluster_kernel_compiles(arch: str, nvcc_path: str, tmp_path: Path) -> None:
-    """Batch norm in training mode (the cluster launch, ``cp_cluster_reduce``) builds without
-    a warning for sm_90 and for an architecture without clusters (its ``__trap`` branch)."""
-    path = _write_problem(tmp_path, "bn_build", _bn_train_source("module_2d_then_tanh"))
+@pytest.mark.parametrize("problem", ["bn_train", "layer_norm"])
+def test_split_row_kernels_compile(problem: str, arch: str, nvcc_path: str, tmp_path: Path) -> None:
+    """Rows split over a cooperative grid (MODE 2: ``cp_grid_reduce``, ``cp_launch_coop`` with
+    its fallback to one block per row) build without a warning for sm_90 and sm_80: batch
+    norm's channel rows and layer norm's contiguous rows (two levels, two grid reductions
+    each), on the warp-rows variant (MODEs 0, 1 and 2)."""
+    src = _bn_train_source("module_2d_then_tanh") if problem == "bn_train" else """
+        import torch
+        import torch.nn as nn
+        n = 4
+        c = 16
+        w = 256
+        class Model(nn.Module):
+            def __init__(self, c, w):
+                super().__init__()
+                self.ln = nn.LayerNorm((c, w))
+            def forward(self, x):
+                return self.ln(x) * 2.0
+        def get_inputs():
+            return [torch.randn(n, c, w)]
+        def get_init_inputs():
+            return [c, w]
+    """
+    path = _write_problem(tmp_path, problem, src)
     text = _kernel_cu(path, len(VARIANTS) - 1)
-    assert "cp_launch_cluster(" in text and "static const bool built = cp_cluster_built(" in text
+    assert "cp_launch_coop(" in text and "cp_grid_reduce<0>(" in text and "static const int64_t fill = cp_coop_fill(" in text
+    assert "_row<int, true, 0><<<grid_b" in text  # the fallback
     _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
 
 

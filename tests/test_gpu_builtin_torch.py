@@ -142,12 +142,11 @@ def test_operator_candidates_match_model_on_cuda(name: str, tmp_path: Path) -> N
         assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"
 
 
-def test_batch_norm_channel_clusters_on_cuda(tmp_path: Path) -> None:
-    """Batch norm in training mode with few, long channel rows: one cluster of CP_CLUSTER
-    blocks per channel (sm_90+), the float4 and scalar paths, the running statistics updated
-    once per channel; and a small problem on one block per channel.  Every variant."""
-    path = tmp_path / "bn_clusters.py"
-    path.write_text(textwrap.dedent("""
+#: Few, long rows (under 2 per SM on an H200, at least 8 x block elements): the row kernels'
+#: MODE 2, each row over several blocks of a cooperative grid.  name -> (source, configs:
+#: float4 sizes, then odd ones for the scalar path; a small one on one block per row).
+_SPLIT_ROWS: dict[str, tuple[str, list[dict[str, int]]]] = {
+    "batch_norm_train": ("""
         import torch
         import torch.nn as nn
         n = 16
@@ -167,16 +166,80 @@ def test_batch_norm_channel_clusters_on_cuda(tmp_path: Path) -> None:
             return [torch.randn(n, c, h, w) * 3.0 + 1.0]
         def get_init_inputs():
             return [c]
-    """))
+    """, [{"n": 16, "c": 8, "h": 64, "w": 64}, {"n": 32, "c": 16, "h": 33, "w": 31},
+          {"n": 5, "c": 6, "h": 7, "w": 4}]),
+    "layer_norm": ("""
+        import torch
+        import torch.nn as nn
+        n = 4
+        c = 64
+        w = 1024
+        class Model(nn.Module):
+            def __init__(self, c, w):
+                super().__init__()
+                self.ln = nn.LayerNorm((c, w))
+                with torch.no_grad():
+                    self.ln.weight.uniform_(0.5, 1.5)
+                    self.ln.bias.uniform_(-1.0, 1.0)
+            def forward(self, x):
+                return self.ln(x) * 2.0
+        def get_inputs():
+            return [torch.randn(n, c, w) * 2.0 + 3.0]
+        def get_init_inputs():
+            return [c, w]
+    """, [{"n": 4, "c": 64, "w": 1024}, {"n": 3, "c": 33, "w": 1001}, {"n": 5, "c": 3, "w": 7}]),
+    "softmax": ("""
+        import torch
+        import torch.nn as nn
+        n = 4
+        d = 100000
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.softmax(x * 3.0, dim=-1)
+        def get_inputs():
+            return [torch.randn(n, d)]
+        def get_init_inputs():
+            return []
+    """, [{"n": 4, "d": 100000}, {"n": 5, "d": 77777}, {"n": 3, "d": 50}]),
+    "group_norm_max_mean": ("""
+        import torch
+        import torch.nn as nn
+        n = 2
+        c = 8
+        h = 64
+        w = 64
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.gn = nn.GroupNorm(2, c)
+            def forward(self, x):
+                y = self.gn(x)
+                return y - y.amax(dim=(1, 2, 3), keepdim=True) + x.mean(dim=(1, 2, 3), keepdim=True)
+        def get_inputs():
+            return [torch.randn(n, c, h, w) + 0.5]
+        def get_init_inputs():
+            return [c]
+    """, [{"n": 2, "c": 8, "h": 64, "w": 64}, {"n": 3, "c": 6, "h": 45, "w": 53}, {"n": 2, "c": 4, "h": 5, "w": 3}]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SPLIT_ROWS))
+def test_split_rows_on_cuda(name: str, tmp_path: Path) -> None:
+    """Few, long rows split over a cooperative grid (MODE 2: each block reduces its share,
+    the grid synchronises, every block combines the row's partials): batch norm's channels
+    (the running statistics updated once per channel), layer norm's and group norm's rows
+    (two levels: mean, then the centred squares), softmax (a max, then a sum), maxima next
+    to sums; the float4 and scalar paths, and a small size on one block per row.  Every
+    variant."""
+    src, configs = _SPLIT_ROWS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(src))
     p = load_torch_problem(path, alt_shapes=False)
-    # float4 + clusters; scalar + clusters (33 * 31 is odd); one block per channel (short rows)
-    configs = [{"n": 16, "c": 8, "h": 64, "w": 64}, {"n": 32, "c": 16, "h": 33, "w": 31},
-               {"n": 5, "c": 6, "h": 7, "w": 4}]
     policy = BuiltinTorchPolicy()
     try:
         props = [policy.propose(p, t) for t in range(len(VARIANTS))]
     finally:
         policy.close()
-    assert all("cp_launch_cluster(" in prop.files["kernel.cu"] for prop in props)
+    assert all("cp_launch_coop(" in prop.files["kernel.cu"] for prop in props)
     for turn, r in sorted(_run_on_cuda(path, props, configs, tmp_path).items()):
-        assert r["ok"], f"variant {VARIANTS[turn].name}: {r}"
+        assert r["ok"], f"{name} variant {VARIANTS[turn].name}: {r}"

@@ -70,6 +70,7 @@ class Variant:
             parts.append(f"one warp per row up to {self.warp_max} elements ({self.block // 32} rows per block)")
         else:
             parts.append("one block per row")
+        parts[-1] += " (a few long rows: split over the grid)"
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
