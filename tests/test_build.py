@@ -432,6 +432,13 @@ HOST_CHEATS = [
      '  asm volatile("mov %rdi, %rax\\n jmp 1f+1\\n1: .byte 0xb8, 0x0f, 0x05, 0xc3, 0x90\\n"); }\n',
      'hidden(39);', "0f 05", "a raw system call"),
     ('', 'volatile unsigned v = 0xc3050fu; (void)v;', "0f 05", "a raw system call"),
+    # Found by the review of the rebuild with other alignments: an executable section that
+    # is not SHT_PROGBITS, and two sections the linker joins into "0f 05".
+    ('#ifndef __CUDA_ARCH__\nasm(".pushsection .note.cp,\\"ax\\",@note\\n.byte 0x0f,0x05\\n.popsection");\n#endif\n',
+     '', "0f 05", "a raw system call"),
+    ('#ifndef __CUDA_ARCH__\nasm(".pushsection .text.cpa,\\"ax\\",@progbits\\n.p2align 0\\nnop\\n.byte 0x0f\\n.popsection\\n"\n'
+     '    ".pushsection .text.cpb,\\"ax\\",@progbits\\n.p2align 0\\n.byte 0x05\\nret\\n.popsection");\n#endif\n',
+     '', "0f 05", "a raw system call"),
     # A host function the CUDA driver runs later, on its own (unconfined) thread.
     ('static void CUDART_CB later(void *p) { (void)p; }\n', 'cudaLaunchHostFunc(0, later, 0);',
      "cudaLaunchHostFunc", "not on the list"),
@@ -513,3 +520,42 @@ def test_ptxas_reserved_shared_memory_unknown_fields_and_the_target_arch() -> No
     assert for_arch([sm80, sm90], "sm_90") == [sm90] and for_arch([sm80, sm90], "sm_75") == [sm80, sm90]
     res, _ = match_resources([sm80, sm90], "k", "sm_90")
     assert res is sm90 and res.spills  # not sm_80's 40 registers without spills
+
+
+_SYSCALL_CHEAT = ('__global__ void k(float *x) { x[0] = 1.0f; }\n'
+                  'extern "C" int saxpy_cuda(int n, float a, float *x, float *y) {\n'
+                  '  long r; asm volatile("syscall" : "=a"(r) : "a"(39L) : "rcx", "r11", "memory");\n'
+                  "  k<<<1, 1>>>(y);\n  return (int)cudaGetLastError();\n}\n")
+
+
+@pytest.mark.parametrize("failure", ["none", "rebuild_times_out", "rebuild_check_skipped"])
+def test_a_syscall_stays_refused_whatever_the_rebuilds_do(
+    nvcc_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """A real ``syscall`` is refused after the rebuilds with other alignments, and stays
+    refused when a rebuild times out or its object cannot be checked (a skipped check is
+    not a pass); the warnings never claim the bytes were harmless."""
+    calls = {"run": 0, "check": 0}
+    real_run, real_check = nvcc_mod._run_tool, nvcc_mod.check_host_object
+
+    def run(cmd, cwd, timeout_s):  # type: ignore[no-untyped-def]
+        calls["run"] += 1
+        if failure == "rebuild_times_out" and calls["run"] == 2:
+            return None, "", True
+        return real_run(cmd, cwd, timeout_s)
+
+    def check(obj):  # type: ignore[no-untyped-def]
+        calls["check"] += 1
+        if failure == "rebuild_check_skipped" and calls["check"] == 2:
+            return [], "host-code check skipped: nm (binutils) is missing or cannot read candidate.o"
+        return real_check(obj)
+
+    monkeypatch.setattr(nvcc_mod, "_run_tool", run)
+    monkeypatch.setattr(nvcc_mod, "check_host_object", check)
+    r = build_candidate(_SYSCALL_CHEAT, cache_root=tmp_path / "cache")
+    assert r.status == "guard_rejected" and not r.ok and r.lib_path is None, (r.status, r.errors, r.warnings)
+    assert "0f 05" in r.errors
+    assert "lay inside another instruction" not in r.warnings, r.warnings
+    assert "the refusal stands" in r.warnings, r.warnings
+    if failure == "none":
+        assert calls["run"] == 1 + len(nvcc_mod.HOST_RELAYOUTS), calls

@@ -31,7 +31,9 @@ instruction anywhere (``0f 05``, ``0f 34``, ``cd 80`` on x86-64: a jump into the
 instruction runs bytes a disassembler never shows as one).
 
 Limits: code that finds a function without importing it (from the address of an allowed one,
-walking memory by hand) is not caught; the candidate's process's Landlock confinement
+walking memory by hand) is not caught; nor are bytes the linker writes (a relocation whose
+addend makes them: the object holds zeros there), nor a jump into the CUDA runtime's own
+system calls; the candidate's process's Landlock confinement
 (``cudaperf_cli.confine``) still keeps files and TCP out of reach.  ``nm`` comes with
 binutils, which nvcc's host compiler needs; without it the check is skipped with a warning.
 """
@@ -102,6 +104,9 @@ ALLOWED = re.compile(
     r"|_ZSt17rethrow_exception\w*|_ZSt\d+_Rb_tree\w+|_ZNSt8__detail15_Prime_rehash_policy\w+"
     r"|_ZNSt6chrono\w+)$"
 )
+
+#: :attr:`HostCodeViolation.kind` of the bytes of a system-call instruction.
+RAW_SYSCALL = "a raw system call"
 
 #: Byte sequences of system-call instructions, by ELF machine (x86-64: 62, AArch64: 183).
 SYSCALL_BYTES: dict[int, tuple[bytes, ...]] = {62: (b"\x0f\x05", b"\x0f\x34", b"\xcd\x80"),
@@ -176,14 +181,27 @@ def syscall_bytes(obj: Path) -> list[str] | None:
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     found: set[str] = set()
+    texts: list[bytes] = []
     for i in range(shnum):
         at = shoff + i * shentsize
         if at + 40 > len(data):
             return None
         _name, kind, flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, at)
-        if kind == 1 and flags & 0x4:  # SHT_PROGBITS, SHF_EXECINSTR
-            text = data[offset:offset + size]
-            found.update(p.hex(" ") for p in patterns if p in text)
+        # Every section the loader maps executable (SHF_EXECINSTR), whatever its type (an
+        # SHT_NOTE section flagged "ax" lands in the executable segment too); not SHT_NOBITS,
+        # which has no bytes in the file.
+        if flags & 0x4 and kind != 8:
+            texts.append(data[offset:offset + size])
+    for text in texts:
+        found.update(p.hex(" ") for p in patterns if p in text)
+    # The linker may join two sections end to start (one ending in 0f, the next starting
+    # with 05): every ordered pair's seam.
+    for p in patterns:
+        k = len(p) - 1
+        for a in texts:
+            for b in texts:
+                if a is not b and p in a[-k:] + b[:k]:
+                    found.add(p.hex(" "))
     return sorted(found)
 
 
@@ -216,9 +234,9 @@ def check_host_object(obj: Path) -> tuple[list[HostCodeViolation], str | None]:
     found = syscall_bytes(obj)
     for seq in found or []:
         out.append(HostCodeViolation(f"the bytes of a system-call instruction ({seq})",
-                                     "a raw system call", "host code may not bypass the C library"))
+                                     RAW_SYSCALL, "host code may not bypass the C library"))
     note = None if found is not None else "system-call check skipped: candidate.o is not an ELF object it reads"
     return out, note
 
 
-__all__ = ["ALLOWED", "RULES", "HostCodeViolation", "check_host_object", "imported_symbols", "syscall_bytes"]
+__all__ = ["ALLOWED", "RAW_SYSCALL", "RULES", "HostCodeViolation", "check_host_object", "imported_symbols", "syscall_bytes"]

@@ -28,14 +28,14 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cudaperf_cli.build.host_code import check_host_object
+from cudaperf_cli.build.host_code import RAW_SYSCALL, check_host_object
 from cudaperf_cli.build.ptxas import KernelResources, parse_ptxas_report
 from cudaperf_cli.core import ToolchainError, kill_process_group, to_jsonable
 from cudaperf_cli.evaluate.static_guards import check_includes
 from cudaperf_cli.sandbox import NVCC_LIMITS, limit_hit, scrubbed_env
 
 #: Bump when the nvcc command line or the BuildResult layout changes (invalidates caches).
-BUILD_REVISION = 3  # 2: compile, check the host code (host_code.py), link; 3: HOST_RELAYOUTS
+BUILD_REVISION = 4  # 2: compile, check the host code (host_code.py), link; 3: HOST_RELAYOUTS; 4: every executable section, seams
 
 SOURCE_NAME = "candidate.cu"
 OBJ_NAME = "candidate.o"
@@ -447,6 +447,56 @@ def _load_cached(build_dir: Path) -> BuildResult | None:
     )
 
 
+def _checked_host_code(nvcc_path: str, arch: str, extra_flags: Sequence[str], tmpdir: str,
+                       left_s: float) -> tuple[list[Any], list[str], list[str]]:
+    """Check the compiled ``candidate.o`` in ``tmpdir`` (:func:`check_host_object`).
+
+    When the only refusal is the bytes of a system-call instruction, they may lie inside
+    another instruction of honest host code (a jump's displacement of 0x50f: ``0f 8e 0f 05
+    00 00``): the object is compiled again with each of :data:`HOST_RELAYOUTS` (other
+    jump-target alignments move displacements; bytes the source put there stay) until a
+    layout passes the whole check.  A rebuild that fails, times out or cannot be checked
+    leaves the refusal standing.
+
+    Returns:
+        (violations, empty when the object may be linked; the nvcc command of the object
+        now in ``tmpdir``; notes for the warnings).
+    """
+    t0 = time.monotonic()
+    obj = Path(tmpdir) / OBJ_NAME
+    cmd = nvcc_command(nvcc_path, arch, extra_flags)
+    refused, note = check_host_object(obj)
+    notes = [note] if note else []
+    if not refused or not all(v.kind == RAW_SYSCALL for v in refused):
+        return refused, cmd, notes
+    tried: list[str] = []
+    for layout in HOST_RELAYOUTS:
+        left = left_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        again_cmd = nvcc_command(nvcc_path, arch, [*extra_flags, "-Xcompiler", layout])
+        tried.append(layout)
+        code, _log, timed_out = _run_tool(again_cmd, tmpdir, left)
+        if timed_out or code != 0 or not obj.is_file():
+            notes.append(f"host code rebuilt with -Xcompiler {layout}: the build did not finish; "
+                         "the refusal stands")
+            break
+        again, note = check_host_object(obj)
+        if note:  # the check could not run on the rebuilt object: not a pass
+            notes.append(note)
+            break
+        if not again:
+            notes.append(f"host code rebuilt with -Xcompiler {layout}: the bytes of a system-call "
+                         "instruction lay inside another instruction of the default layout")
+            return [], again_cmd, notes
+        refused = again
+        if not all(v.kind == RAW_SYSCALL for v in refused):
+            break
+    if tried:
+        notes.append(f"host code rebuilt with -Xcompiler {', '.join(tried)}: the refusal stands")
+    return refused, cmd, notes
+
+
 def build_candidate(
     source: str,
     *,
@@ -502,36 +552,16 @@ def build_candidate(
     tmp = Path(tmpdir)
     (tmp / SOURCE_NAME).write_text(source)
     t0 = time.monotonic()
+    used = cmd
     try:
         code, log, timed_out = _run_tool(cmd, tmpdir, timeout_s)
         status, errors, notes = "ok", "", []
         if not timed_out and code == 0 and (tmp / OBJ_NAME).is_file():
             # The host code, before the CUDA runtime is linked in (it uses dlopen itself).
-            refused, note = check_host_object(tmp / OBJ_NAME)
-            notes += [note] if note else []
-            for layout in HOST_RELAYOUTS:
-                # The bytes of a system-call instruction inside another instruction (a jump's
-                # displacement of 0x50f: `0f 8e 0f 05 00 00`) in honest host code: another
-                # alignment of the host compiler's jump targets moves them; a syscall the
-                # source puts there stays, and is refused.
-                if not refused or not all(v.kind == "a raw system call" for v in refused):
-                    break
-                left = timeout_s - (time.monotonic() - t0)
-                code2, log2, timed_out = _run_tool(nvcc_command(nvcc_path, arch, [*extra_flags, "-Xcompiler", layout]),
-                                                   tmpdir, left)
-                if timed_out or code2 != 0:
-                    log += log2
-                    code = code2
-                    break
-                refused, note = check_host_object(tmp / OBJ_NAME)
-                notes.append(f"host code rebuilt with -Xcompiler {layout}: the bytes of a system-call "
-                             "instruction lay inside another instruction")
-            if timed_out or code != 0:
-                refused = []
+            refused, used, checked = _checked_host_code(nvcc_path, arch, extra_flags, tmpdir, timeout_s - (time.monotonic() - t0))
+            notes += checked
             if refused:
                 status, errors = "guard_rejected", "\n".join(dict.fromkeys(str(v) for v in refused))
-            elif timed_out or code != 0:
-                pass
             else:
                 left = timeout_s - (time.monotonic() - t0)
                 code, link_log, timed_out = _run_tool(link_command(nvcc_path, arch), tmpdir, left)
@@ -554,7 +584,7 @@ def build_candidate(
             resources=parse_ptxas_report(log),
             seconds=seconds,
             cached=False,
-            command=cmd,
+            command=used,
             arch=arch,
             build_dir=None,
             key=key,
@@ -581,7 +611,7 @@ def build_candidate(
         resources=parse_ptxas_report(log),
         seconds=seconds,
         cached=False,
-        command=cmd,
+        command=used,
         arch=arch,
         build_dir=None,
         key=key,

@@ -70,7 +70,7 @@ class Variant:
             parts.append(f"one warp per row up to {self.warp_max} elements ({self.block // 32} rows per block)")
         else:
             parts.append("one block per row")
-        parts[-1] += " (a few long rows: split over the grid)"
+        parts.append("a few long rows split over the grid")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -1088,12 +1088,12 @@ class _KernelWriter:
             return [
                 f"{ind}static const int64_t fill = cp_coop_fill({inst}, {v.block});",
                 f"{ind}const int64_t S = cp_split_blocks(fill, outer, R, {v.block});",
-                f"{ind}cudaError_t e = cudaErrorInvalidConfiguration;",
-                f"{ind}if (S > 0) e = cp_launch_coop({inst}, (unsigned)(outer * S), {v.block}, stream, {args});",
-                f"{ind}if (e != cudaSuccess) {{",
-                f"{ind}    cudaGetLastError(); /* the refused launch's error, not the kernel's */",
-                f"{ind}    {call(kern, chosen[:-1] + ['0'], fallback)}",
+                f"{ind}bool done = false;",
+                f"{ind}if (S > 0) {{",
+                f"{ind}    done = cp_launch_coop({inst}, (unsigned)(outer * S), {v.block}, stream, {args}) == cudaSuccess;",
+                f"{ind}    if (!done) cudaGetLastError(); /* the refused launch's error, not a kernel's */",
                 f"{ind}}}",
+                f"{ind}if (!done) {call(kern, chosen[:-1] + ['0'], fallback)}",
             ]
 
         def dispatch(kern: str, flags: list[tuple[str, list[tuple[str, str | None]]]],
@@ -1152,8 +1152,8 @@ class _KernelWriter:
 
         def row_launch(vec_cond: str, ind: str, kind: str = "row") -> list[str]:
             """The row kernel's launch (:meth:`row_kernel`'s MODEs): rows split over the
-            grid where there are few (under 2 per SM) and long ones (8 elements a thread of
-            2 blocks at least), one warp per row for short rows (warp-rows variants), else
+            grid where there are few (under 2 per SM) and long ones (at least 2 blocks of 4
+            elements a thread), one warp per row for short rows (warp-rows variants), else
             one block per row."""
             out: list[str] = []
             flags = [idx_flag()]
