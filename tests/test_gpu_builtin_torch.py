@@ -220,6 +220,19 @@ _SPLIT_ROWS: dict[str, tuple[str, list[dict[str, int]]]] = {
         def get_init_inputs():
             return [c]
     """, [{"n": 2, "c": 8, "h": 64, "w": 64}, {"n": 3, "c": 6, "h": 45, "w": 53}, {"n": 2, "c": 4, "h": 5, "w": 3}]),
+    "var_std": ("""
+        import torch
+        import torch.nn as nn
+        n = 4
+        d = 100000
+        class Model(nn.Module):
+            def forward(self, x):
+                return x.var(dim=-1, keepdim=True) + x.std(dim=-1, unbiased=False, keepdim=True) * x
+        def get_inputs():
+            return [torch.randn(n, d) * 2.0 + 5.0]
+        def get_init_inputs():
+            return []
+    """, [{"n": 4, "d": 100000}, {"n": 5, "d": 77777}, {"n": 3, "d": 50}]),
 }
 
 
@@ -228,9 +241,9 @@ def test_split_rows_on_cuda(name: str, tmp_path: Path) -> None:
     """Few, long rows split over a cooperative grid (MODE 2: each block reduces its share,
     the grid synchronises, every block combines the row's partials): batch norm's channels
     (the running statistics updated once per channel), layer norm's and group norm's rows
-    (two levels: mean, then the centred squares), softmax (a max, then a sum), maxima next
-    to sums; the float4 and scalar paths, and a small size on one block per row.  Every
-    variant."""
+    (two levels: mean, then the centred squares; one level on the one-pass variant), softmax
+    (a max, then a sum), maxima next to sums, var and std (unbiased, biased); the float4 and
+    scalar paths, and a small size on one block per row.  Every variant."""
     src, configs = _SPLIT_ROWS[name]
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(src))

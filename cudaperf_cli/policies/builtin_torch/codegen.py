@@ -62,6 +62,7 @@ class Variant:
     vec: bool
     warp_rows: bool = False
     warp_max: int = 1024
+    one_pass: bool = False
 
     def describe(self) -> str:
         parts = [f"block {self.block}"]
@@ -71,17 +72,19 @@ class Variant:
         else:
             parts.append("one block per row")
         parts.append("a few long rows split over the grid")
+        if self.one_pass:
+            parts.append("variances in one pass (shifted sums in double)")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
-                "warp_max": self.warp_max, "description": self.describe()}
+                "warp_max": self.warp_max, "one_pass": self.one_pass, "description": self.describe()}
 
 
 #: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
 VARIANTS: tuple[Variant, ...] = (
     Variant("block256", 256, False),
-    Variant("block256_vec4", 256, True),
+    Variant("block256_vec4", 256, True, one_pass=True),
     Variant("block512_vec4_warprows", 512, True, warp_rows=True),
 )
 
@@ -122,36 +125,47 @@ __device__ __forceinline__ float cp_hardsigmoid(float a) { return fminf(fmaxf(a 
 __device__ __forceinline__ float cp_hardswish(float a) { return a * fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f; }
 __device__ __forceinline__ float cp_logsigmoid(float a) { return fminf(a, 0.0f) - log1pf(expf(-fabsf(a))); }
 
-/* Reductions: OP 0 = sum, 1 = max, 2 = min. */
-template <int OP> __device__ __forceinline__ float cp_ident() { return OP == 0 ? 0.0f : (OP == 1 ? -CP_INF : CP_INF); }
-template <int OP> __device__ __forceinline__ float cp_comb(float a, float b) {
-    return OP == 0 ? a + b : (OP == 1 ? cp_max(a, b) : cp_min(a, b));
+/* Reductions: OP 0 = sum, 1 = max, 2 = min; T float, or double for the shifted sums of a
+ * one-pass variance (cp_var_sums). */
+template <int OP, typename T = float> __device__ __forceinline__ T cp_ident() { return OP == 0 ? T(0) : (OP == 1 ? -T(CP_INF) : T(CP_INF)); }
+template <int OP, typename T> __device__ __forceinline__ T cp_comb(T a, T b) {
+    if constexpr (OP == 0) return a + b;
+    else return OP == 1 ? cp_max(a, b) : cp_min(a, b);
 }
 /* Every lane ends with the same value (butterfly; + is commutative). */
-template <int OP> __device__ __forceinline__ float cp_warp_reduce(float v) {
+template <int OP, typename T> __device__ __forceinline__ T cp_warp_reduce(T v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP, T>(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 /* Whole block (blockDim.x a multiple of 32); every thread gets the result. */
-template <int OP> __device__ __forceinline__ float cp_block_reduce(float v, float *sm) {
-    v = cp_warp_reduce<OP>(v);
+template <int OP, typename T> __device__ __forceinline__ T cp_block_reduce(T v, T *sm) {
+    v = cp_warp_reduce<OP, T>(v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads(); /* sm may still be read by the previous reduction */
     if (lane == 0) sm[warp] = v;
     __syncthreads();
-    v = lane < nw ? sm[lane] : cp_ident<OP>();
-    return cp_warp_reduce<OP>(v);
+    v = lane < nw ? sm[lane] : cp_ident<OP, T>();
+    return cp_warp_reduce<OP, T>(v);
 }
 /* Column blocks: thread (tx, ty) = (t % 32, t / 32); reduce over ty for each tx. */
-template <int OP> __device__ __forceinline__ float cp_col_reduce(float v, float *sm) {
+template <int OP, typename T> __device__ __forceinline__ T cp_col_reduce(T v, T *sm) {
     const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
     __syncthreads();
     sm[threadIdx.x] = v;
     __syncthreads();
-    float r = cp_ident<OP>();
-    for (int k = 0; k < ny; ++k) r = cp_comb<OP>(r, sm[k * 32 + tx]);
+    T r = cp_ident<OP, T>();
+    for (int k = 0; k < ny; ++k) r = cp_comb<OP, T>(r, sm[k * 32 + tx]);
     return r;
+}
+/* The variance of a row from its shifted sums (one pass): s = sum(x - K), q = sum((x - K)^2)
+ * over n elements (K: the row's first element, so that the cancellation in q / n - (s / n)^2
+ * stays small; the sums are double, each square exact); c: the correction (1: unbiased). */
+__device__ __forceinline__ float cp_var_sums(double s, double q, double n, double c) {
+    const double m = s / n;
+    double v = q / n - m * m;
+    v = v > 0.0 ? v : 0.0;
+    return (float)(v * n / (n - c));
 }
 /* A whole-tensor reduction over many blocks: each block writes its partial, and the last
  * block to finish (counted with an atomic after a fence: threadFenceReduction) combines
@@ -366,14 +380,14 @@ _SPLIT_PRELUDE = r"""#include <cooperative_groups.h>
  * (the same value in each).  part: the row's S slots (a static __device__ array of the
  * kernel, CP_GRID_MAX floats per reduction: two launches of one kernel must not overlap). */
 #define CP_GRID_MAX 4096
-template <int OP> __device__ __forceinline__ float cp_grid_reduce(float v, float *sm, float *part,
-                                                                  unsigned rank, unsigned S) {
-    v = cp_block_reduce<OP>(v, sm);
+template <int OP, typename T> __device__ __forceinline__ T cp_grid_reduce(T v, T *sm, T *part,
+                                                              unsigned rank, unsigned S) {
+    v = cp_block_reduce<OP, T>(v, sm);
     if (threadIdx.x == 0) part[rank] = v;
     cooperative_groups::this_grid().sync();
-    float r = cp_ident<OP>();
-    for (unsigned b = threadIdx.x; b < S; b += blockDim.x) r = cp_comb<OP>(r, __ldcg(part + b));
-    return cp_block_reduce<OP>(r, sm);
+    T r = cp_ident<OP, T>();
+    for (unsigned b = threadIdx.x; b < S; b += blockDim.x) r = cp_comb<OP, T>(r, __ldcg(part + b));
+    return cp_block_reduce<OP, T>(r, sm);
 }
 /* A channel row's element c = n * inner + s (0 <= s < inner) advanced by a step of
  * dn * inner + ds elements (ds < inner): no division per element. */
@@ -740,6 +754,12 @@ class _KernelWriter:
             tails: list[str] = []
             for r in reds:
                 src = self.operand(r.ins[0], "full")
+                if r.op == "red_var":  # shifted sums in double (cp_var_sums)
+                    lines += self.row_first_value(r, kind, ind)
+                    lines.append(f"{ind}double s{r.id} = 0.0, q{r.id} = 0.0;")
+                    tails.append(f"{{ const float dv = {src} - K{r.id}; s{r.id} += (double)dv; "
+                                 f"q{r.id} += (double)dv * (double)dv; }}")
+                    continue
                 if r.is_index:
                     mx = "true" if r.op == "red_argmax" else "false"
                     lines.append(f"{ind}float s{r.id} = {'-CP_INF' if mx == 'true' else 'CP_INF'};")
@@ -783,6 +803,13 @@ class _KernelWriter:
                     else:
                         red = f"cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)"
                     lines.append(f"{ind}const int64_t r{r.id} = {red};")
+                    continue
+                if r.op == "red_var":  # two sums in double, one after the other (shared scratch smd)
+                    for h, acc in enumerate("sq"):
+                        tree = self.double_tree(f"{acc}{r.id}", kind, self.split_dslots()[r.id] + h)
+                        lines.append(f"{ind}const double {acc.upper()}{r.id} = {tree};")
+                    lines.append(f"{ind}const float r{r.id} = cp_var_sums(S{r.id}, Q{r.id}, (double)R, "
+                                 f"{float(r.params.get('corr', 0.0))!r});")
                     continue
                 op = _RED_OP[r.op]
                 part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
@@ -829,9 +856,50 @@ class _KernelWriter:
                 and any(p.is_reduction for p in k.prims) and not any(p.is_index for p in k.prims))
 
     def split_slots(self) -> dict[int, int]:
-        """Reduction prim id -> its slot in ``<kernel>_gpart`` (CP_GRID_MAX floats each)."""
-        reds = [p.id for p in self.k.prims if p.is_reduction]
+        """Reduction prim id -> its slot in ``<kernel>_gpart`` (CP_GRID_MAX floats each);
+        ``red_var``'s are in ``<kernel>_gpartd`` (:meth:`split_dslots`)."""
+        reds = [p.id for p in self.k.prims if p.is_reduction and p.op != "red_var"]
         return {pid: j for j, pid in enumerate(reds)}
+
+    def split_dslots(self) -> dict[int, int]:
+        """``red_var`` prim id -> its first slot in ``<kernel>_gpartd`` (CP_GRID_MAX doubles
+        each; two per variance: the shifted sum and the sum of squares)."""
+        reds = [p.id for p in self.k.prims if p.op == "red_var"]
+        return {pid: 2 * j for j, pid in enumerate(reds)}
+
+    def has_var(self) -> bool:
+        return any(p.op == "red_var" for p in self.k.prims)
+
+    def double_tree(self, acc: str, kind: str, dslot: int) -> str:
+        """The reduction of the double ``acc`` over the row's threads (``smd``: the kernel's
+        double scratch): block, warp (MODE 1), grid (MODE 2) or column."""
+        if kind == "col":
+            return f"cp_col_reduce<0>({acc}, smd)"
+        red = f"cp_block_reduce<0>({acc}, smd)"
+        if self.split_ok():
+            slot = f"{self.k.name}_gpartd + {dslot} * CP_GRID_MAX + row * cs"
+            red = f"(MODE == 2 ? cp_grid_reduce<0>({acc}, smd, {slot}, (unsigned)rank, (unsigned)cs) : {red})"
+        if self.v.warp_rows and kind == "row":
+            red = f"(MODE == 1 ? cp_warp_reduce<0>({acc}) : {red})"
+        return red
+
+    def row_first_value(self, r: Prim, kind: str, ind: str) -> list[str]:
+        """``float K<id>``: the operand of ``red_var`` ``r`` at the row's first element (0
+        for an empty row), the shift of its one-pass sums."""
+        src = r.ins[0]
+        cone = self.cone([src.id]) if isinstance(src, PRef) else []
+        leaves = set(self.leaves_of(cone, "full"))
+        if isinstance(src, XRef):
+            leaves.add(self.leaf_index[(src.key, src.at, "full", None)])
+        first = {"row": "base", "chan": "row * inner", "col": "o * R * inner + in"}[kind]
+        guard = "valid && R > 0" if kind == "col" else "R > 0"
+        lines = [f"{ind}float K{r.id} = 0.0f; /* the row's first element: the one-pass variance's shift */",
+                 f"{ind}if ({guard}) {{", f"{ind}    const IdxT i = {first};"]
+        lines += [f"{ind}    {self.load_scalar(li, 'i')}" for li in sorted(leaves)]
+        lines += self.body(cone, ind + "    ")
+        lines.append(f"{ind}    K{r.id} = {self.operand(src, 'full')};")
+        lines.append(f"{ind}}}")
+        return lines
 
     def row_modes(self, kind: str) -> list[str]:
         """The row kernel's MODEs: 0 one block per row, 1 one warp per row (the warp-rows
@@ -856,10 +924,15 @@ class _KernelWriter:
         tmpl_parts.append("int MODE")
         lines: list[str] = []
         if self.split_ok():
-            lines.append(f"__device__ float {self.k.name}_gpart[{len(self.split_slots())} * CP_GRID_MAX];")
+            if self.split_slots():
+                lines.append(f"__device__ float {self.k.name}_gpart[{len(self.split_slots())} * CP_GRID_MAX];")
+            if self.has_var():
+                lines.append(f"__device__ double {self.k.name}_gpartd[{2 * len(self.split_dslots())} * CP_GRID_MAX];")
         lines += self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>")
         lines.append("    __shared__ float sm[32];")
         lines.append("    (void)sm;")
+        if self.has_var():
+            lines.append("    __shared__ double smd[32];")
         lines += [
             "    const IdxT cs = MODE == 2 ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
             "    const IdxT rank = (IdxT)blockIdx.x % cs;",
@@ -888,7 +961,7 @@ class _KernelWriter:
         return (k.rows is not None and k.rows.kind == "dims" and k.rows.start == 0
                 and k.rows.stop == len(k.domain) and k.depth == 1
                 and all(self.dom_of(pid) == "reduced" for pid, _ in k.outputs)
-                and not any(p.is_index for p in k.prims) and not k.writes)
+                and not any(p.is_index for p in k.prims) and not k.writes and not self.has_var())
 
     def whole_kernel(self) -> list[str]:
         """The whole tensor as one row spread over the grid: thread ``tid`` of ``tpr`` (all
@@ -918,6 +991,8 @@ class _KernelWriter:
         lines.append(f"    __shared__ float sm[{v.block}];")
         if any(p.is_index for p in self.k.prims):
             lines.append(f"    __shared__ int64_t smk[{v.block}];")
+        if self.has_var():
+            lines.append(f"    __shared__ double smd[{v.block}];")
         lines += [
             "    const IdxT tx = threadIdx.x & 31;",
             "    const IdxT ty = threadIdx.x >> 5;",

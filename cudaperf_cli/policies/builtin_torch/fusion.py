@@ -578,8 +578,9 @@ def _broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
 
 
 class _Planner:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, one_pass: bool = False):
         self.g = graph
+        self.one_pass = one_pass
         self.nodes = graph.by_name()
         self.prims: list[Prim] = []
         self.values: dict[str, Any] = {}
@@ -901,7 +902,7 @@ class _Planner:
         return norm[0], norm[-1] + 1
 
     def reduce(self, op: str, x: Ref, start: int, stop: int, keepdim: bool, n: GraphNode, label: str,
-               rows: RowSpec | None = None) -> PRef:
+               rows: RowSpec | None = None, params: dict[str, Any] | None = None) -> PRef:
         s = self.shape_of(x)
         rows = rows or RowSpec("dims", start, stop)
         if rows.kind == "groups":
@@ -912,7 +913,28 @@ class _Planner:
             out = tuple(1 if start <= i < stop else d for i, d in enumerate(s))
         else:
             out = tuple(d for i, d in enumerate(s) if not start <= i < stop)
-        return self.add(op, [x], out, n, label, rows=rows, in_shape=tuple(s), keepdim=keepdim)
+        return self.add(op, [x], out, n, label, rows=rows, in_shape=tuple(s), keepdim=keepdim,
+                        params=dict(params or {}))
+
+    def moments(self, x: Ref, start: int, stop: int, keepdim: bool, n: GraphNode, label: str,
+                rows: RowSpec | None = None, corr: float = 0.0, mean: bool = True) -> tuple[PRef | None, PRef, PRef | None]:
+        """(mean, variance with correction ``corr``, ``x - mean``) of ``x``'s rows, reduced
+        values (keepdim) and the full-domain centred value (None without ``mean``).
+
+        Two passes (the default): the mean, then the sum of the centred squares (a second
+        reduction level: the row read twice before the output's pass).  ``one_pass``: the
+        mean's sum and ``red_var`` side by side on one level (shifted sums in double, see
+        ``cp_var_sums`` in codegen): the row read once before the output's pass."""
+        shape = self.shape_of(x)
+        s = self.reduce("red_sum", x, start, stop, True, n, label, rows=rows) if mean or not self.one_pass else None
+        m = self.add("div", [s, RowLen()], self.prims[s.id].shape, n, label) if s is not None else None
+        d = self.add("sub", [x, PRef(m.id, row=True)], shape, n, label) if m is not None else None
+        if self.one_pass:
+            v = self.reduce("red_var", x, start, stop, keepdim, n, label, rows=rows, params={"corr": float(corr)})
+            return m, v, d
+        assert d is not None
+        ss = self.reduce("red_sum", self.add("square", [d], shape, n, label), start, stop, keepdim, n, label, rows=rows)
+        return m, self.add("div", [ss, RowLen(corr)], self.prims[ss.id].shape, n, label), d
 
     def label_binary(self, op: str, args: Sequence[Any]) -> str:
         for a in args:
@@ -1322,13 +1344,9 @@ class _Planner:
         # [N, C]: a column reduction over dim 0 (coalesced: a warp reads 32 channels);
         # [N, C, *S]: one row per channel.
         rows = RowSpec("dims", 0, 1) if len(shape) == 2 else RowSpec("channels")
-        s = self.reduce("red_sum", x, rows.start, rows.stop, True, n, t, rows=rows)
-        red = self.prims[s.id].shape
-        mean = self.add("div", [s, RowLen()], red, n, t)
-        d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
-        sq = self.add("square", [d], shape, n, t)
-        ss = self.reduce("red_sum", sq, rows.start, rows.stop, True, n, t, rows=rows)
-        var = self.add("div", [ss, RowLen()], red, n, t)
+        mean, var, d = self.moments(x, rows.start, rows.stop, True, n, t, rows=rows)
+        assert mean is not None and d is not None
+        red = self.prims[var.id].shape
         ve = self.add("add", [var, eps], red, n, t)
         rstd = self.add("rsqrt", [ve], red, n, t)
         y: Ref = self.add("mul", [d, PRef(rstd.id, row=True)], shape, n, t)
@@ -1338,7 +1356,8 @@ class _Planner:
             y = self.add("add", [y, chan(a["bias"], "bias")], shape, n, t)
         if update:
             m = self.scalar(mom, n, "momentum")
-            for buf, stat in ((rm, mean), (rv, self.add("div", [ss, RowLen(1.0)], red, n, t))):
+            unbiased = self.add("div", [self.add("mul", [var, RowLen()], red, n, t), RowLen(1.0)], red, n, t)
+            for buf, stat in ((rm, mean), (rv, unbiased)):
                 r = self.tensor(buf, n, "running statistics")
                 if not isinstance(r, XRef) or r.key[0] != "attr":
                     raise self.refuse(n, "running statistics that are not a buffer of the module")
@@ -1419,14 +1438,9 @@ class _Planner:
                 corr_v = _number(self.literal(corr))
                 if corr_v is None:
                     raise self.refuse(n, "correction must be a number")
-            s = self.reduce("red_sum", x, start, stop, True, n, t)
-            mean = self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
-            d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
-            sq = self.add("square", [d], shape, n, t)
-            ss = self.reduce("red_sum", sq, start, stop, keep, n, t)
-            v = self.add("div", [ss, RowLen(corr_v)], self.prims[ss.id].shape, n, t)
+            _, v, _ = self.moments(x, start, stop, keep, n, t, corr=corr_v, mean=False)
             if t == "std":
-                return self.add("sqrt", [v], self.prims[ss.id].shape, n, t)
+                return self.add("sqrt", [v], self.prims[v.id].shape, n, t)
             return v
         if t in ("layer_norm", "rms_norm"):
             ns = self.literal(a.get("normalized_shape"))
@@ -1437,14 +1451,10 @@ class _Planner:
             eps_a = a.get("eps", 1e-5 if t == "layer_norm" else None)
             eps = CRef(value=1.1920928955078125e-07) if eps_a is None else self.scalar(eps_a, n, "eps")
             if t == "layer_norm":
-                s = self.reduce("red_sum", x, start, stop, True, n, t)
-                mean = self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
-                d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
-                sq = self.add("square", [d], shape, n, t)
-                ss = self.reduce("red_sum", sq, start, stop, True, n, t)
-                var = self.add("div", [ss, RowLen()], self.prims[ss.id].shape, n, t)
-                ve = self.add("add", [var, eps], self.prims[ss.id].shape, n, t)
-                rstd = self.add("rsqrt", [ve], self.prims[ss.id].shape, n, t)
+                _, var, d = self.moments(x, start, stop, True, n, t)
+                assert d is not None
+                ve = self.add("add", [var, eps], self.prims[var.id].shape, n, t)
+                rstd = self.add("rsqrt", [ve], self.prims[var.id].shape, n, t)
                 y: Ref = self.add("mul", [d, PRef(rstd.id, row=True)], shape, n, t)
             else:
                 sq = self.add("square", [x], shape, n, t)
@@ -1474,14 +1484,10 @@ class _Planner:
                 raise self.refuse(n, "group_norm needs [N, C, ...] with C a multiple of num_groups")
             eps = self.scalar(a.get("eps", 1e-5), n, "eps")
             rows = RowSpec("groups", groups=G, groups_ref=src)
-            s = self.reduce("red_sum", x, 0, 0, True, n, t, rows=rows)
-            mean = self.add("div", [s, RowLen()], self.prims[s.id].shape, n, t)
-            d = self.add("sub", [x, PRef(mean.id, row=True)], shape, n, t)
-            sq = self.add("square", [d], shape, n, t)
-            ss = self.reduce("red_sum", sq, 0, 0, True, n, t, rows=rows)
-            var = self.add("div", [ss, RowLen()], self.prims[ss.id].shape, n, t)
-            ve = self.add("add", [var, eps], self.prims[ss.id].shape, n, t)
-            rstd = self.add("rsqrt", [ve], self.prims[ss.id].shape, n, t)
+            _, var, d = self.moments(x, 0, 0, True, n, t, rows=rows)
+            assert d is not None
+            ve = self.add("add", [var, eps], self.prims[var.id].shape, n, t)
+            rstd = self.add("rsqrt", [ve], self.prims[var.id].shape, n, t)
             y = self.add("mul", [d, PRef(rstd.id, row=True)], shape, n, t)
             if a.get("weight") is not None:
                 y = self.add("mul", [y, self._vec(a["weight"], n, 1)], shape, n, t)
@@ -1789,11 +1795,14 @@ class _Grouper:
 # ---------------------------------------------------------------------------------------
 
 
-def plan_fusion(graph: Graph) -> FusionPlan:
+def plan_fusion(graph: Graph, one_pass: bool = False) -> FusionPlan:
     """Plan the fused kernels of a traced forward.
 
     Args:
         graph: the :class:`~.trace.Graph` from :func:`~.trace.trace_problem`.
+        one_pass: variances (batch, layer, group and instance norm, ``var``/``std``) as
+            ``red_var``, on the level of their mean's sum (the row read once for the
+            statistics), instead of a second level over the centred squares.
 
     Returns:
         The :class:`FusionPlan` (possibly with no kernels: the caller decides whether that
@@ -1804,7 +1813,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
             why), a non-float32 tensor, a plain tensor attribute, dropout in training mode,
             batch norm with momentum=None, a reduction over non-adjacent dims.
     """
-    pl = _Planner(graph)
+    pl = _Planner(graph, one_pass=one_pass)
     pl.run()
     for name in _refs_in(graph.outputs):
         v = pl.values.get(name)

@@ -7,7 +7,8 @@ variant of :data:`~.codegen.VARIANTS`:
 
 * turn 0 -- block 256, scalar loads, one block per row;
 * turn 1 -- block 256, float4 loads/stores where the run-time sizes allow (innermost size
-  divisible by 4, 16-byte aligned pointers), scalar fallback otherwise;
+  divisible by 4, 16-byte aligned pointers), scalar fallback otherwise; variances (batch,
+  layer, group, instance norm, ``var``/``std``) in one pass over the row;
 * turn 2 -- block 512, float4 loads, rows of at most 1024 elements get one warp each
   (16 rows per block).
 
@@ -51,7 +52,7 @@ class BuiltinTorchPolicy:
     def __init__(self, trace_timeout_s: float = 120.0, variants: tuple[Variant, ...] = VARIANTS) -> None:
         self.trace_timeout_s = float(trace_timeout_s)
         self.variants = tuple(variants)
-        self._plans: dict[Any, tuple[Graph, FusionPlan]] = {}
+        self._plans: dict[Any, tuple[Graph, FusionPlan, FusionPlan]] = {}
         self._warm: TraceChild | None = None
 
     def warm_up(self) -> None:
@@ -85,7 +86,7 @@ class BuiltinTorchPolicy:
         if key not in self._plans:
             child, self._warm = self._warm, None
             graph = trace_problem(problem, timeout_s=self.trace_timeout_s, child=child)
-            self._plans[key] = (graph, plan_fusion(graph))
+            self._plans[key] = (graph, plan_fusion(graph), plan_fusion(graph, one_pass=True))
         return self._plans[key][0]
 
     def plan(self, problem: TorchProblem) -> FusionPlan:
@@ -97,15 +98,22 @@ class BuiltinTorchPolicy:
                 nothing can be fused (``"nothing to fuse: conv2d is left to cuDNN"``).
             ToolchainError: the trace child cannot import torch.
         """
+        return self.variant_plan(problem, one_pass=False)
+
+    def variant_plan(self, problem: TorchProblem, one_pass: bool) -> FusionPlan:
+        """:meth:`plan`, or with ``one_pass`` the plan whose variances take one pass over
+        the row (:func:`~.fusion.plan_fusion`'s ``one_pass``; the same plan where there is no
+        variance)."""
         self.graph(problem)
-        plan = self._plans[self._key(problem)][1]
+        plan = self._plans[self._key(problem)][2 if one_pass else 1]
         if not plan.kernels:
             raise PolicyRefusal(nothing_to_fuse_message(plan))
         return plan
 
     def files(self, problem: TorchProblem, variant: Variant) -> dict[str, str]:
         """``{"model.py", "kernel.cu"}`` of ``problem`` under ``variant``."""
-        return generate(self.plan(problem), problem.source, variant, problem_name=problem.path.name)
+        return generate(self.variant_plan(problem, variant.one_pass), problem.source, variant,
+                        problem_name=problem.path.name)
 
     def propose(self, problem: TorchProblem, turn: int, history: Any = None) -> Proposal:
         """The candidate of the ``turn``-th variant (turn 0 = block 256, scalar loads).
@@ -122,10 +130,11 @@ class BuiltinTorchPolicy:
             PolicyRefusal: ``"no more variants to try"`` once ``turn`` passes the variants;
                 the reasons of :meth:`plan`.
         """
-        plan = self.plan(problem)
+        self.plan(problem)
         if turn < 0 or turn >= len(self.variants):
             raise PolicyRefusal("no more variants to try")
         variant = self.variants[turn]
+        plan = self.variant_plan(problem, variant.one_pass)
         files = generate(plan, problem.source, variant, problem_name=problem.path.name)
         return Proposal(
             source=files["model.py"],

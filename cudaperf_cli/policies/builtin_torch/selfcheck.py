@@ -256,6 +256,9 @@ class _EmuLib:
                 x = rows_of(operand(p["ins"][0], "full"))
                 if p["op"] == "red_sum":
                     v = x.sum(dim=1)
+                elif p["op"] == "red_var":  # what cp_var_sums approximates (double sums)
+                    corr = float((p.get("params") or {}).get("corr", 0.0))
+                    v = x.double().var(dim=1, correction=corr).float() if R else torch.full((nred,), float("nan"))
                 elif p["op"] in ("red_argmax", "red_argmin"):  # first max/min, NaN first: as torch
                     v = x.argmax(dim=1) if p["op"] == "red_argmax" else x.argmin(dim=1)
                 elif p["op"] == "red_max":
