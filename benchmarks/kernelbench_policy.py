@@ -73,6 +73,7 @@ def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0) 
         plan = pol.plan(p)
         row.update(fused=plan.fused_ops(), left=plan.left_ops())
         prop = pol.propose(p, turn)
+        kernels = pol.variant_plan(p, pol.variants[turn].one_pass).kernels  # what prop was written from
     except PolicyRefusal as exc:
         return done(status="refused", message=str(exc).splitlines()[0][:300])
     except CudaperfError as exc:
@@ -84,7 +85,7 @@ def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0) 
     for name, text in prop.files.items():
         (folder / name).write_text(text)
     try:
-        r = check_candidate(path, folder / "model.py", configs, emulate=True, kernels=plan.kernels,
+        r = check_candidate(path, folder / "model.py", configs, emulate=True, kernels=kernels,
                             timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - a harness fault is a row, not the end
         return done(status="error", message=f"{type(exc).__name__}: {exc}"[:300])

@@ -520,7 +520,7 @@ def test_no_shape_is_compiled_in(tmp_path: Path, policy: BuiltinTorchPolicy, pro
 def test_kernel_cu_compiles(candidates: dict[tuple[str, int], Path], nvcc_path: str, tmp_path: Path) -> None:
     jobs = []
     for (name, turn), d in sorted(candidates.items()):
-        if turn in (0, len(VARIANTS) - 1):  # scalar-only and the variant with every template
+        if turn in (0, len(VARIANTS) - 1) or VARIANTS[turn].one_pass:  # scalar-only, every template, one-pass
             jobs.append((name, turn, d / "kernel.cu"))
 
     def build(job: tuple[str, int, Path]) -> tuple[str, int, int, str]:
@@ -597,9 +597,19 @@ def _configs(p: TorchProblem) -> list[dict[str, int]]:
     return [base, {**base, **p.alt_shapes}]
 
 
+def _variant_plan(plan: Any, files: dict[str, str]) -> Any:
+    """``plan``, or for a candidate of a one-pass variant (its model.py names the variant)
+    the plan of the same graph with one-pass variances: the kernels it was written from."""
+    m = re.search(r"\(variant (\w+):", files["model.py"])
+    variant = next((v for v in VARIANTS if m is not None and v.name == m.group(1)), None)
+    return plan_fusion(plan.graph, one_pass=True) if variant is not None and variant.one_pass else plan
+
+
 def _check_emulated(path: Path, p: TorchProblem, plan: Any, files: dict[str, str], folder: Path) -> dict[str, Any]:
     """A candidate's ``files`` written to ``folder`` (created) and run against ``Model`` at
-    the problem's test and alternative shapes with ``plan``'s kernels emulated."""
+    the problem's test and alternative shapes with the kernels of ``plan`` (of the variant's
+    plan, :func:`_variant_plan`) emulated."""
+    plan = _variant_plan(plan, files)
     folder.mkdir()
     for fname, text in files.items():
         (folder / fname).write_text(text)
@@ -646,7 +656,7 @@ def test_emulated_candidates_match_model_at_both_shapes(candidates: dict[tuple[s
         p = problems[name]
         d = candidates[(name, 1)]
         return name, check_candidate(p.path, d / "model.py", _configs(p), emulate=True,
-                                     kernels=policy.plan(p).kernels, timeout_s=240)
+                                     kernels=policy.variant_plan(p, VARIANTS[1].one_pass).kernels, timeout_s=240)
 
     with ThreadPoolExecutor(max_workers=2) as ex:
         results = dict(ex.map(run, sorted(problems)))
@@ -1691,11 +1701,13 @@ def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 @pytest.mark.parametrize("problem", ["bn_train", "layer_norm"])
-def test_split_row_kernels_compile(problem: str, arch: str, nvcc_path: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("turn", [1, len(VARIANTS) - 1])
+def test_split_row_kernels_compile(turn: int, problem: str, arch: str, nvcc_path: str, tmp_path: Path) -> None:
     """Rows split over a cooperative grid (MODE 2: ``cp_grid_reduce``, ``cp_launch_coop`` with
     its fallback to one block per row) build without a warning for sm_90 and sm_80: batch
-    norm's channel rows and layer norm's contiguous rows (two levels, two grid reductions
-    each), on the warp-rows variant (MODEs 0, 1 and 2)."""
+    norm's channel rows and layer norm's contiguous rows, on the warp-rows variant (MODEs 0,
+    1 and 2; two levels, a grid reduction each) and on the one-pass variant (one level: the
+    mean's sum, and the variance's two sums in double)."""
     src = _bn_train_source("module_2d_then_tanh") if problem == "bn_train" else """
         import torch
         import torch.nn as nn
@@ -1714,8 +1726,9 @@ def test_split_row_kernels_compile(problem: str, arch: str, nvcc_path: str, tmp_
             return [c, w]
     """
     path = _write_problem(tmp_path, problem, src)
-    text = _kernel_cu(path, len(VARIANTS) - 1)
+    text = _kernel_cu(path, turn)
     assert "cp_launch_coop(" in text and "cp_grid_reduce<0>(" in text and "static const int64_t fill = cp_coop_fill(" in text
+    assert (" = cp_var_sums(S" in text) == VARIANTS[turn].one_pass  # a call, not the prelude's definition
     assert "_row<int, true, 0><<<grid_b" in text  # the fallback
     _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
 

@@ -256,7 +256,9 @@ def _plan_torch(res: CheckResult, problem: Any, work: Path, *, compile_mode: str
     res.candidates = n
     if compile_mode == "none":
         return
-    picks = {"all": list(range(n)), "first": [0], "distinct": sorted({0, n - 1})}[compile_mode]
+    # distinct: the scalar variant, the one with every template, the one-pass variances
+    distinct = sorted({0, n - 1} | {t for t, v in enumerate(VARIANTS) if v.one_pass})
+    picks = {"all": list(range(n)), "first": [0], "distinct": distinct}[compile_mode]
     try:
         sources = [policy.propose(problem, t).files["kernel.cu"] for t in picks]
     except CudaperfError as exc:

@@ -164,7 +164,7 @@ template <int OP, typename T> __device__ __forceinline__ T cp_col_reduce(T v, T 
 __device__ __forceinline__ float cp_var_sums(double s, double q, double n, double c) {
     const double m = s / n;
     double v = q / n - m * m;
-    v = v > 0.0 ? v : 0.0;
+    if (v < 0.0) v = 0.0; /* rounding; a NaN (a NaN or inf in the row, an empty row) stays */
     return (float)(v * n / (n - c));
 }
 /* A whole-tensor reduction over many blocks: each block writes its partial, and the last
@@ -993,6 +993,7 @@ class _KernelWriter:
             lines.append(f"    __shared__ int64_t smk[{v.block}];")
         if self.has_var():
             lines.append(f"    __shared__ double smd[{v.block}];")
+        lines.append("    (void)sm; /* unused when the only reduction is a variance */")
         lines += [
             "    const IdxT tx = threadIdx.x & 31;",
             "    const IdxT ty = threadIdx.x >> 5;",

@@ -52,7 +52,8 @@ class BuiltinTorchPolicy:
     def __init__(self, trace_timeout_s: float = 120.0, variants: tuple[Variant, ...] = VARIANTS) -> None:
         self.trace_timeout_s = float(trace_timeout_s)
         self.variants = tuple(variants)
-        self._plans: dict[Any, tuple[Graph, FusionPlan, FusionPlan]] = {}
+        self._plans: dict[Any, tuple[Graph, FusionPlan]] = {}
+        self._one_pass: dict[Any, FusionPlan] = {}
         self._warm: TraceChild | None = None
 
     def warm_up(self) -> None:
@@ -86,7 +87,7 @@ class BuiltinTorchPolicy:
         if key not in self._plans:
             child, self._warm = self._warm, None
             graph = trace_problem(problem, timeout_s=self.trace_timeout_s, child=child)
-            self._plans[key] = (graph, plan_fusion(graph), plan_fusion(graph, one_pass=True))
+            self._plans[key] = (graph, plan_fusion(graph))
         return self._plans[key][0]
 
     def plan(self, problem: TorchProblem) -> FusionPlan:
@@ -103,9 +104,17 @@ class BuiltinTorchPolicy:
     def variant_plan(self, problem: TorchProblem, one_pass: bool) -> FusionPlan:
         """:meth:`plan`, or with ``one_pass`` the plan whose variances take one pass over
         the row (:func:`~.fusion.plan_fusion`'s ``one_pass``; the same plan where there is no
-        variance)."""
+        variance; the two-pass plan where planning in one pass is refused)."""
         self.graph(problem)
-        plan = self._plans[self._key(problem)][2 if one_pass else 1]
+        key = self._key(problem)
+        graph, plan = self._plans[key]
+        if one_pass:
+            if key not in self._one_pass:
+                try:
+                    self._one_pass[key] = plan_fusion(graph, one_pass=True)
+                except PolicyRefusal:
+                    self._one_pass[key] = plan
+            plan = self._one_pass[key]
         if not plan.kernels:
             raise PolicyRefusal(nothing_to_fuse_message(plan))
         return plan
