@@ -806,23 +806,16 @@ class _KernelWriter:
                     continue
                 if r.op == "red_var":  # two sums in double, one after the other (shared scratch smd)
                     for h, acc in enumerate("sq"):
-                        tree = self.double_tree(f"{acc}{r.id}", kind, self.split_dslots()[r.id] + h)
+                        slot = f"{self.k.name}_gpartd + {self.split_dslots()[r.id] + h} * CP_GRID_MAX"
+                        tree = self.row_tree(0, f"{acc}{r.id}", kind, "smd", slot)
                         lines.append(f"{ind}const double {acc.upper()}{r.id} = {tree};")
                     lines.append(f"{ind}const float r{r.id} = cp_var_sums(S{r.id}, Q{r.id}, (double)R, "
                                  f"{float(r.params.get('corr', 0.0))!r});")
                     continue
                 op = _RED_OP[r.op]
                 part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
-                if kind == "col":
-                    lines.append(f"{ind}const float r{r.id} = cp_col_reduce<{op}>({part}, sm);")
-                    continue
-                red = f"cp_block_reduce<{op}>({part}, sm)"
-                if self.split_ok():
-                    slot = f"{self.k.name}_gpart + {self.split_slots()[r.id]} * CP_GRID_MAX + row * cs"
-                    red = f"MODE == 2 ? cp_grid_reduce<{op}>({part}, sm, {slot}, (unsigned)rank, (unsigned)cs) : {red}"
-                if self.v.warp_rows and kind == "row":
-                    red = f"MODE == 1 ? cp_warp_reduce<{op}>({part}) : {red}"
-                lines.append(f"{ind}const float r{r.id} = {red};")
+                slot = f"{self.k.name}_gpart + {self.split_slots()[r.id]} * CP_GRID_MAX"
+                lines.append(f"{ind}const float r{r.id} = {self.row_tree(op, part, kind, 'sm', slot)};")
             for p in reduced_ew:
                 if self.levels[p.id] != level:
                     continue
@@ -870,17 +863,19 @@ class _KernelWriter:
     def has_var(self) -> bool:
         return any(p.op == "red_var" for p in self.k.prims)
 
-    def double_tree(self, acc: str, kind: str, dslot: int) -> str:
-        """The reduction of the double ``acc`` over the row's threads (``smd``: the kernel's
-        double scratch): block, warp (MODE 1), grid (MODE 2) or column."""
+    def row_tree(self, op: int, value: str, kind: str, scratch: str, slots: str) -> str:
+        """The reduction (``op``: 0 sum, 1 max, 2 min) of a thread's ``value`` (float, or
+        double for a variance's sums) over its row's threads: column, block, warp (MODE 1)
+        or grid (MODE 2, the partials at ``slots + row * cs``); ``scratch``: the kernel's
+        shared array of the value's type (``sm``, ``smd``)."""
         if kind == "col":
-            return f"cp_col_reduce<0>({acc}, smd)"
-        red = f"cp_block_reduce<0>({acc}, smd)"
+            return f"cp_col_reduce<{op}>({value}, {scratch})"
+        red = f"cp_block_reduce<{op}>({value}, {scratch})"
         if self.split_ok():
-            slot = f"{self.k.name}_gpartd + {dslot} * CP_GRID_MAX + row * cs"
-            red = f"(MODE == 2 ? cp_grid_reduce<0>({acc}, smd, {slot}, (unsigned)rank, (unsigned)cs) : {red})"
+            red = (f"(MODE == 2 ? cp_grid_reduce<{op}>({value}, {scratch}, {slots} + row * cs, (unsigned)rank, "
+                   f"(unsigned)cs) : {red})")
         if self.v.warp_rows and kind == "row":
-            red = f"(MODE == 1 ? cp_warp_reduce<0>({acc}) : {red})"
+            red = f"(MODE == 1 ? cp_warp_reduce<{op}>({value}) : {red})"
         return red
 
     def row_first_value(self, r: Prim, kind: str, ind: str) -> list[str]:
