@@ -1699,6 +1699,30 @@ def test_channel_rows_visit_every_element_once(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:]
 
 
+#: Layer norm over (c, w) with a few long rows at its own sizes (4 rows of 65536 elements:
+#: split over the grid on an H200); the GPU tests run it at more shapes.
+SPLIT_LAYER_NORM = """
+        import torch
+        import torch.nn as nn
+        n = 4
+        c = 64
+        w = 1024
+        class Model(nn.Module):
+            def __init__(self, c, w):
+                super().__init__()
+                self.ln = nn.LayerNorm((c, w))
+                with torch.no_grad():
+                    self.ln.weight.uniform_(0.5, 1.5)
+                    self.ln.bias.uniform_(-1.0, 1.0)
+            def forward(self, x):
+                return self.ln(x) * 2.0
+        def get_inputs():
+            return [torch.randn(n, c, w) * 2.0 + 3.0]
+        def get_init_inputs():
+            return [c, w]
+    """
+
+
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 @pytest.mark.parametrize("problem", ["bn_train", "layer_norm"])
 @pytest.mark.parametrize("turn", [1, len(VARIANTS) - 1])
@@ -1708,23 +1732,7 @@ def test_split_row_kernels_compile(turn: int, problem: str, arch: str, nvcc_path
     norm's channel rows and layer norm's contiguous rows, on the warp-rows variant (MODEs 0,
     1 and 2; two levels, a grid reduction each) and on the one-pass variant (one level: the
     mean's sum, and the variance's two sums in double)."""
-    src = _bn_train_source("module_2d_then_tanh") if problem == "bn_train" else """
-        import torch
-        import torch.nn as nn
-        n = 4
-        c = 16
-        w = 256
-        class Model(nn.Module):
-            def __init__(self, c, w):
-                super().__init__()
-                self.ln = nn.LayerNorm((c, w))
-            def forward(self, x):
-                return self.ln(x) * 2.0
-        def get_inputs():
-            return [torch.randn(n, c, w)]
-        def get_init_inputs():
-            return [c, w]
-    """
+    src = _bn_train_source("module_2d_then_tanh") if problem == "bn_train" else SPLIT_LAYER_NORM
     path = _write_problem(tmp_path, problem, src)
     text = _kernel_cu(path, turn)
     assert "cp_launch_coop(" in text and "cp_grid_reduce<0>(" in text and "static const int64_t fill = cp_coop_fill(" in text

@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
 from cudaperf_cli.problems.pytorch import load_torch_problem
-from tests.test_builtin_torch_policy import EXAMPLES, OPERATOR_PROBLEMS, PLANS, SMALL
+from tests.test_builtin_torch_policy import EXAMPLES, OPERATOR_PROBLEMS, PLANS, SMALL, SPLIT_LAYER_NORM
 
 pytestmark = pytest.mark.gpu
 
@@ -168,26 +168,7 @@ _SPLIT_ROWS: dict[str, tuple[str, list[dict[str, int]]]] = {
             return [c]
     """, [{"n": 16, "c": 8, "h": 64, "w": 64}, {"n": 32, "c": 16, "h": 33, "w": 31},
           {"n": 5, "c": 6, "h": 7, "w": 4}]),
-    "layer_norm": ("""
-        import torch
-        import torch.nn as nn
-        n = 4
-        c = 64
-        w = 1024
-        class Model(nn.Module):
-            def __init__(self, c, w):
-                super().__init__()
-                self.ln = nn.LayerNorm((c, w))
-                with torch.no_grad():
-                    self.ln.weight.uniform_(0.5, 1.5)
-                    self.ln.bias.uniform_(-1.0, 1.0)
-            def forward(self, x):
-                return self.ln(x) * 2.0
-        def get_inputs():
-            return [torch.randn(n, c, w) * 2.0 + 3.0]
-        def get_init_inputs():
-            return [c, w]
-    """, [{"n": 4, "c": 64, "w": 1024}, {"n": 3, "c": 33, "w": 1001}, {"n": 5, "c": 3, "w": 7}]),
+    "layer_norm": (SPLIT_LAYER_NORM, [{"n": 4, "c": 64, "w": 1024}, {"n": 3, "c": 33, "w": 1001}, {"n": 5, "c": 3, "w": 7}]),
     "softmax": ("""
         import torch
         import torch.nn as nn
