@@ -1574,6 +1574,172 @@ def test_whole_tensor_kernel_compiles(nvcc_path: str, tmp_path: Path) -> None:
     _assert_builds_without_warning(text, nvcc_path, tmp_path)
 
 
+_SOFTMAXES = {
+    # name: forward expression over x [batch_size, dim, width]
+    "softmax_last": "torch.softmax(x, dim=-1)",
+    "log_softmax_scaled": "F.log_softmax(x * 3.0, dim=-1)",
+    "logsumexp_minus_mean": "torch.logsumexp(x, dim=-1, keepdim=True) - x.mean(dim=-1, keepdim=True)",
+    "softmax_over_channels": "torch.softmax(x, dim=1)",  # a column kernel
+    "softmax_with_neg_inf": "torch.softmax(torch.log(torch.relu(x + 0.5)), dim=-1)",  # -inf elements
+    "log_softmax_large": "F.log_softmax(x * 40.0 + 100.0, dim=-1)",  # the max grows often
+    "logsumexp_two_dims": "torch.logsumexp(torch.tanh(x), dim=(1, 2))",
+}
+
+
+def _softmax_source(name: str, width: int = 257) -> str:
+    return f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 5
+        dim = 33
+        width = {width}
+        class Model(nn.Module):
+            def forward(self, x):
+                return {_SOFTMAXES[name]}
+        def get_inputs():
+            return [torch.randn(batch_size, dim, width)]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_SOFTMAXES))
+def test_online_softmax(name: str, tmp_path: Path) -> None:
+    """The one-pass plan's softmax, log_softmax and logsumexp: the sum of ``exp(x - max)``
+    is a ``red_lse`` on the max's level (the online softmax: one read of the row for the
+    statistics, not two); the two-pass plan keeps a second level.  Every variant's
+    candidate, kernels emulated with its own plan, matches ``Model`` at both shapes."""
+    path = _write_problem(tmp_path, name, _softmax_source(name))
+    p, plan, props = _plan_and_variants(path)
+    one = plan_fusion(plan.graph, one_pass=True)
+    assert [k.depth for k in plan.kernels if k.rows is not None] == [2]
+    assert [k.depth for k in one.kernels if k.rows is not None] == [1]
+    assert any(pr.op == "red_lse" for k in one.kernels for pr in k.prims)
+    for t, prop in enumerate(props):
+        assert ("cp_lse_push(m" in prop.files["kernel.cu"]) == VARIANTS[t].one_pass
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_online_softmax_kernels_compile(arch: str, nvcc_path: str, tmp_path: Path) -> None:
+    """The one-pass variant's (max, sum) pairs through every tree (block, column, grid:
+    ``cp_grid_reduce<3>`` over float2 partials) build without a warning."""
+    path = _write_problem(tmp_path, "online_softmax", _softmax_source("softmax_last").replace(
+        "return torch.softmax(x, dim=-1)", "return torch.softmax(x, dim=-1), torch.logsumexp(x, dim=1)"))
+    turn = next(t for t, v in enumerate(VARIANTS) if v.one_pass)
+    text = _kernel_cu(path, turn)
+    for piece in ("cp_grid_reduce<3>(make_float2(", "cp_block_reduce<3>(make_float2(", "cp_col_reduce<3>(make_float2(",
+                  "__shared__ float2 sml[", "_gpartl["):
+        assert piece in text, piece
+    _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
+
+
+_LSE_HARNESS = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+struct float2 { float x, y; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+#define CP_INF __int_as_float(0x7f800000)
+#define CP_NAN __int_as_float(0x7fffffff)  /* the harness's, for its rows */
+%(max)s
+%(push)s
+%(comb)s
+/* (max, sum) of row over T threads (thread t takes elements t, t + T, ...), the pairs
+   combined as a butterfly over 32 lanes would and then in rank order, against PyTorch's
+   two passes: m = max (NaN first), s = sum(exp(x - m)) with -inf adding 0. */
+static int check(const std::vector<float> &row, int T, const char *what) {
+    std::vector<float2> part;
+    for (int t = 0; t < T; ++t) {
+        float m = -CP_INF; double s = 0.0;
+        for (size_t i = t; i < row.size(); i += T) cp_lse_push(m, s, row[i]);
+        part.push_back(make_float2(m, (float)s));
+    }
+    for (int w = 0; w + 32 <= T; w += 32)
+        for (int o = 16; o > 0; o >>= 1) {
+            std::vector<float2> nxt(part.begin() + w, part.begin() + w + 32);
+            for (int l = 0; l < 32; ++l) nxt[l] = cp_lse_comb(part[w + l], part[w + (l ^ o)]);
+            std::copy(nxt.begin(), nxt.end(), part.begin() + w);
+        }
+    float2 r = make_float2(-CP_INF, 0.0f);
+    for (int t = 0; t < T; t += (T >= 32 ? 32 : 1)) r = cp_lse_comb(r, part[t]);
+    double m = -INFINITY; bool nan = false;
+    for (float x : row) { if (x != x) nan = true; else if (x > m) m = x; }
+    double s = 0.0;
+    for (float x : row) if (x != -INFINITY) s += std::exp((double)x - m);
+    if (nan) { m = NAN; s = NAN; }
+    const bool m_ok = (std::isnan(m) && std::isnan(r.x)) || (double)r.x == m;
+    const bool s_ok = (std::isnan(s) && std::isnan(r.y)) || std::fabs(r.y - s) <= 1e-5 * std::fabs(s);
+    if (!m_ok || !s_ok) {
+        std::printf("%%s (T=%%d, n=%%zu): got (%%g, %%g), want (%%g, %%g)\n", what, T, row.size(), r.x, r.y, m, s);
+        return 1;
+    }
+    return 0;
+}
+int main() {
+    std::mt19937 g(7);
+    std::normal_distribution<float> nd;
+    int bad = 0;
+    for (int T : {1, 3, 32, 256}) for (int n : {1, 2, 31, 1000, 70000}) {
+        std::vector<float> r(n);
+        for (auto &x : r) x = nd(g) * 3.0f;
+        bad |= check(r, T, "normal");
+        for (auto &x : r) x = x * 40.0f + 100.0f;
+        bad |= check(r, T, "wide");
+        for (int i = 0; i < n; ++i) r[i] = (float)i * 0.01f;
+        bad |= check(r, T, "increasing");
+        for (int i = 0; i < n; ++i) r[i] = -(float)i * 0.01f;
+        bad |= check(r, T, "decreasing");
+        for (int i = 0; i < n; ++i) r[i] = (i %% 3) ? -CP_INF : nd(g);
+        bad |= check(r, T, "some -inf");
+        for (auto &x : r) x = -CP_INF;
+        bad |= check(r, T, "all -inf");
+        for (auto &x : r) x = nd(g);
+        r[n / 2] = CP_INF;
+        bad |= check(r, T, "one +inf");
+        r[n / 2] = CP_NAN;
+        bad |= check(r, T, "one NaN");
+        r[0] = -CP_INF; r[n - 1] = CP_INF;
+        bad |= check(r, T, "NaN, -inf and +inf");
+    }
+    return bad;
+}
+"""
+
+
+def test_online_softmax_pairs_match_two_passes(tmp_path: Path) -> None:
+    """``cp_lse_push`` and ``cp_lse_comb`` as generated (cut out of a ``kernel.cu``),
+    compiled for the host and run as 1-256 threads and their warp butterflies would, on rows
+    of 1-70000 elements (normal, wide, increasing, decreasing, -inf, +inf, NaN): the pair is
+    PyTorch's two passes' (max, sum of exp(x - max)), to 1e-5 relative, NaN where they give
+    NaN, 0 for a row of -inf (PyTorch's NaN sum there leaves the outputs NaN either way:
+    ``exp(x - max)`` is NaN)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    path = _write_problem(tmp_path, "lse_pairs", _softmax_source("softmax_last"))
+    turn = next(t for t, v in enumerate(VARIANTS) if v.one_pass)
+    text = _kernel_cu(path, turn)
+    cut = {name: re.search(rf"__device__ __forceinline__ [\w ]+ {name}\(.*?\n}}\n", text, re.S)
+           for name in ("cp_max", "cp_lse_push", "cp_lse_comb")}
+    cut["cp_max"] = re.search(r"__device__ __forceinline__ float cp_max\([^\n]*\n", text)
+    assert all(cut.values()), {k: bool(v) for k, v in cut.items()}
+    src = tmp_path / "harness.cpp"
+    src.write_text(_LSE_HARNESS % {"max": cut["cp_max"].group(0), "push": cut["cp_lse_push"].group(0),
+                                   "comb": cut["cp_lse_comb"].group(0)})
+    exe = tmp_path / "harness"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
 #: Every operator problem above, by family: name -> its source (the GPU tests run them on
 #: CUDA, every variant).
 OPERATOR_PROBLEMS: dict[str, str] = {
@@ -1587,6 +1753,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"scan_{n}": _scan_source(n) for n in _SCANS},
     **{f"mask_{n}": _mask_source(n) for n in _MASKS},
     **{f"whole_{n}": _whole_source(n) for n in _WHOLE},
+    **{f"softmax_{n}": _softmax_source(n) for n in _SOFTMAXES},
 }
 
 
@@ -1728,17 +1895,76 @@ SPLIT_LAYER_NORM = """
 @pytest.mark.parametrize("turn", [1, len(VARIANTS) - 1])
 def test_split_row_kernels_compile(turn: int, problem: str, arch: str, nvcc_path: str, tmp_path: Path) -> None:
     """Rows split over a cooperative grid (MODE 2: ``cp_grid_reduce``, ``cp_launch_coop`` with
-    its fallback to one block per row) build without a warning for sm_90 and sm_80: batch
-    norm's channel rows and layer norm's contiguous rows, on the warp-rows variant (MODEs 0,
-    1 and 2; two levels, a grid reduction each) and on the one-pass variant (one level: the
-    mean's sum, and the variance's two sums in double)."""
+    its fallback to one block per row) and in phased launches (MODE 3: ``cp_phase_reduce``,
+    one launch per level and one for the outputs) build without a warning for sm_90 and
+    sm_80: batch norm's channel rows and layer norm's contiguous rows, on the warp-rows
+    variant (MODEs 0-3; two levels, a grid reduction each, three phases) and on the one-pass
+    variant (one level: the mean's sum, and the variance's two sums in double; two phases)."""
     src = _bn_train_source("module_2d_then_tanh") if problem == "bn_train" else SPLIT_LAYER_NORM
     path = _write_problem(tmp_path, problem, src)
     text = _kernel_cu(path, turn)
     assert "cp_launch_coop(" in text and "cp_grid_reduce<0>(" in text and "static const int64_t fill = cp_coop_fill(" in text
+    phases = 2 if VARIANTS[turn].one_pass else 3
+    assert "cp_phase_reduce<0>(" in text and f"for (int ph = 0; ph <= {phases - 1}; ++ph)" in text
+    assert "cp_phase_blocks(fill0, fill3, outer, R," in text
     assert (" = cp_var_sums(S" in text) == VARIANTS[turn].one_pass  # a call, not the prelude's definition
     assert "_row<int, true, 0><<<grid_b" in text  # the fallback
     _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
+
+
+_BLOCKS_HARNESS = r"""
+#include <cstdint>
+#include <cstdio>
+#define CP_GRID_MAX %(grid_max)s
+#define CP_PART_MAX %(part_max)s
+%(split)s
+%(phase)s
+int main() {
+    long fill0, fill3, outer, R; int block;
+    while (std::scanf("%%ld %%ld %%ld %%ld %%d", &fill0, &fill3, &outer, &R, &block) == 5)
+        std::printf("%%ld %%ld\n", (long)cp_split_blocks(fill3, outer, R, block),
+                    (long)cp_phase_blocks(fill0, fill3, outer, R, block));
+    return 0;
+}
+"""
+
+
+def test_blocks_per_row_of_split_and_phased_launches(tmp_path: Path) -> None:
+    """``cp_split_blocks`` (MODE 2) and ``cp_phase_blocks`` (MODE 3) as generated, on the
+    host: (fill0, fill3, outer, R, block) -> (S of MODE 2, S of MODE 3), 0 for none."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    path = _write_problem(tmp_path, "blocks", SPLIT_LAYER_NORM)
+    text = _kernel_cu(path, 1)
+    cut = {name: re.search(rf"inline int64_t {name}\(.*?\n}}\n", text, re.S) for name in ("cp_split_blocks", "cp_phase_blocks")}
+    consts = {name: re.search(rf"#define {name} (\d+)", text) for name in ("CP_GRID_MAX", "CP_PART_MAX")}
+    assert all(cut.values()) and all(consts.values())
+    src = tmp_path / "harness.cpp"
+    src.write_text(_BLOCKS_HARNESS % {"grid_max": consts["CP_GRID_MAX"].group(1), "part_max": consts["CP_PART_MAX"].group(1),
+                                      "split": cut["cp_split_blocks"].group(0), "phase": cut["cp_phase_blocks"].group(0)})
+    exe = tmp_path / "harness"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+    cases = {
+        # KernelBench level 1 on an H200 (132 SMs), block 256, 5 resident blocks per SM
+        (660, 660, 896, 2 * 512 * 512, 256): (0, 3),  # 35_GroupNorm: 1.4 waves -> 2688 blocks, 2 launches
+        (660, 660, 7168, 512 * 512, 256): (0, 0),  # 34_InstanceNorm: 10.9 waves, 98% full
+        # under 2 rows per SM the launcher takes MODE 2 first (cp_phase_blocks is not asked)
+        (660, 660, 64, 64 * 512 * 512, 256): (10, 42),  # 33_BatchNorm's 64 channels: a cooperative grid
+        (660, 660, 16, 64 * 256 * 256, 256): (41, 165),  # 40_LayerNorm's 16 rows
+        (660, 660, 1320, 8192 * 8, 256): (0, 0),  # two full waves
+        (660, 660, 700, 4096, 256): (0, 0),  # rows too short to split (one S of 16 elements a thread)
+        (660, 660, 700, 20000, 256): (0, 4),  # capped at 16 elements a thread
+        (264, 264, 300, 20000, 512): (0, 2),  # the GPU test's phased rows at block 512
+        (1056, 1056, 60000, 1 << 20, 256): (0, 0),  # 57 waves
+        (660, 660, 40000, 1 << 20, 256): (0, 0),  # 61 waves: 98% full
+        (660, 660, 700, 1 << 30, 256): (0, 4),  # 700 rows of 2^30: about 4 waves of blocks
+        (0, 660, 896, 1 << 21, 256): (0, 0),  # the occupancy query failed
+    }
+    proc = subprocess.run([str(exe)], input="".join(" ".join(map(str, c)) + "\n" for c in cases),
+                          capture_output=True, text=True, timeout=60, check=True)
+    got = [tuple(int(v) for v in line.split()) for line in proc.stdout.splitlines()]
+    assert dict(zip(cases, got)) == cases
 
 
 _NUMBER_TENSORS = {

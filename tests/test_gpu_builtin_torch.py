@@ -216,16 +216,99 @@ _SPLIT_ROWS: dict[str, tuple[str, list[dict[str, int]]]] = {
     """, [{"n": 4, "d": 100000}, {"n": 5, "d": 77777}, {"n": 3, "d": 50}]),
 }
 
+#: Rows for MODE 3 (phased launches): 300 rows of about 20000 elements, whatever the H200's
+#: resident blocks (2-8 per SM of 132: one block per row fills its waves under 90% at 300
+#: rows), so the first two shapes of each run split in depth + 1 launches; the last runs one
+#: block per row.
+_PHASED_ROWS: dict[str, tuple[str, list[dict[str, int]]]] = {
+    "phased_layer_norm_sum": ("""
+        import torch
+        import torch.nn as nn
+        n = 300
+        w = 20000
+        class Model(nn.Module):
+            def __init__(self, w):
+                super().__init__()
+                self.ln = nn.LayerNorm(w)
+                with torch.no_grad():
+                    self.ln.weight.uniform_(0.5, 1.5)
+                    self.ln.bias.uniform_(-1.0, 1.0)
+            def forward(self, x):
+                return self.ln(x) * 2.0, x.sum(dim=-1), x.amax(dim=-1)
+        def get_inputs():
+            return [torch.randn(n, w) * 2.0 + 3.0]
+        def get_init_inputs():
+            return [w]
+    """, [{"n": 300, "w": 20000}, {"n": 280, "w": 17001}, {"n": 3, "w": 7}]),
+    "phased_log_softmax": ("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        n = 300
+        d = 20000
+        class Model(nn.Module):
+            def forward(self, x):
+                return F.log_softmax(x * 3.0, dim=-1)
+        def get_inputs():
+            return [torch.randn(n, d)]
+        def get_init_inputs():
+            return []
+    """, [{"n": 300, "d": 20000}, {"n": 290, "d": 19999}, {"n": 3, "d": 50}]),
+    "phased_batch_norm_train": ("""
+        import torch
+        import torch.nn as nn
+        n = 2
+        c = 300
+        h = 100
+        w = 100
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.bn = nn.BatchNorm2d(c, momentum=0.3)
+                with torch.no_grad():
+                    self.bn.weight.uniform_(0.5, 1.5)
+                    self.bn.bias.uniform_(-1.0, 1.0)
+            def forward(self, x):
+                return torch.tanh(self.bn(x * 2.0))
+        def get_inputs():
+            return [torch.randn(n, c, h, w) * 3.0 + 1.0]
+        def get_init_inputs():
+            return [c]
+    """, [{"n": 2, "c": 300, "h": 100, "w": 100}, {"n": 3, "c": 280, "h": 77, "w": 75}, {"n": 5, "c": 6, "h": 7, "w": 4}]),
+    "phased_group_norm": ("""
+        import torch
+        import torch.nn as nn
+        n = 75
+        c = 8
+        h = 100
+        w = 100
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.gn = nn.GroupNorm(4, c)
+            def forward(self, x):
+                return self.gn(x) + 1.0
+        def get_inputs():
+            return [torch.randn(n, c, h, w) + 0.5]
+        def get_init_inputs():
+            return [c]
+    """, [{"n": 75, "c": 8, "h": 100, "w": 100}, {"n": 70, "c": 8, "h": 99, "w": 101}, {"n": 2, "c": 4, "h": 5, "w": 3}]),
+}
 
-@pytest.mark.parametrize("name", sorted(_SPLIT_ROWS))
+
+@pytest.mark.parametrize("name", sorted(_SPLIT_ROWS) + sorted(_PHASED_ROWS))
 def test_split_rows_on_cuda(name: str, tmp_path: Path) -> None:
-    """Few, long rows split over a cooperative grid (MODE 2: each block reduces its share,
-    the grid synchronises, every block combines the row's partials): batch norm's channels
-    (the running statistics updated once per channel), layer norm's and group norm's rows
-    (two levels: mean, then the centred squares; one level on the one-pass variant), softmax
-    (a max, then a sum), maxima next to sums, var and std (unbiased, biased); the float4 and
-    scalar paths, and a small size on one block per row.  Every variant."""
-    src, configs = _SPLIT_ROWS[name]
+    """Long rows split over several blocks.  Few rows (``_SPLIT_ROWS``): a cooperative grid
+    (MODE 2: each block reduces its share, the grid synchronises, every block combines the
+    row's partials): batch norm's channels (the running statistics updated once per
+    channel), layer norm's and group norm's rows (two levels: mean, then the centred
+    squares; one level on the one-pass variant), softmax (a max, then a sum; the online
+    pairs on the one-pass variant), maxima next to sums, var and std (unbiased, biased).
+    More rows than fill whole waves (``_PHASED_ROWS``): the same partials in one launch per
+    level and one for the outputs (MODE 3), reduced outputs and running statistics written
+    once.  The float4 and scalar paths, and a small size on one block per row.  Every
+    variant."""
+    src, configs = {**_SPLIT_ROWS, **_PHASED_ROWS}[name]
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(src))
     p = load_torch_problem(path, alt_shapes=False)

@@ -55,6 +55,8 @@ class Variant:
         warp_rows: rows of at most ``warp_max`` elements get one warp each
             (``block / 32`` rows per block) instead of one block.
         warp_max: the row length limit for ``warp_rows``.
+        one_pass: kernels of the one-pass plan (:func:`~.fusion.plan_fusion`'s
+            ``one_pass``): variances and softmax sums on the level of the mean or max.
     """
 
     name: str
@@ -73,7 +75,7 @@ class Variant:
             parts.append("one block per row")
         parts.append("a few long rows split over the grid")
         if self.one_pass:
-            parts.append("variances in one pass (shifted sums in double)")
+            parts.append("variances (shifted sums in double) and softmax sums (online (max, sum) pairs) in one pass")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -125,17 +127,49 @@ __device__ __forceinline__ float cp_hardsigmoid(float a) { return fminf(fmaxf(a 
 __device__ __forceinline__ float cp_hardswish(float a) { return a * fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f; }
 __device__ __forceinline__ float cp_logsigmoid(float a) { return fminf(a, 0.0f) - log1pf(expf(-fabsf(a))); }
 
-/* Reductions: OP 0 = sum, 1 = max, 2 = min; T float, or double for the shifted sums of a
- * one-pass variance (cp_var_sums). */
-template <int OP, typename T = float> __device__ __forceinline__ T cp_ident() { return OP == 0 ? T(0) : (OP == 1 ? -T(CP_INF) : T(CP_INF)); }
+/* The online softmax (Milakov and Gimelshein 2018, "Online normalizer calculation for
+ * softmax"): a thread's running max m and s = sum(exp(x - m)) over its elements, s rescaled
+ * where m grows (s in double, as the other sums).  -inf elements add 0 (exp(x - max) where
+ * the max is finite; a row of -inf alone sums to 0); a NaN makes s NaN, and so does a +inf
+ * once the pair is combined (cp_lse_comb: s * exp(inf - inf)), as exp(x - max) does in the
+ * two passes.  Every tree combines each thread's pair at least once (with the identity). */
+__device__ __forceinline__ void cp_lse_push(float &m, double &s, float x) {
+    if (x > m) {
+        s = s * (double)expf(m - x) + 1.0;
+        m = x;
+    } else if (x != -CP_INF) {
+        s += (double)expf(x - m);
+        if (x != x) m = x;
+    }
+}
+/* Two (max, sum) pairs as one: each sum rescaled to the larger max (an empty pair, sum 0,
+ * adds 0).  Commutative, so a butterfly leaves every lane the same pair. */
+__device__ __forceinline__ float2 cp_lse_comb(float2 a, float2 b) {
+    const float m = cp_max(a.x, b.x);
+    const float sa = a.y == 0.0f ? 0.0f : a.y * expf(a.x - m);
+    const float sb = b.y == 0.0f ? 0.0f : b.y * expf(b.x - m);
+    return make_float2(m, sa + sb);
+}
+/* Reductions: OP 0 = sum, 1 = max, 2 = min with T float, or double for the shifted sums of
+ * a one-pass variance (cp_var_sums); OP 3 = the online softmax's (max, sum) pairs, T float2. */
+template <int OP, typename T = float> __device__ __forceinline__ T cp_ident() {
+    if constexpr (OP == 3) return make_float2(-CP_INF, 0.0f);
+    else return OP == 0 ? T(0) : (OP == 1 ? -T(CP_INF) : T(CP_INF));
+}
 template <int OP, typename T> __device__ __forceinline__ T cp_comb(T a, T b) {
     if constexpr (OP == 0) return a + b;
+    else if constexpr (OP == 3) return cp_lse_comb(a, b);
     else return OP == 1 ? cp_max(a, b) : cp_min(a, b);
 }
-/* Every lane ends with the same value (butterfly; + is commutative). */
+__device__ __forceinline__ float cp_shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ double cp_shfl_xor(double v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ float2 cp_shfl_xor(float2 v, int o) {
+    return make_float2(__shfl_xor_sync(0xffffffffu, v.x, o), __shfl_xor_sync(0xffffffffu, v.y, o));
+}
+/* Every lane ends with the same value (butterfly; every OP is commutative). */
 template <int OP, typename T> __device__ __forceinline__ T cp_warp_reduce(T v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP, T>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP, T>(v, cp_shfl_xor(v, o));
     return v;
 }
 /* Whole block (blockDim.x a multiple of 32); every thread gets the result. */
@@ -375,19 +409,36 @@ _SPLIT_PRELUDE = r"""#include <cooperative_groups.h>
 
 /* Few, long rows (batch norm's channels, KernelBench's 16 rows of layer norm) spread over
  * the grid: MODE 2 of a row kernel runs outer * S blocks, S per row, all resident at once
- * (a cooperative launch); each block reduces its share of the row, writes one partial, the
- * grid synchronises, and every block of the row combines the row's S partials in rank order
- * (the same value in each).  part: the row's S slots (a static __device__ array of the
- * kernel, CP_GRID_MAX floats per reduction: two launches of one kernel must not overlap). */
+ * (a cooperative launch, at most CP_GRID_MAX blocks); each block reduces its share of the
+ * row, writes one partial, the grid synchronises, and every block of the row combines the
+ * row's S partials in rank order (the same value in each).
+ * More long rows than stay resident at once, too few to fill the last wave of one block per
+ * row (KernelBench's 896 group-norm rows of 2M elements: 1.4 waves): MODE 3 runs the same
+ * outer * S blocks, none of them waiting for another, in depth + 1 launches, phase 0 ..
+ * depth.  In phase p a block runs reduction level p + 1's loop over its share and writes its
+ * partial; the levels before combine the partials the earlier launches wrote, as MODE 2
+ * does after its synchronisation; the last phase writes the outputs.
+ * part: the row's S slots in a static __device__ array of the kernel, CP_PART_MAX values per
+ * reduction (two launches of one kernel must not overlap: one stream, as the evaluation and
+ * the generated forward use). */
 #define CP_GRID_MAX 4096
-template <int OP, typename T> __device__ __forceinline__ T cp_grid_reduce(T v, T *sm, T *part,
-                                                              unsigned rank, unsigned S) {
-    v = cp_block_reduce<OP, T>(v, sm);
-    if (threadIdx.x == 0) part[rank] = v;
-    cooperative_groups::this_grid().sync();
-    T r = cp_ident<OP, T>();
+#define CP_PART_MAX 65536
+template <int OP, typename T> __device__ __forceinline__ T cp_phase_reduce(T v, T *sm, T *part, unsigned rank,
+                                                               unsigned S, bool write) {
+    if (write) { /* this block's partial */
+        v = cp_block_reduce<OP, T>(v, sm);
+        if (threadIdx.x == 0) part[rank] = v;
+        return v;
+    }
+    T r = cp_ident<OP, T>(); /* the row's partials, in rank order */
     for (unsigned b = threadIdx.x; b < S; b += blockDim.x) r = cp_comb<OP, T>(r, __ldcg(part + b));
     return cp_block_reduce<OP, T>(r, sm);
+}
+template <int OP, typename T> __device__ __forceinline__ T cp_grid_reduce(T v, T *sm, T *part,
+                                                              unsigned rank, unsigned S) {
+    cp_phase_reduce<OP, T>(v, sm, part, rank, S, true);
+    cooperative_groups::this_grid().sync();
+    return cp_phase_reduce<OP, T>(v, sm, part, rank, S, false);
 }
 /* A channel row's element c = n * inner + s (0 <= s < inner) advanced by a step of
  * dn * inner + ds elements (ds < inner): no division per element. */
@@ -397,17 +448,37 @@ __device__ __forceinline__ void cp_chan_step(IdxT &n, IdxT &s, IdxT dn, IdxT ds,
     n += dn;
     if (s >= inner) { s -= inner; ++n; }
 }
-/* Blocks of kern (block threads) resident at once on the current device; 0 where the device
- * cannot launch cooperatively or the occupancy query fails. */
-template <typename K> inline int64_t cp_coop_fill(K *kern, int block) {
-    int dev = 0, coop = 0, per = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) { cudaGetLastError(); return 0; }
-    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, block, 0) != cudaSuccess) {
+/* Blocks of kern (block threads) resident at once on the current device (0 where the
+ * occupancy query fails); cp_coop_fill: 0 also where the device cannot launch cooperatively. */
+template <typename K> inline int64_t cp_fill(K *kern, int block) {
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, block, 0) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     return (int64_t)per * cp_sms();
+}
+template <typename K> inline int64_t cp_coop_fill(K *kern, int block) {
+    int dev = 0, coop = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop) {
+        cudaGetLastError();
+        return 0;
+    }
+    return cp_fill(kern, block);
+}
+/* Blocks per row of a phased launch (MODE 3), 0 for one block per row: where one block per
+ * row leaves its waves under 90% full (outer rows, fill0 resident blocks of MODE 0), S such
+ * that outer * S blocks make about 4 waves of MODE 3's fill3, at least 16 elements a thread,
+ * outer * S <= CP_PART_MAX. */
+inline int64_t cp_phase_blocks(int64_t fill0, int64_t fill3, int64_t outer, int64_t R, int block) {
+    if (fill0 <= 0 || fill3 <= 0 || outer <= 0) return 0;
+    const int64_t waves = (outer + fill0 - 1) / fill0;
+    if (outer * 10 >= waves * fill0 * 9) return 0;
+    int64_t S = (4 * fill3 + outer - 1) / outer;
+    if (S > R / (16 * (int64_t)block)) S = R / (16 * (int64_t)block);
+    if (S * outer > CP_PART_MAX) S = CP_PART_MAX / outer;
+    return S >= 2 ? S : 0;
 }
 /* Blocks per row of a split launch: as many as stay resident (fill), at least 4 elements a
  * thread, outer * S <= CP_GRID_MAX; under 2, no split (0). */
@@ -710,11 +781,12 @@ class _KernelWriter:
 
     # -- kernels ----------------------------------------------------------------------
 
-    def kernel_head(self, suffix: str, tmpl: str) -> list[str]:
+    def kernel_head(self, suffix: str, tmpl: str, extra: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """The kernel's template line, signature (:meth:`params`, then ``extra``) and ``{``."""
         # A buffer updated in place is read and written through two pointers: no __restrict__.
         restrict = "" if self.k.writes else "__restrict__ "
         ps = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{restrict if t.endswith('*') else ''}{n}"
-                           for t, n in self.params("IdxT"))
+                           for t, n in list(self.params("IdxT")) + list(extra))
         return [tmpl, f"__global__ void __launch_bounds__({self.v.block}) {self.k.name}_{suffix}(", f"    {ps})", "{"]
 
     def elementwise_kernel(self) -> list[str]:
@@ -743,6 +815,9 @@ class _KernelWriter:
                       if not p.is_reduction and self.dom_of(p.id) == "reduced" and p.id in self.needed]
         loaded_red: set[int] = set()
         guard = "valid && ty == 0" if kind == "col" else "threadIdx.x == 0" if kind == "whole" else "tid == 0"
+        phased = kind in ("row", "chan") and self.split_ok()
+        if phased:  # MODE 3: the reduced outputs and running statistics once, in the last phase
+            guard += f" && (MODE != 3 || phase == {depth})"
         for level in range(1, depth + 1):
             reds = reds_by_level.get(level, [])
             if not reds:
@@ -759,6 +834,11 @@ class _KernelWriter:
                     lines.append(f"{ind}double s{r.id} = 0.0, q{r.id} = 0.0;")
                     tails.append(f"{{ const float dv = {src} - K{r.id}; s{r.id} += (double)dv; "
                                  f"q{r.id} += (double)dv * (double)dv; }}")
+                    continue
+                if r.op == "red_lse":  # the online softmax's running (max, sum)
+                    lines.append(f"{ind}float m{r.id} = -CP_INF;")
+                    lines.append(f"{ind}double s{r.id} = 0.0;")
+                    tails.append(f"cp_lse_push(m{r.id}, s{r.id}, {src});")
                     continue
                 if r.is_index:
                     mx = "true" if r.op == "red_argmax" else "false"
@@ -780,7 +860,10 @@ class _KernelWriter:
             arg = any(r.is_index for r in reds)
             if arg and kind not in ("row", "col"):
                 raise PolicyRefusal(f"argmax/argmin over {self.k.rows.describe() if self.k.rows else 'no rows'}")
-            lines += self.element_loop(prims, tails, tails, [], ind, "row" if kind == "whole" else kind, extra, pos=arg)
+            loop = self.element_loop(prims, tails, tails, [], ind, "row" if kind == "whole" else kind, extra, pos=arg)
+            if phased:  # MODE 3: this level's loop in its own phase only
+                loop = [f"{ind}if (MODE != 3 || phase == {level - 1}) {{"] + ["    " + l for l in loop] + [f"{ind}}}"]
+            lines += loop
             if kind == "whole":  # block partials, then the last block combines them
                 for j, r in enumerate(reds):
                     op = _RED_OP[r.op]
@@ -806,16 +889,23 @@ class _KernelWriter:
                     continue
                 if r.op == "red_var":  # two sums in double, one after the other (shared scratch smd)
                     for h, acc in enumerate("sq"):
-                        slot = f"{self.k.name}_gpartd + {self.split_dslots()[r.id] + h} * CP_GRID_MAX"
-                        tree = self.row_tree(0, f"{acc}{r.id}", kind, "smd", slot)
+                        slot = f"{self.k.name}_gpartd + {self.split_dslots()[r.id] + h} * CP_PART_MAX"
+                        tree = self.row_tree(0, f"{acc}{r.id}", kind, "smd", slot, level)
                         lines.append(f"{ind}const double {acc.upper()}{r.id} = {tree};")
                     lines.append(f"{ind}const float r{r.id} = cp_var_sums(S{r.id}, Q{r.id}, (double)R, "
                                  f"{float(r.params.get('corr', 0.0))!r});")
                     continue
+                if r.op == "red_lse":  # (max, sum) pairs (float2, shared scratch sml)
+                    slot = f"{self.k.name}_gpartl + {self.split_lslots()[r.id]} * CP_PART_MAX"
+                    tree = self.row_tree(3, f"make_float2(m{r.id}, (float)s{r.id})", kind, "sml", slot, level)
+                    lines.append(f"{ind}const float r{r.id} = {tree}.y;")
+                    continue
                 op = _RED_OP[r.op]
                 part = f"(float)s{r.id}" if op == 0 else f"s{r.id}"
-                slot = f"{self.k.name}_gpart + {self.split_slots()[r.id]} * CP_GRID_MAX"
-                lines.append(f"{ind}const float r{r.id} = {self.row_tree(op, part, kind, 'sm', slot)};")
+                slot = f"{self.k.name}_gpart + {self.split_slots()[r.id]} * CP_PART_MAX"
+                lines.append(f"{ind}const float r{r.id} = {self.row_tree(op, part, kind, 'sm', slot, level)};")
+            if phased:
+                lines.append(f"{ind}if (MODE == 3 && phase == {level - 1}) continue; /* its partials written */")
             for p in reduced_ew:
                 if self.levels[p.id] != level:
                     continue
@@ -849,13 +939,19 @@ class _KernelWriter:
                 and any(p.is_reduction for p in k.prims) and not any(p.is_index for p in k.prims))
 
     def split_slots(self) -> dict[int, int]:
-        """Reduction prim id -> its slot in ``<kernel>_gpart`` (CP_GRID_MAX floats each);
+        """Reduction prim id -> its slot in ``<kernel>_gpart`` (CP_PART_MAX floats each);
         ``red_var``'s are in ``<kernel>_gpartd`` (:meth:`split_dslots`)."""
-        reds = [p.id for p in self.k.prims if p.is_reduction and p.op != "red_var"]
+        reds = [p.id for p in self.k.prims if p.is_reduction and p.op not in ("red_var", "red_lse")]
+        return {pid: j for j, pid in enumerate(reds)}
+
+    def split_lslots(self) -> dict[int, int]:
+        """``red_lse`` prim id -> its slot in ``<kernel>_gpartl`` (CP_PART_MAX float2 (max,
+        sum) pairs each)."""
+        reds = [p.id for p in self.k.prims if p.op == "red_lse"]
         return {pid: j for j, pid in enumerate(reds)}
 
     def split_dslots(self) -> dict[int, int]:
-        """``red_var`` prim id -> its first slot in ``<kernel>_gpartd`` (CP_GRID_MAX doubles
+        """``red_var`` prim id -> its first slot in ``<kernel>_gpartd`` (CP_PART_MAX doubles
         each; two per variance: the shifted sum and the sum of squares)."""
         reds = [p.id for p in self.k.prims if p.op == "red_var"]
         return {pid: 2 * j for j, pid in enumerate(reds)}
@@ -863,17 +959,23 @@ class _KernelWriter:
     def has_var(self) -> bool:
         return any(p.op == "red_var" for p in self.k.prims)
 
-    def row_tree(self, op: int, value: str, kind: str, scratch: str, slots: str) -> str:
-        """The reduction (``op``: 0 sum, 1 max, 2 min) of a thread's ``value`` (float, or
-        double for a variance's sums) over its row's threads: column, block, warp (MODE 1)
-        or grid (MODE 2, the partials at ``slots + row * cs``); ``scratch``: the kernel's
-        shared array of the value's type (``sm``, ``smd``)."""
+    def has_lse(self) -> bool:
+        return any(p.op == "red_lse" for p in self.k.prims)
+
+    def row_tree(self, op: int, value: str, kind: str, scratch: str, slots: str, level: int) -> str:
+        """The reduction (``op``: 0 sum, 1 max, 2 min, 3 (max, sum) pairs) of a thread's
+        ``value`` (float, double for a variance's sums, float2 for pairs) of reduction level
+        ``level`` over its row's threads: column, block, warp (MODE 1), grid (MODE 2) or
+        the phased launches (MODE 3: written in phase ``level - 1``, combined in the later
+        ones), the partials at ``slots + row * cs``; ``scratch``: the kernel's shared array
+        of the value's type (``sm``, ``smd``, ``sml``)."""
         if kind == "col":
             return f"cp_col_reduce<{op}>({value}, {scratch})"
         red = f"cp_block_reduce<{op}>({value}, {scratch})"
         if self.split_ok():
-            red = (f"(MODE == 2 ? cp_grid_reduce<{op}>({value}, {scratch}, {slots} + row * cs, (unsigned)rank, "
-                   f"(unsigned)cs) : {red})")
+            part = f"{slots} + row * cs, (unsigned)rank, (unsigned)cs"
+            red = (f"(MODE == 2 ? cp_grid_reduce<{op}>({value}, {scratch}, {part}) : "
+                   f"MODE == 3 ? cp_phase_reduce<{op}>({value}, {scratch}, {part}, phase == {level - 1}) : {red})")
         if self.v.warp_rows and kind == "row":
             red = f"(MODE == 1 ? cp_warp_reduce<{op}>({value}) : {red})"
         return red
@@ -898,12 +1000,13 @@ class _KernelWriter:
 
     def row_modes(self, kind: str) -> list[str]:
         """The row kernel's MODEs: 0 one block per row, 1 one warp per row (the warp-rows
-        variants), 2 a row over several blocks of a cooperative grid (:meth:`split_ok`)."""
+        variants), 2 a row over several blocks of a cooperative grid and 3 the same blocks in
+        one launch per reduction level and one for the outputs (:meth:`split_ok`)."""
         modes = ["0"]
         if self.v.warp_rows and kind == "row":
             modes.append("1")
         if self.split_ok():
-            modes.append("2")
+            modes += ["2", "3"]
         return modes
 
     def row_kernel(self, kind: str = "row") -> list[str]:
@@ -911,7 +1014,8 @@ class _KernelWriter:
         channels, element ``c`` of row ``ch`` at ``(c / inner, ch, c % inner)``).  MODE 0: one
         block per row; 1: one warp per row; 2: ``cs`` blocks per row (the grid is ``outer *
         cs`` blocks, each doing one row: ``rank`` is its place in the row, ``tid``/``tpr``
-        the thread's place among the row's threads)."""
+        the thread's place among the row's threads), all resident; 3: the same grid in
+        ``depth + 1`` launches, argument ``phase`` (:meth:`reduction_steps`)."""
         v = self.v
         tmpl_parts = ["typename IdxT"]
         if v.vec:
@@ -920,16 +1024,21 @@ class _KernelWriter:
         lines: list[str] = []
         if self.split_ok():
             if self.split_slots():
-                lines.append(f"__device__ float {self.k.name}_gpart[{len(self.split_slots())} * CP_GRID_MAX];")
+                lines.append(f"__device__ float {self.k.name}_gpart[{len(self.split_slots())} * CP_PART_MAX];")
             if self.has_var():
-                lines.append(f"__device__ double {self.k.name}_gpartd[{2 * len(self.split_dslots())} * CP_GRID_MAX];")
-        lines += self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>")
+                lines.append(f"__device__ double {self.k.name}_gpartd[{2 * len(self.split_dslots())} * CP_PART_MAX];")
+            if self.has_lse():
+                lines.append(f"__device__ float2 {self.k.name}_gpartl[{len(self.split_lslots())} * CP_PART_MAX];")
+        phase = [("int", "phase")] if self.split_ok() else []  # MODE 3's launch (0 .. depth)
+        lines += self.kernel_head("row", f"template <{', '.join(tmpl_parts)}>", phase)
         lines.append("    __shared__ float sm[32];")
         lines.append("    (void)sm;")
         if self.has_var():
             lines.append("    __shared__ double smd[32];")
+        if self.has_lse():
+            lines.append("    __shared__ float2 sml[32];")
         lines += [
-            "    const IdxT cs = MODE == 2 ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
+            "    const IdxT cs = MODE >= 2 ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
             "    const IdxT rank = (IdxT)blockIdx.x % cs;",
             f"    const IdxT tpr = MODE == 1 ? 32 : cs * {v.block};",
             f"    const IdxT tid = MODE == 1 ? (IdxT)(threadIdx.x & 31) : rank * {v.block} + threadIdx.x;",
@@ -956,7 +1065,8 @@ class _KernelWriter:
         return (k.rows is not None and k.rows.kind == "dims" and k.rows.start == 0
                 and k.rows.stop == len(k.domain) and k.depth == 1
                 and all(self.dom_of(pid) == "reduced" for pid, _ in k.outputs)
-                and not any(p.is_index for p in k.prims) and not k.writes and not self.has_var())
+                and not any(p.is_index for p in k.prims) and not k.writes and not self.has_var()
+                and not self.has_lse())
 
     def whole_kernel(self) -> list[str]:
         """The whole tensor as one row spread over the grid: thread ``tid`` of ``tpr`` (all
@@ -988,7 +1098,9 @@ class _KernelWriter:
             lines.append(f"    __shared__ int64_t smk[{v.block}];")
         if self.has_var():
             lines.append(f"    __shared__ double smd[{v.block}];")
-        lines.append("    (void)sm; /* unused when the only reduction is a variance */")
+        if self.has_lse():
+            lines.append(f"    __shared__ float2 sml[{v.block}];")
+        lines.append("    (void)sm; /* unused when the only reductions are variances or (max, sum) pairs */")
         lines += [
             "    const IdxT tx = threadIdx.x & 31;",
             "    const IdxT ty = threadIdx.x >> 5;",
@@ -1144,27 +1256,47 @@ class _KernelWriter:
         lines = [f'extern "C" int {k.name}({sig}, cudaStream_t stream)', "{"]
         ptrs = [n for t, n in ps if t.endswith("*")]
 
-        def call(kern: str, chosen: list[str], grid: str) -> str:
-            idx = chosen[0]
+        phased = k.kind != "scan" and self.split_ok()  # row kernels take MODE 3's phase
+
+        def args_of(kern: str, idx: str, phase: str = "0") -> str:
             args = ", ".join(f"({idx}){n}" if t == "int64_t" else n for t, n in ps)
-            return f"{kern}<{', '.join(chosen)}><<<{grid}, {v.block}, 0, stream>>>({args});"
+            return args + (f", {phase}" if phased and kern.endswith("_row") else "")
+
+        def call(kern: str, chosen: list[str], grid: str) -> str:
+            return f"{kern}<{', '.join(chosen)}><<<{grid}, {v.block}, 0, stream>>>({args_of(kern, chosen[0])});"
 
         def split_call(kern: str, chosen: list[str], fallback: str, ind: str) -> list[str]:
             """MODE 2 (``chosen`` ends with it): ``outer * S`` blocks in one cooperative
             launch, S from the device's resident blocks of this instantiation; where no
             split fits or the launch is refused, MODE 0 on ``fallback`` blocks."""
-            idx = chosen[0]
-            args = ", ".join(f"({idx}){n}" if t == "int64_t" else n for t, n in ps)
             inst = f"{kern}<{', '.join(chosen)}>"
             return [
                 f"{ind}static const int64_t fill = cp_coop_fill({inst}, {v.block});",
                 f"{ind}const int64_t S = cp_split_blocks(fill, outer, R, {v.block});",
                 f"{ind}bool done = false;",
                 f"{ind}if (S > 0) {{",
-                f"{ind}    done = cp_launch_coop({inst}, (unsigned)(outer * S), {v.block}, stream, {args}) == cudaSuccess;",
+                f"{ind}    done = cp_launch_coop({inst}, (unsigned)(outer * S), {v.block}, stream, "
+                f"{args_of(kern, chosen[0])}) == cudaSuccess;",
                 f"{ind}    if (!done) cudaGetLastError(); /* the refused launch's error, not a kernel's */",
                 f"{ind}}}",
                 f"{ind}if (!done) {call(kern, chosen[:-1] + ['0'], fallback)}",
+            ]
+
+        def phased_call(kern: str, chosen: list[str], fallback: str, ind: str) -> list[str]:
+            """MODE 3 (``chosen`` ends with it): ``outer * S`` blocks in ``depth + 1``
+            launches (phase 0 .. depth) where one block per row would leave its waves
+            under 90% full (:func:`cp_phase_blocks`), else MODE 0 on ``fallback`` blocks."""
+            zero = f"{kern}<{', '.join(chosen[:-1] + ['0'])}>"
+            inst = f"{kern}<{', '.join(chosen)}>"
+            return [
+                f"{ind}static const int64_t fill0 = cp_fill({zero}, {v.block}), fill3 = cp_fill({inst}, {v.block});",
+                f"{ind}const int64_t S = cp_phase_blocks(fill0, fill3, outer, R, {v.block});",
+                f"{ind}if (S > 0) {{",
+                f"{ind}    for (int ph = 0; ph <= {k.depth}; ++ph)",
+                f"{ind}        {inst}<<<(unsigned)(outer * S), {v.block}, 0, stream>>>({args_of(kern, chosen[0], 'ph')});",
+                f"{ind}}} else {{",
+                f"{ind}    {call(kern, chosen[:-1] + ['0'], fallback)}",
+                f"{ind}}}",
             ]
 
         def dispatch(kern: str, flags: list[tuple[str, list[tuple[str, str | None]]]],
@@ -1176,8 +1308,9 @@ class _KernelWriter:
 
             def rec(i: int, chosen: list[str], ind: str) -> None:
                 if i == len(flags):
-                    if flags and flags[-1][0] == "MODE" and chosen[-1] == "2":
-                        out.extend(split_call(kern, chosen, grid_of(chosen[:-1] + ["0"]), ind))
+                    if flags and flags[-1][0] == "MODE" and chosen[-1] in ("2", "3"):
+                        launch = split_call if chosen[-1] == "2" else phased_call
+                        out.extend(launch(kern, chosen, grid_of(chosen[:-1] + ["0"]), ind))
                     else:
                         out.append(f"{ind}{call(kern, chosen, grid_of(chosen))}")
                     return
@@ -1224,8 +1357,9 @@ class _KernelWriter:
         def row_launch(vec_cond: str, ind: str, kind: str = "row") -> list[str]:
             """The row kernel's launch (:meth:`row_kernel`'s MODEs): rows split over the
             grid where there are few (under 2 per SM) and long ones (at least 2 blocks of 4
-            elements a thread), one warp per row for short rows (warp-rows variants), else
-            one block per row."""
+            elements a thread); split in phased launches where there are more long rows (at
+            least 32 elements a thread) than one block per row runs in full waves; one warp
+            per row for short rows (warp-rows variants); else one block per row."""
             out: list[str] = []
             flags = [idx_flag()]
             if v.vec:
@@ -1236,6 +1370,9 @@ class _KernelWriter:
             if "2" in have:
                 out.append(f"{ind}const bool split = outer < 2 * cp_sms() && R >= {8 * v.block};")
                 modes.append(("2", "split"))
+            if "3" in have:
+                out.append(f"{ind}const bool phased = outer >= 2 * cp_sms() && R >= {32 * v.block};")
+                modes.append(("3", "phased"))
             if "1" in have:
                 out.append(f"{ind}const bool warp = R <= {v.warp_max};")
                 modes.append(("1", "warp"))

@@ -278,7 +278,10 @@ class Prim:
         id: index in the plan's primitive list (topological order).
         op: an :data:`ELEMENTWISE_OPS` name or ``red_sum``/``red_max``/``red_min``, or
             ``red_argmax``/``red_argmin`` (int64 indices along the row; only written out),
-            or ``scan_sum``/``scan_prod`` (inclusive scans along the row).
+            ``red_var`` (the variance, ``params["corr"]`` its correction) and ``red_lse``
+            (``sum(exp(x - max(x)))`` over the row, -inf elements adding 0: the online
+            softmax's sum) of the one-pass plans, or ``scan_sum``/``scan_prod`` (inclusive
+            scans along the row).
         ins: operands (:class:`PRef`, :class:`XRef`, :class:`CRef`, :class:`RowLen`).
         shape: the traced result shape.
         origin: the graph node it comes from.
@@ -1420,7 +1423,11 @@ class _Planner:
             mr = PRef(m.id, row=True)
             dx = self.add("sub", [x, mr], shape, n, t)
             e = self.add("exp", [dx], shape, n, t)
-            s = self.reduce("red_sum", e, start, stop, True if t != "logsumexp" else keep, n, t)
+            skeep = True if t != "logsumexp" else keep
+            if self.one_pass:  # the online softmax's (max, sum) pairs, on the max's level
+                s = self.reduce("red_lse", x, start, stop, skeep, n, t)
+            else:  # the max, then the sum of exp(x - max): the row read twice
+                s = self.reduce("red_sum", e, start, stop, skeep, n, t)
             if t == "softmax":
                 return self.add("div", [e, PRef(s.id, row=True)], shape, n, t)
             if t == "log_softmax":
@@ -1802,7 +1809,10 @@ def plan_fusion(graph: Graph, one_pass: bool = False) -> FusionPlan:
         graph: the :class:`~.trace.Graph` from :func:`~.trace.trace_problem`.
         one_pass: variances (batch, layer, group and instance norm, ``var``/``std``) as
             ``red_var``, on the level of their mean's sum (the row read once for the
-            statistics), instead of a second level over the centred squares.
+            statistics), instead of a second level over the centred squares; softmax,
+            log_softmax and logsumexp's sum of ``exp(x - max)`` as ``red_lse`` on the max's
+            level (the online softmax: (max, sum) pairs, rescaled where the max grows)
+            instead of a second level after the max.
 
     Returns:
         The :class:`FusionPlan` (possibly with no kernels: the caller decides whether that

@@ -259,6 +259,11 @@ class _EmuLib:
                 elif p["op"] == "red_var":  # what cp_var_sums approximates (double sums)
                     corr = float((p.get("params") or {}).get("corr", 0.0))
                     v = x.double().var(dim=1, correction=corr).float() if R else torch.full((nred,), float("nan"))
+                elif p["op"] == "red_lse":  # sum(exp(x - max)), -inf adding 0 (cp_lse_push), in double
+                    xd = x.double()
+                    m = xd.amax(dim=1, keepdim=True) if R else xd.sum(dim=1, keepdim=True)
+                    terms = torch.where(xd == -float("inf"), torch.zeros_like(xd), torch.exp(xd - m))
+                    v = terms.sum(dim=1).float()
                 elif p["op"] in ("red_argmax", "red_argmin"):  # first max/min, NaN first: as torch
                     v = x.argmax(dim=1) if p["op"] == "red_argmax" else x.argmin(dim=1)
                 elif p["op"] == "red_max":
