@@ -4,6 +4,7 @@ table; it asserts nothing).
 
     python benchmarks/kernelbench_policy.py [--kernelbench DIR] [--levels level1 level2]
                                             [--only NAME ...] [--turn 1] [--jobs 2] [--json FILE]
+                                            [--host-cuda]
 
 ``DIR`` is a checkout of ScalingIntelligence/KernelBench (default ``$CUDAPERF_KERNELBENCH``);
 no KernelBench code is in this file.  For every problem file of the levels, as
@@ -20,8 +21,13 @@ no KernelBench code is in this file.  For every problem file of the levels, as
    alternative shapes found from them.  A size baked into the code from the trace shows up
    as a wrong or failed second configuration (the GPU judge's ``shape_specialised``).
 
-What this does not check: the CUDA text itself (nvcc compiles it in the unit tests; a GPU
-run executes it), and timing.  Rows: ``file``, ``status`` (``ok``, ``wrong``, ``error``,
+With ``--host-cuda`` step 3 runs the candidate's CUDA text itself instead of the
+interpreted plan: ``kernel.cu`` compiled for the CPU against a CUDA stand-in
+(``selfcheck.check_candidate(host_cuda=True)``, ``cudaperf_cli/policies/builtin_torch/
+hostcuda.py``: threads as fibers, a device of 4 SMs of 2 resident blocks), slower.
+
+What this does not check: the CUDA text itself without ``--host-cuda`` (nvcc compiles it
+in the unit tests; a GPU run executes it), and timing.  Rows: ``file``, ``status`` (``ok``, ``wrong``, ``error``,
 ``refused``, ``load_error``), ``fused`` / ``left`` (the plan), ``message``, ``seconds``.
 """
 
@@ -45,9 +51,10 @@ def _natural(p: Path) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
 
 
-def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
-    """One problem: load, plan and propose, emulate at two small configurations (module
-    docstring).  Returns its row; never raises for the problem's own faults."""
+def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0, host_cuda: bool = False) -> dict[str, Any]:
+    """One problem: load, plan and propose, emulate (or with ``host_cuda`` run the CUDA text
+    on the CPU) at two small configurations (module docstring).  Returns its row; never
+    raises for the problem's own faults."""
     from cudaperf_cli.core import CudaperfError
     from cudaperf_cli.policies.base import PolicyRefusal
     from cudaperf_cli.policies.builtin_torch import BuiltinTorchPolicy
@@ -85,8 +92,11 @@ def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0) 
     for name, text in prop.files.items():
         (folder / name).write_text(text)
     try:
-        r = check_candidate(path, folder / "model.py", configs, emulate=True, kernels=kernels,
-                            timeout_s=timeout_s)
+        if host_cuda:
+            r = check_candidate(path, folder / "model.py", configs, host_cuda=True, timeout_s=timeout_s)
+        else:
+            r = check_candidate(path, folder / "model.py", configs, emulate=True, kernels=kernels,
+                                timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - a harness fault is a row, not the end
         return done(status="error", message=f"{type(exc).__name__}: {exc}"[:300])
     if r.get("error"):
@@ -104,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turn", type=int, default=1, help="the policy's candidate of this turn (0-based)")
     ap.add_argument("--jobs", type=int, default=2, help="files at once")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines")
+    ap.add_argument("--host-cuda", action="store_true",
+                    help="run the candidate's kernel.cu on the CPU (a CUDA stand-in) instead of the emulated plan")
     args = ap.parse_args(argv)
     if not args.kernelbench:
         print(f"error: no KernelBench checkout: pass --kernelbench or set ${ENV}", file=sys.stderr)
@@ -130,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         def one(f: Path) -> dict[str, Any]:
             try:
-                return check_file(f, Path(tmp), turn=args.turn)
+                return check_file(f, Path(tmp), turn=args.turn, host_cuda=args.host_cuda)
             except Exception as exc:  # noqa: BLE001 - one file never stops the benchmark
                 return {"file": f.name, "level": f.parent.name, "status": "error",
                         "message": f"{type(exc).__name__}: {exc}"[:300]}
@@ -148,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     n = len(files)
     accepted = n - counts.get("refused", 0) - counts.get("load_error", 0)
     print(f"\n{n} files in {time.monotonic() - t0:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    print(f"accepted {accepted} ({100 * accepted / n:.0f}%); emulated correct at both small configurations "
+    how = "the CUDA text run on the CPU" if args.host_cuda else "emulated"
+    print(f"accepted {accepted} ({100 * accepted / n:.0f}%); {how}: correct at both small configurations "
           f"{counts.get('ok', 0)} of {accepted}")
     return 0
 

@@ -59,3 +59,18 @@ def test_without_a_checkout_it_says_so(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.delenv(bench.ENV, raising=False)
     assert bench.main([]) == 2
     assert bench.main(["--kernelbench", str(tmp_path)]) == 2
+
+
+def test_host_cuda_runs_the_cuda_text(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--host-cuda``: the candidate's kernel.cu itself, compiled for the CPU, gives the row."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ for the host CUDA build")
+    bench = load_benchmark("kernelbench_policy")
+    out = tmp_path / "rows.jsonl"
+    assert bench.main(["--kernelbench", str(_suite(tmp_path)), "--levels", "level1", "--only", "1_Ours_GroupNorm_Sigmoid",
+                       "--host-cuda", "--json", str(out)]) == 0
+    (row,) = map(json.loads, out.read_text().splitlines())
+    assert row["status"] == "ok", row
+    assert "the CUDA text run on the CPU: correct at both small configurations 1 of 1" in capsys.readouterr().out

@@ -14,10 +14,16 @@ arguments by the signatures parsed from ``kernel.cu`` (so the argument order of
 inner]`` index space.  That checks the plan, ``model.py`` and the shapes without a GPU; it
 does not check the CUDA text (the GPU run does, with ``device="cuda"``).
 
+``host_cuda=True`` runs the CUDA text itself on the CPU instead: ``kernel.cu`` compiled
+by the host C++ compiler against :mod:`.hostcuda`'s stand-in (threads as fibers, a small
+device: ``CP_HOST_SMS`` multiprocessors of ``CP_HOST_BLOCKS_PER_SM`` resident blocks, so
+that small shapes take the launchers' split paths).  Slow (every barrier and shuffle is a
+context switch): small shapes only.
+
 Job (stdin)::
 
     {"problem": path, "model": path/to/model.py, "configs": [{"batch_size": 8}, ...],
-     "device": "cpu" | "cuda", "emulate": bool, "kernels": [...], "atol": 1e-4,
+     "device": "cpu" | "cuda", "emulate": bool, "host_cuda": bool, "kernels": [...], "atol": 1e-4,
      "rtol": 1e-4, "trials": 2, "seed": 0}
 
 Answer (stdout, last line): ``{"ok": bool, "configs": [{"constants", "ok", "message",
@@ -87,6 +93,7 @@ def check_candidate(
     *,
     device: str = "cpu",
     emulate: bool = False,
+    host_cuda: bool = False,
     kernels: Sequence[FusedKernel] = (),
     atol: float = 1e-4,
     rtol: float = 1e-4,
@@ -102,6 +109,8 @@ def check_candidate(
         configs: module-constant sets to check (each rebuilds both models).
         device: ``"cpu"`` (needs ``emulate``) or ``"cuda"``.
         emulate: run the kernels with the PyTorch interpreter (``kernels`` required).
+        host_cuda: run ``kernel.cu`` itself on the CPU (:mod:`.hostcuda`; ``device``
+            ``"cpu"``; ``env`` may set ``CP_HOST_SMS`` and ``CP_HOST_BLOCKS_PER_SM``).
         kernels: the plan's kernels (for ``emulate``).
         atol, rtol: ``|cand - ref| <= atol + rtol * |ref|`` elementwise; NaN never passes.
         trials: fresh inputs per configuration.
@@ -118,6 +127,7 @@ def check_candidate(
         "configs": [dict(c) for c in configs],
         "device": device,
         "emulate": bool(emulate),
+        "host_cuda": bool(host_cuda),
         "kernels": kernels_to_json(kernels) if emulate else [],
         "atol": float(atol),
         "rtol": float(rtol),
@@ -131,7 +141,9 @@ def check_candidate(
         child_env["CUDA_VISIBLE_DEVICES"] = ""
     child_env.update(env or {})
     python_child_env(child_env)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryDirectory(prefix="cudaperf-host-cuda-") as host_dir:
+        job["host_dir"] = host_dir  # the host build of kernel.cu (host_cuda)
         proc = subprocess.Popen(
             [sys.executable, "-m", SELFCHECK_MODULE],
             stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True, env=child_env,
@@ -408,6 +420,15 @@ def _child(job: Mapping[str, Any]) -> dict[str, Any]:
         cu = (model_path.parent / "kernel.cu").read_text()
         emu = _EmuLib(torch, job["kernels"], cu)
         rt.load_cuda = lambda *a, **kw: emu  # type: ignore[assignment]
+    elif job.get("host_cuda"):
+        import cudaperf_cli.torch_runtime as rt
+        from cudaperf_cli.policies.builtin_torch.hostcuda import HostCudaLib
+
+        if device != "cpu":
+            return {"ok": False, "error": "host_cuda runs on the CPU (device 'cpu')", "configs": []}
+        cu = (model_path.parent / "kernel.cu").read_text()
+        host = HostCudaLib(cu, job["host_dir"])
+        rt.load_cuda = lambda *a, **kw: host  # type: ignore[assignment]
     problem = import_problem_module(job["problem"], "_cudaperf_check_problem")
     spec = importlib.util.spec_from_file_location("_cudaperf_check_candidate", model_path)
     assert spec is not None and spec.loader is not None

@@ -1,0 +1,217 @@
+"""The built-in PyTorch policy's generated CUDA run on the CPU (:mod:`hostcuda`).
+
+The emulated checks of ``test_builtin_torch_policy`` interpret the plan; these compile the
+generated ``kernel.cu`` itself with the host compiler against the CUDA stand-in and run it
+(threads as fibers, a device of 4 multiprocessors of 2 resident blocks), so that the CUDA
+text's indexing, trees and launch paths are checked without a GPU: rows split over a
+cooperative grid (MODE 2), phased launches (MODE 3), the online softmax's pairs, column
+kernels, argmax, scans, the whole-tensor kernel.  Each launch is traced
+(``CP_HOST_TRACE``) so that a test also says which path ran.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
+from cudaperf_cli.policies.builtin_torch.hostcuda import HostCudaLib, build_host_library, host_source
+from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
+from cudaperf_cli.problems.pytorch import load_torch_problem
+from tests.test_builtin_torch_policy import OPERATOR_PROBLEMS
+from tests.test_gpu_builtin_torch import _PHASED_ROWS, _SPLIT_ROWS
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the host CUDA build")
+
+#: name -> (source, configs at the host device's sizes, the path the first config must take)
+HOST_PROBLEMS: dict[str, tuple[str, list[dict[str, int]], str]] = {
+    "split_batch_norm_train": (_SPLIT_ROWS["batch_norm_train"][0],
+                               [{"n": 4, "c": 2, "h": 64, "w": 64}, {"n": 3, "c": 2, "h": 33, "w": 31}], "coop"),
+    "split_layer_norm": (_SPLIT_ROWS["layer_norm"][0], [{"n": 2, "c": 8, "w": 1024}, {"n": 3, "c": 7, "w": 1001}], "coop"),
+    "split_softmax": (_SPLIT_ROWS["softmax"][0], [{"n": 2, "d": 20000}, {"n": 3, "d": 7777}], "coop"),
+    "split_group_norm_max_mean": (_SPLIT_ROWS["group_norm_max_mean"][0],
+                                  [{"n": 2, "c": 8, "h": 32, "w": 32}, {"n": 3, "c": 6, "h": 15, "w": 17}], "coop"),
+    "split_var_std": (_SPLIT_ROWS["var_std"][0], [{"n": 2, "d": 20000}, {"n": 3, "d": 7777}], "coop"),
+    "phased_layer_norm_sum": (_PHASED_ROWS["phased_layer_norm_sum"][0],
+                              [{"n": 12, "w": 20000}, {"n": 10, "w": 17001}], "phased"),
+    "phased_log_softmax": (_PHASED_ROWS["phased_log_softmax"][0], [{"n": 12, "d": 20000}, {"n": 10, "d": 19999}], "phased"),
+    "phased_batch_norm_train": (_PHASED_ROWS["phased_batch_norm_train"][0],
+                                [{"n": 2, "c": 12, "h": 100, "w": 100}, {"n": 3, "c": 10, "h": 77, "w": 75}], "phased"),
+    "phased_group_norm": (_PHASED_ROWS["phased_group_norm"][0],
+                          [{"n": 3, "c": 8, "h": 100, "w": 100}, {"n": 5, "c": 8, "h": 99, "w": 101}], "phased"),
+}
+
+#: Operator problems of the CPU tests run at their own (small) sizes: one block per row, one
+#: warp per row, columns, index reductions, scans, the whole-tensor kernel, pooling.
+OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "softmax_logsumexp_two_dims",
+             "arg_argmax_after_softmax", "scan_cumsum_reverse", "whole_sum_max_mean", "whole_softmax_of_everything",
+             "norm_l2_dim1_keep", "pool_max3d_into_a_channel_softmax", "instance_norm_module_1d_affine",
+             "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim"]
+
+
+def _candidates(path: Path, tmp_path: Path) -> list[Path]:
+    """Every variant's candidate of the problem at ``path``, written to ``tmp_path/cand<t>``."""
+    p = load_torch_problem(path, alt_shapes=False)
+    pol = BuiltinTorchPolicy()
+    try:
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    out = []
+    for t, prop in enumerate(props):
+        d = tmp_path / f"cand{t}"
+        d.mkdir()
+        for name, text in prop.files.items():
+            (d / name).write_text(text)
+        out.append(d)
+    return out
+
+
+def _check(path: Path, cand: Path, configs: list[dict[str, int]], trace: Path) -> dict[str, Any]:
+    return check_candidate(path, cand / "model.py", configs, host_cuda=True, timeout_s=900,
+                           env={"CP_HOST_TRACE": str(trace), "CP_HOST_SMS": "4", "CP_HOST_BLOCKS_PER_SM": "2"})
+
+
+@pytest.mark.parametrize("name", sorted(HOST_PROBLEMS))
+def test_split_and_phased_rows_run_on_the_host(name: str, tmp_path: Path) -> None:
+    """Every variant's ``kernel.cu``, run on the host device, matches ``Model`` (outputs and
+    running statistics) at a size that takes the split path (``coop``: rows over a
+    cooperative grid; ``phased``: one launch per reduction level and one for the outputs,
+    seen on turn 0, block 256) and at a scalar-path size."""
+    src, configs, path_kind = HOST_PROBLEMS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(src))
+    traces = []
+    for t, cand in enumerate(_candidates(path, tmp_path)):
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cand, configs, trace)
+        assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+        traces.append(trace.read_text())
+    if path_kind == "coop":
+        assert all(" coop=1" in tr for tr in traces), traces
+    else:
+        assert re.search(r"_row<[^>]*, 3> grid=\d+ ", traces[0]), traces[0]
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_operator_kernels_run_on_the_host(name: str, tmp_path: Path) -> None:
+    """Every variant's ``kernel.cu`` of a few operator problems of the CPU tests, at their
+    own sizes, run on the host device, matches ``Model``."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(OPERATOR_PROBLEMS[name]))
+    p = load_torch_problem(path, alt_shapes=False)
+    configs = [dict(p.constants)]
+    for t, cand in enumerate(_candidates(path, tmp_path)):
+        r = _check(path, cand, configs, tmp_path / f"trace{t}.txt")
+        assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+
+
+def test_a_wrong_phase_is_caught(tmp_path: Path) -> None:
+    """The host run can fail: turn 1's phased group norm with its statistics loop moved to
+    the output phase (the partials never written) is off everywhere."""
+    src, configs, _ = HOST_PROBLEMS["phased_group_norm"]
+    path = tmp_path / "gn.py"
+    path.write_text(textwrap.dedent(src))
+    cand = _candidates(path, tmp_path)[1]
+    text = (cand / "kernel.cu").read_text()
+    assert "if (MODE != 3 || phase == 0) {" in text
+    (cand / "kernel.cu").write_text(text.replace("if (MODE != 3 || phase == 0) {", "if (MODE != 3 || phase == 1) {"))
+    r = _check(path, cand, configs[:1], tmp_path / "trace.txt")
+    assert not r["ok"] and "elements off" in r["configs"][0]["message"], r
+
+
+_TOY = r"""
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+__global__ void k_sum(const float *x, float *out, int n) {
+    __shared__ float sm[32];
+    float v = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v += x[i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (unsigned w = 0; w < blockDim.x / 32; ++w) s += sm[w];
+        out[blockIdx.x] = s;
+    }
+}
+__global__ void k_grid(float *out) {
+    if (threadIdx.x == 0) out[blockIdx.x] = (float)blockIdx.x;
+    cooperative_groups::this_grid().sync();
+    if (threadIdx.x == 0) out[gridDim.x + blockIdx.x] = out[gridDim.x - 1 - blockIdx.x];
+}
+__global__ void k_hang(float *out) {
+    float v = 1.0f;
+    if (threadIdx.x < 16) __syncthreads();  /* half a warp at the block's barrier, */
+    else v = __shfl_xor_sync(0xffffffffu, v, 1);  /* the rest at a shuffle of that warp */
+    out[threadIdx.x] = v;
+}
+extern "C" int toy_sum(const float *x, float *out, int64_t n, int64_t blocks, cudaStream_t stream) {
+    k_sum<<<(unsigned)blocks, 128, 0, stream>>>(x, out, (int)n);
+    return (int)cudaGetLastError();
+}
+extern "C" int toy_grid(float *out, int64_t blocks, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(64);
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return (int)cudaLaunchKernelEx(&cfg, k_grid, out);
+}
+extern "C" int toy_hang(float *out, cudaStream_t stream) {
+    k_hang<<<1, 64, 0, stream>>>(out);
+    return (int)cudaGetLastError();
+}
+"""
+
+
+def test_the_stand_in_runs_blocks_shuffles_and_grid_barriers(tmp_path: Path) -> None:
+    """The stand-in itself on a hand-written file: block sums through warp shuffles and
+    shared memory, a cooperative grid's barrier (each block reads what another wrote
+    before it), a cooperative grid over the resident blocks refused (CUDA's error 720)."""
+    import torch
+
+    lib = HostCudaLib(_TOY, tmp_path)
+    x = torch.arange(1000, dtype=torch.float32)
+    out = torch.full((3,), float("nan"))
+    lib.toy_sum(x, out, 1000, 3)
+    assert float(out.sum()) == float(x.sum())
+    g = torch.full((16,), float("nan"))
+    lib.toy_grid(g, 8)
+    assert g.tolist() == [float(i) for i in range(8)] + [float(7 - i) for i in range(8)]
+    with pytest.raises(RuntimeError, match="error 720"):
+        lib.toy_grid(torch.zeros(18), 9)  # 4 SMs x 2 blocks
+
+
+def test_a_deadlock_ends_the_child_with_one_line(tmp_path: Path) -> None:
+    """Threads of a block at different barriers: the stand-in aborts with a line that says
+    so, rather than hanging (it is run in a child)."""
+    import subprocess
+    import sys
+
+    so = build_host_library(_TOY, tmp_path)
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); buf = (ctypes.c_float * 4)(); "
+            "lib.toy_hang.argtypes = [ctypes.c_void_p, ctypes.c_void_p]; lib.toy_hang(buf, None)")
+    proc = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and "host cuda: deadlock" in proc.stderr, proc.stderr
+
+
+def test_launch_syntax_is_rewritten() -> None:
+    text = "x(); k0_row<int, true, 2><<<cp_grid((outer + 7) / 8), 256, 0, stream>>>(L0, (int)n, f(a, b));\n"
+    out = host_source(text)
+    assert out == ('x(); cp_host::launch(dim3(cp_grid((outer + 7) / 8)), dim3(256), false, '
+                   '[&] { k0_row<int, true, 2>(L0, (int)n, f(a, b)); }, "k0_row<int, true, 2>");\n')
+    with pytest.raises(ValueError, match="do not close"):
+        host_source("k<<<1, 2, 0, s>>>(a, (b);")
