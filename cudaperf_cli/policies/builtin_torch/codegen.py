@@ -1488,6 +1488,14 @@ def generate_cuda(plan: FusionPlan, variant: Variant) -> str:
 
 _HELPERS = '''
 
+def _cp_count_batch(module):
+    """One more batch in module's num_batches_tracked (batch norm in training mode, as its
+    forward counts; a module without one: nothing)."""
+    n = getattr(module, "num_batches_tracked", None)
+    if isinstance(n, _cp_torch.Tensor):
+        n.add_(1)
+
+
 def _cp_numel(shape):
     """Elements of a shape."""
     n = 1
@@ -1847,6 +1855,10 @@ class _ModelWriter:
                 v = float(c.value)  # type: ignore[arg-type]
                 args.append(f'float("{v}")' if math.isinf(v) or math.isnan(v) else repr(v))
         lines.append(f"lib.{k.name}({', '.join(args)})")
+        for buf in k.writes.values():  # batch norm's running statistics: its batch count too
+            if buf == "running_mean" or buf.endswith(".running_mean"):
+                owner = buf.rpartition(".")[0]
+                lines.append(f"_cp_count_batch({_attr_expr(owner) if owner else 'self'})")
         return lines
 
     def pool_sizes(self, k: FusedKernel, j: int, var: str) -> list[str]:

@@ -476,7 +476,12 @@ def _child(job: Mapping[str, Any]) -> dict[str, Any]:
             cand_b = dict(cand.named_buffers())
             for bname, rb in ref.named_buffers():
                 cb = cand_b.get(bname)
-                if not rb.is_floating_point() or cb is None:
+                if cb is None:
+                    continue
+                if not rb.is_floating_point():  # counters (num_batches_tracked): exact
+                    if not torch.equal(cb.cpu(), rb.cpu()):
+                        entry.update(ok=False, message=f"buffer {bname}: {cb.tolist()} vs {rb.tolist()}")
+                        break
                     continue
                 ok, msg, _ = _compare(torch, cb, rb, float(job["atol"]), float(job["rtol"]))
                 if not ok:
