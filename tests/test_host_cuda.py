@@ -51,9 +51,11 @@ HOST_PROBLEMS: dict[str, tuple[str, list[dict[str, int]], str]] = {
 #: Operator problems of the CPU tests run at their own (small) sizes: one block per row, one
 #: warp per row, columns, index reductions, scans, the whole-tensor kernel, pooling.
 OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "softmax_logsumexp_two_dims",
+             "softmax_logsumexp_infinite_rows",
              "arg_argmax_after_softmax", "scan_cumsum_reverse", "whole_sum_max_mean", "whole_softmax_of_everything",
              "norm_l2_dim1_keep", "pool_max3d_into_a_channel_softmax", "instance_norm_module_1d_affine",
-             "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim"]
+             "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim", "arg_argmax_nan_first",
+             "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim"]
 
 
 def _candidates(path: Path, tmp_path: Path) -> list[Path]:
@@ -154,6 +156,32 @@ __global__ void k_hang(float *out) {
     else v = __shfl_xor_sync(0xffffffffu, v, 1);  /* the rest at a shuffle of that warp */
     out[threadIdx.x] = v;
 }
+__global__ void k_grid_hang(float *out) {
+    if (blockIdx.x == 0) return;  /* block 0 never reaches the grid barrier */
+    cooperative_groups::this_grid().sync();
+    out[blockIdx.x] = 1.0f;
+}
+__global__ void k_race(const float *x, float *out) {  /* a block sum, then a max, one scratch */
+    __shared__ float sm[32];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float v = x[threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (unsigned w = 0; w < nw; ++w) s += sm[w];
+    float m = x[threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+%(race_barrier)s    if (lane == 0) sm[warp] = m;  /* overwrites what slower warps still read above */
+    __syncthreads();
+    float mx = sm[0];
+    for (unsigned w = 1; w < nw; ++w) mx = fmaxf(mx, sm[w]);
+    out[threadIdx.x] = s + mx;
+}
+extern "C" int toy_race(const float *x, float *out, cudaStream_t stream) {
+    k_race<<<1, 256, 0, stream>>>(x, out);
+    return (int)cudaGetLastError();
+}
 extern "C" int toy_sum(const float *x, float *out, int64_t n, int64_t blocks, cudaStream_t stream) {
     k_sum<<<(unsigned)blocks, 128, 0, stream>>>(x, out, (int)n);
     return (int)cudaGetLastError();
@@ -174,6 +202,18 @@ extern "C" int toy_hang(float *out, cudaStream_t stream) {
     k_hang<<<1, 64, 0, stream>>>(out);
     return (int)cudaGetLastError();
 }
+extern "C" int toy_grid_hang(float *out, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(4);
+    cfg.blockDim = dim3(32);
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return (int)cudaLaunchKernelEx(&cfg, k_grid_hang, out);
+}
 """
 
 
@@ -183,7 +223,7 @@ def test_the_stand_in_runs_blocks_shuffles_and_grid_barriers(tmp_path: Path) -> 
     before it), a cooperative grid over the resident blocks refused (CUDA's error 720)."""
     import torch
 
-    lib = HostCudaLib(_TOY, tmp_path)
+    lib = HostCudaLib(_TOY % {"race_barrier": "    __syncthreads();\n"}, tmp_path)
     x = torch.arange(1000, dtype=torch.float32)
     out = torch.full((3,), float("nan"))
     lib.toy_sum(x, out, 1000, 3)
@@ -196,16 +236,36 @@ def test_the_stand_in_runs_blocks_shuffles_and_grid_barriers(tmp_path: Path) -> 
 
 
 def test_a_deadlock_ends_the_child_with_one_line(tmp_path: Path) -> None:
-    """Threads of a block at different barriers: the stand-in aborts with a line that says
-    so, rather than hanging (it is run in a child)."""
+    """Threads of a block at different barriers, or a cooperative block returning while the
+    others wait at the grid barrier: the stand-in aborts with a line that says so, rather
+    than hanging (it is run in a child)."""
     import subprocess
     import sys
 
-    so = build_host_library(_TOY, tmp_path)
-    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); buf = (ctypes.c_float * 4)(); "
-            "lib.toy_hang.argtypes = [ctypes.c_void_p, ctypes.c_void_p]; lib.toy_hang(buf, None)")
-    proc = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode != 0 and "host cuda: deadlock" in proc.stderr, proc.stderr
+    so = build_host_library(_TOY % {"race_barrier": ""}, tmp_path)
+    for fn, words in (("toy_hang", "threads of a block wait at different barriers"),
+                      ("toy_grid_hang", "a block of a cooperative launch returned")):
+        code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); buf = (ctypes.c_float * 64)(); "
+                f"lib.{fn}.argtypes = [ctypes.c_void_p, ctypes.c_void_p]; lib.{fn}(buf, None)")
+        proc = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode != 0 and f"host cuda: deadlock: {words}" in proc.stderr, (fn, proc.stderr)
+
+
+def test_a_missing_barrier_between_warps_is_caught(tmp_path: Path) -> None:
+    """Two block reductions through one shared scratch: without the barrier before the
+    second writes it, a warp that runs ahead overwrites what another has not read yet.
+    Warps drift as far apart as a GPU allows, so the result is wrong without the barrier
+    and right with it."""
+    import torch
+
+    x = torch.rand(256) + torch.arange(256, dtype=torch.float32) % 7
+    want = float(x.sum() + x.max())
+    for barrier, ok in (("    __syncthreads();\n", True), ("", False)):
+        lib = HostCudaLib(_TOY % {"race_barrier": barrier}, tmp_path / f"b{int(ok)}")
+        out = torch.full((256,), float("nan"))
+        lib.toy_race(x, out)
+        right = bool(torch.allclose(out, torch.full((256,), want), rtol=1e-5))
+        assert right == ok, (barrier, out[:4].tolist(), want)
 
 
 def test_launch_syntax_is_rewritten() -> None:

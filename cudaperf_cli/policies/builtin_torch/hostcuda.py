@@ -18,12 +18,21 @@ include path as ``cuda_runtime.h`` and ``cooperative_groups.h``):
   paths (rows over a cooperative grid, phased launches) that need thousands of rows on an
   H200.
 
-What it checks: the generated text's indexing, reductions, trees, phases and launch logic.
-What it does not: timing, the GPU's memory model beyond what fibers and OS threads share,
-warp divergence (a warp's lanes reach a shuffle together or the block deadlocks, reported
-as such), float rounding of the GPU's special functions (the host's libm is used).
+Warps run one at a time, in a seeded random order (``CP_HOST_SEED``), each to its next
+``__syncthreads`` (its shuffles release within): the widest drift between warps a GPU
+allows, so a missing barrier between warps shows (a reduction whose shared scratch is
+overwritten before another warp read it was caught this way).
 
-A deadlock (a barrier some threads never reach) aborts the process with a line on stderr;
+What it checks: the generated text's indexing, reductions, trees, phases and launch logic,
+and barriers between warps.  What it does not: timing; races between blocks of one
+ordinary launch (they run one after another, so a block may see another's writes);
+shared memory read before it is written (it keeps the previous block's values, not
+garbage); shuffles reading lanes that returned (they read the lane's last value); the
+GPU's memory ordering beyond what fibers and OS threads share; float rounding of the
+GPU's special functions (the host's libm is used).
+
+A deadlock (threads of a block at different barriers, or a block of a cooperative launch
+returning while others wait at the grid barrier) aborts the process with a line on stderr;
 run it in a child (:func:`~.selfcheck.check_candidate` with ``host_cuda=True``).
 """
 
@@ -122,12 +131,12 @@ inline thread_local cudaError_t last_error = cudaSuccess;
 struct GridBarrier {
     std::mutex mu;
     std::condition_variable cv;
-    unsigned count = 0, gen = 0, size = 0;
-    void wait() {
-        std::unique_lock<std::mutex> lk(mu);
-        const unsigned g = gen;
-        if (++count == size) { count = 0; ++gen; cv.notify_all(); return; }
-        cv.wait(lk, [&] { return gen != g; });
+    unsigned count = 0, gen = 0, size = 0, finished = 0;
+    void wait();
+    void finish() { /* a block returned: no barrier can complete after it */
+        std::lock_guard<std::mutex> lk(mu);
+        ++finished;
+        cv.notify_all();
     }
 };
 
@@ -149,6 +158,14 @@ struct Block {
     alignas(16) unsigned char xbuf[32][32][16]; /* [warp][lane]: a shuffle's values */
 };
 inline thread_local Block *blk = nullptr;
+
+inline void GridBarrier::wait() {
+    std::unique_lock<std::mutex> lk(mu);
+    const unsigned g = gen;
+    if (++count == size) { count = 0; ++gen; cv.notify_all(); return; }
+    cv.wait(lk, [&] { return gen != g || finished > 0; });
+    if (gen == g) fail("deadlock: a block of a cooperative launch returned while others wait at this_grid().sync()");
+}
 
 inline void yield(State s) {
     Fiber &f = blk->fibers[blk->cur];
@@ -185,14 +202,46 @@ template <typename F> void run_block(Block &b, const F &fn) {
     blockIdx = b.bid;
     blockDim = b.bdim;
     gridDim = b.gdim;
+    /* Warps run one at a time, in a random order, each to its next block-level wait
+     * (__syncthreads, a grid barrier, its end; its shuffles release within): the widest
+     * drift between warps a GPU allows, so that a missing barrier between warps (shared
+     * memory read after another warp overwrote it) shows.  The order comes from a fixed
+     * seed (CP_HOST_SEED) and the block's index, so a run repeats. */
+    const unsigned nw = n / 32;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * ((uint64_t)env_int("CP_HOST_SEED", 1) + 1) ^
+                   (((uint64_t)b.bid.x << 32) | ((uint64_t)b.bid.y << 16) | b.bid.z);
+    std::vector<unsigned> order(nw);
     for (;;) {
         bool ran = false;
-        for (unsigned t = 0; t < n; ++t) {
-            if (b.fibers[t].state != READY) continue;
-            b.cur = (int)t;
-            threadIdx = b.fibers[t].tid;
-            ran = true;
-            if (swapcontext(&b.sched, &b.fibers[t].ctx) != 0) fail("swapcontext failed");
+        for (unsigned w = 0; w < nw; ++w) order[w] = w;
+        for (unsigned w = nw; w > 1; --w) {
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            std::swap(order[w - 1], order[rng % w]);
+        }
+        for (unsigned w : order) {
+            for (;;) {
+                bool any = false;
+                for (unsigned l = 0; l < 32; ++l) {
+                    const unsigned t = w * 32 + l;
+                    if (b.fibers[t].state != READY) continue;
+                    b.cur = (int)t;
+                    threadIdx = b.fibers[t].tid;
+                    any = ran = true;
+                    if (swapcontext(&b.sched, &b.fibers[t].ctx) != 0) fail("swapcontext failed");
+                }
+                unsigned at = 0, live = 0; /* the warp's shuffle: all its live lanes there */
+                for (unsigned l = 0; l < 32; ++l) {
+                    const State st = b.fibers[w * 32 + l].state;
+                    live += st != DONE;
+                    at += st == AT_WARP;
+                }
+                if (at && at == live) {
+                    for (unsigned l = 0; l < 32; ++l)
+                        if (b.fibers[w * 32 + l].state == AT_WARP) b.fibers[w * 32 + l].state = READY;
+                    continue;
+                }
+                if (!any) break;
+            }
         }
         unsigned done = 0, at_block = 0, at_grid = 0;
         for (auto &f : b.fibers) {
@@ -202,19 +251,7 @@ template <typename F> void run_block(Block &b, const F &fn) {
         }
         if (done == n) break;
         bool released = false;
-        for (unsigned w = 0; w < n / 32; ++w) { /* a warp's shuffle: all its live lanes there */
-            unsigned at = 0, live = 0;
-            for (unsigned l = 0; l < 32; ++l) {
-                const State s = b.fibers[w * 32 + l].state;
-                live += s != DONE;
-                at += s == AT_WARP;
-            }
-            if (at && at == live) {
-                for (unsigned l = 0; l < 32; ++l) if (b.fibers[w * 32 + l].state == AT_WARP) b.fibers[w * 32 + l].state = READY;
-                released = true;
-            }
-        }
-        if (!released && at_block && at_block == n - done) {
+        if (at_block && at_block == n - done) {
             for (auto &f : b.fibers) if (f.state == AT_BLOCK) f.state = READY;
             released = true;
         }
@@ -267,7 +304,7 @@ template <typename F> cudaError_t launch(dim3 grid, dim3 block, bool coop, const
     gb.size = (unsigned)nblocks;
     std::vector<std::thread> threads;
     for (uint64_t i = 0; i < nblocks; ++i)
-        threads.emplace_back([&, i] { auto b = std::make_unique<Block>(); one(*b, i, &gb); });
+        threads.emplace_back([&, i] { auto b = std::make_unique<Block>(); one(*b, i, &gb); gb.finish(); });
     for (auto &t : threads) t.join();
     return cudaSuccess;
 }
