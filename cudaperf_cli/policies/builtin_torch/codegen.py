@@ -238,6 +238,14 @@ template <bool MAX> __device__ __forceinline__ bool cp_arg_better(float v, int64
 template <bool MAX> __device__ __forceinline__ void cp_arg_step(float &bv, int64_t &bk, float v, int64_t k) {
     if (cp_arg_better<MAX>(v, k, bv, bk)) { bv = v; bk = k; }
 }
+/* A thread's own elements, which come in increasing k (every loop steps forward): (v, k)
+ * replaces (bv, bk) when v is larger (smaller), or NaN where bv is not; an equal v never
+ * does (the earlier index stays).  Fewer tests per element than cp_arg_step's total order,
+ * the same result for such a sequence (the identity's (-inf, 0) included: a thread that saw
+ * only -inf keeps index 0, which the trees' total order resolves as cp_arg_step would). */
+template <bool MAX> __device__ __forceinline__ void cp_arg_next(float &bv, int64_t &bk, float v, int64_t k) {
+    if ((MAX ? v > bv : v < bv) || (v != v && bv == bv)) { bv = v; bk = k; }
+}
 template <bool MAX> __device__ __forceinline__ int64_t cp_warp_argreduce(float v, int64_t k) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -516,14 +524,14 @@ _UNARY_FN = {
     "mish": "cp_mish({0})", "selu": "cp_selu({0})", "hardsigmoid": "cp_hardsigmoid({0})",
     "hardswish": "cp_hardswish({0})", "softsign": "({0} / (1.0f + fabsf({0})))",
     "logsigmoid": "cp_logsigmoid({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
-    "round": "rintf({0})", "trunc": "truncf({0})",
+    "round": "rintf({0})", "trunc": "truncf({0})", "inf_to_zero": "(fabsf({0}) == CP_INF ? 0.0f : {0})",
 }
 _NARY_FN = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "pow": "powf({0}, {1})", "maximum": "cp_max({0}, {1})", "minimum": "cp_min({0}, {1})",
     "leaky_relu": "cp_leaky_relu({0}, {1})", "elu": "cp_elu({0}, {1})", "celu": "cp_celu({0}, {1})",
     "softplus": "cp_softplus({0}, {1}, {2})", "clamp": "cp_clamp({0}, {1}, {2})",
-    "xlogy": "cp_xlogy({0}, {1})",
+    "xlogy": "cp_xlogy({0}, {1})", "lse_finish": "({1} == CP_INF ? {1} : logf({0}) + {1})",
 }
 _RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
 #: The sizes a pooled leaf ``L<i>`` passes (``L<i>_id`` ...), in order: input and output
@@ -844,7 +852,7 @@ class _KernelWriter:
                     mx = "true" if r.op == "red_argmax" else "false"
                     lines.append(f"{ind}float s{r.id} = {'-CP_INF' if mx == 'true' else 'CP_INF'};")
                     lines.append(f"{ind}int64_t k{r.id} = 0;")
-                    tails.append(f"cp_arg_step<{mx}>(s{r.id}, k{r.id}, {src}, (int64_t)cpos);")
+                    tails.append(f"cp_arg_next<{mx}>(s{r.id}, k{r.id}, {src}, (int64_t)cpos);")
                     continue
                 op = _RED_OP[r.op]
                 if op == 0:
@@ -1855,10 +1863,8 @@ class _ModelWriter:
                 v = float(c.value)  # type: ignore[arg-type]
                 args.append(f'float("{v}")' if math.isinf(v) or math.isnan(v) else repr(v))
         lines.append(f"lib.{k.name}({', '.join(args)})")
-        for buf in k.writes.values():  # batch norm's running statistics: its batch count too
-            if buf == "running_mean" or buf.endswith(".running_mean"):
-                owner = buf.rpartition(".")[0]
-                lines.append(f"_cp_count_batch({_attr_expr(owner) if owner else 'self'})")
+        for owner in k.batch_counts:  # a BatchNorm module's forward counts its batches
+            lines.append(f"_cp_count_batch({_attr_expr(owner) if owner else 'self'})")
         return lines
 
     def pool_sizes(self, k: FusedKernel, j: int, var: str) -> list[str]:

@@ -77,6 +77,9 @@ ELEMENTWISE_OPS: dict[str, int] = {
     "hardsigmoid": 1, "hardswish": 1, "softsign": 1, "logsigmoid": 1, "clamp": 3,
     "maximum": 2, "minimum": 2, "floor": 1, "ceil": 1, "round": 1, "trunc": 1, "xlogy": 2,
     "pool": 1,  # max/avg pooling: its operand is read through the windows of the element
+    # logsumexp's infinite max as PyTorch masks it: inf_to_zero(m) (an infinite max shifts
+    # by 0), lse_finish(s, m) = m where m is +inf, else log(s) + m (the online sum's end)
+    "inf_to_zero": 1, "lse_finish": 2,
 }
 
 #: Graph targets that map one-to-one on an elementwise primitive of the same name.
@@ -376,6 +379,9 @@ class FusedKernel:
             reductions and what is computed from their results).
         writes: output prim id -> the buffer it is written into in place (dotted name;
             batch norm's running statistics), instead of a new tensor.
+        batch_counts: modules (dotted names) whose ``num_batches_tracked`` the forward
+            counts after this kernel: ``nn.BatchNorm*`` called as a module in training
+            mode, whose running mean the kernel updates (``F.batch_norm`` counts nothing).
     """
 
     index: int
@@ -393,6 +399,7 @@ class FusedKernel:
     nodes: list[str]
     roles: dict[int, str] = field(default_factory=dict)
     writes: dict[int, str] = field(default_factory=dict)
+    batch_counts: list[str] = field(default_factory=list)
 
     @property
     def depth(self) -> int:
@@ -591,6 +598,7 @@ class _Planner:
         self.left: list[LeftOp] = []
         self.peeled: dict[str, str] = {}
         self.writes: dict[int, str] = {}  # prim id -> buffer it updates in place
+        self.batch_counts: dict[int, str] = {}  # running mean's update prim id -> BatchNorm module
         self.users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
         self.output_names: set[str] = set(_refs_in(graph.outputs))
         for n in graph.nodes:
@@ -1373,6 +1381,9 @@ class _Planner:
                 step = self.add("mul", [diff, m], red, n, t)
                 new = self.add("add", [step, XRef(r.key, 1)], red, n, t)
                 self.writes[new.id] = r.key[1]
+                owner, _, leaf = r.key[1].rpartition(".")
+                if buf is rm and leaf == "running_mean" and (n.source or "").startswith("nn."):
+                    self.batch_counts[new.id] = owner  # the module's forward counts the batch
         return y
 
     # -- reductions -------------------------------------------------------------------
@@ -1420,11 +1431,18 @@ class _Planner:
             if t != "logsumexp" and stop - start != 1:
                 raise self.refuse(n, f"{t} over several dims")
             m = self.reduce("red_max", x, start, stop, True, n, t)
+            if t == "logsumexp":
+                # PyTorch shifts by an infinite max as by 0: a row holding +inf gives inf, a
+                # row of -inf gives -inf (softmax and log_softmax do not: NaN there)
+                sh = self.reduce("red_lse", x, start, stop, keep, n, t) if self.one_pass else None
+                if sh is not None:  # the online sum is relative to the max itself
+                    return self.add("lse_finish", [sh, m], self.prims[sh.id].shape, n, t)
+                m = self.add("inf_to_zero", [m], self.prims[m.id].shape, n, t)
             mr = PRef(m.id, row=True)
             dx = self.add("sub", [x, mr], shape, n, t)
             e = self.add("exp", [dx], shape, n, t)
             skeep = True if t != "logsumexp" else keep
-            if self.one_pass:  # the online softmax's (max, sum) pairs, on the max's level
+            if self.one_pass and t != "logsumexp":  # the online softmax's (max, sum) pairs, on the max's level
                 s = self.reduce("red_lse", x, start, stop, skeep, n, t)
             else:  # the max, then the sum of exp(x - max): the row read twice
                 s = self.reduce("red_sum", e, start, stop, skeep, n, t)
@@ -2026,6 +2044,7 @@ def _make_kernel(index: int, g: _Group, outs: list[int], pl: _Planner) -> FusedK
         nodes=nodes,
         roles={pid: g.dom[pid] for pid in members},
         writes={pid: pl.writes[pid] for pid in outs if pid in pl.writes},
+        batch_counts=[pl.batch_counts[pid] for pid in outs if pid in pl.batch_counts],
     )
 
 

@@ -351,6 +351,7 @@ def _ew(torch: Any, op: str, x: Sequence[Any], params: Mapping[str, Any]) -> Any
         "logsigmoid": lambda: torch.clamp_max(a, 0.0) - torch.log1p(torch.exp(-torch.abs(a))),
         "floor": lambda: torch.floor(a), "ceil": lambda: torch.ceil(a), "round": lambda: torch.round(a),
         "trunc": lambda: torch.trunc(a),
+        "inf_to_zero": lambda: torch.where(torch.isinf(a), torch.zeros_like(a), a),
     }
     if op in table:
         return table[op]()
@@ -361,6 +362,7 @@ def _ew(torch: Any, op: str, x: Sequence[Any], params: Mapping[str, Any]) -> Any
         "leaky_relu": lambda: torch.where(a > 0, a, a * b), "elu": lambda: torch.where(a > 0, a, b * torch.expm1(a)),
         "celu": lambda: torch.where(a > 0, a, b * torch.expm1(a / b)),
         "xlogy": lambda: torch.xlogy(a, b),
+        "lse_finish": lambda: torch.where(b == float("inf"), b, torch.log(a) + b),
     }
     if op in binary:
         return binary[op]()
