@@ -419,7 +419,7 @@ _SPLIT_PRELUDE = r"""#include <cooperative_groups.h>
  * the grid: MODE 2 of a row kernel runs outer * S blocks, S per row, all resident at once
  * (a cooperative launch, at most CP_GRID_MAX blocks); each block reduces its share of the
  * row, writes one partial, the grid synchronises, and every block of the row combines the
- * row's S partials in rank order (the same value in each).
+ * row's S partials in a fixed order (the same value in each: deterministic).
  * More long rows than stay resident at once, too few to fill the last wave of one block per
  * row (KernelBench's 896 group-norm rows of 2M elements: 1.4 waves): MODE 3 runs the same
  * outer * S blocks, none of them waiting for another, in depth + 1 launches, phase 0 ..
@@ -438,7 +438,7 @@ template <int OP, typename T> __device__ __forceinline__ T cp_phase_reduce(T v, 
         if (threadIdx.x == 0) part[rank] = v;
         return v;
     }
-    T r = cp_ident<OP, T>(); /* the row's partials, in rank order */
+    T r = cp_ident<OP, T>(); /* the row's partials: thread t takes t, t + blockDim.x, ..., then the tree */
     for (unsigned b = threadIdx.x; b < S; b += blockDim.x) r = cp_comb<OP, T>(r, __ldcg(part + b));
     return cp_block_reduce<OP, T>(r, sm);
 }
@@ -1366,7 +1366,7 @@ class _KernelWriter:
             """The row kernel's launch (:meth:`row_kernel`'s MODEs): rows split over the
             grid where there are few (under 2 per SM) and long ones (at least 2 blocks of 4
             elements a thread); split in phased launches where there are more long rows (at
-            least 32 elements a thread) than one block per row runs in full waves; one warp
+            least 32 x block elements) than one block per row runs in full waves; one warp
             per row for short rows (warp-rows variants); else one block per row."""
             out: list[str] = []
             flags = [idx_flag()]
