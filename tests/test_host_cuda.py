@@ -76,9 +76,9 @@ def _candidates(path: Path, tmp_path: Path) -> list[Path]:
     return out
 
 
-def _check(path: Path, cand: Path, configs: list[dict[str, int]], trace: Path) -> dict[str, Any]:
+def _check(path: Path, cand: Path, configs: list[dict[str, int]], trace: Path, **env: str) -> dict[str, Any]:
     return check_candidate(path, cand / "model.py", configs, host_cuda=True, timeout_s=900,
-                           env={"CP_HOST_TRACE": str(trace), "CP_HOST_SMS": "4", "CP_HOST_BLOCKS_PER_SM": "2"})
+                           env={"CP_HOST_TRACE": str(trace), "CP_HOST_SMS": "4", "CP_HOST_BLOCKS_PER_SM": "2", **env})
 
 
 @pytest.mark.parametrize("name", sorted(HOST_PROBLEMS))
@@ -100,6 +100,26 @@ def test_split_and_phased_rows_run_on_the_host(name: str, tmp_path: Path) -> Non
         assert all(" coop=1" in tr for tr in traces), traces
     else:
         assert re.search(r"_row<[^>]*, 3> grid=\d+ ", traces[0]), traces[0]
+
+
+@pytest.mark.parametrize("name, config", [("split_batch_norm_train", {"n": 4, "c": 2, "h": 64, "w": 64}),
+                                          ("split_layer_norm", {"n": 2, "c": 16, "w": 1024})])
+def test_without_cooperative_launches_few_rows_take_the_phased_launches(name: str, config: dict[str, int],
+                                                                       tmp_path: Path) -> None:
+    """On a device that cannot launch cooperatively, few long rows go to the phased
+    launches (MODE 3, no residency needed) rather than one block per row (rows of 16384:
+    two blocks of 512 threads at 16 elements a thread); every variant still matches
+    ``Model``."""
+    src, _, _ = HOST_PROBLEMS[name]
+    configs = [config]
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(src))
+    for t, cand in enumerate(_candidates(path, tmp_path)):
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cand, configs, trace, CP_HOST_NO_COOP="1")
+        assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+        text = trace.read_text()
+        assert " coop=1" not in text and re.search(r"_row<[^>]*, 3> grid=\d+ ", text), text
 
 
 @pytest.mark.parametrize("name", OPERATORS)

@@ -1276,7 +1276,8 @@ class _KernelWriter:
         def split_call(kern: str, chosen: list[str], fallback: str, ind: str) -> list[str]:
             """MODE 2 (``chosen`` ends with it): ``outer * S`` blocks in one cooperative
             launch, S from the device's resident blocks of this instantiation; where no
-            split fits or the launch is refused, MODE 0 on ``fallback`` blocks."""
+            split fits or the launch is refused (a device without cooperative launches),
+            the phased launches (MODE 3, :func:`phased_call`), which need no residency."""
             inst = f"{kern}<{', '.join(chosen)}>"
             return [
                 f"{ind}static const int64_t fill = cp_coop_fill({inst}, {v.block});",
@@ -1287,7 +1288,9 @@ class _KernelWriter:
                 f"{args_of(kern, chosen[0])}) == cudaSuccess;",
                 f"{ind}    if (!done) cudaGetLastError(); /* the refused launch's error, not a kernel's */",
                 f"{ind}}}",
-                f"{ind}if (!done) {call(kern, chosen[:-1] + ['0'], fallback)}",
+                f"{ind}if (!done) {{",
+                *phased_call(kern, chosen[:-1] + ["3"], fallback, ind + "    "),
+                f"{ind}}}",
             ]
 
         def phased_call(kern: str, chosen: list[str], fallback: str, ind: str) -> list[str]:

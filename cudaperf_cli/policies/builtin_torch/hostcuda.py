@@ -16,7 +16,7 @@ include path as ``cuda_runtime.h`` and ``cooperative_groups.h``):
 - the device has ``CP_HOST_SMS`` multiprocessors (default 4) and ``CP_HOST_BLOCKS_PER_SM``
   resident blocks of any kernel (default 2), so small shapes reach the launchers' split
   paths (rows over a cooperative grid, phased launches) that need thousands of rows on an
-  H200.
+  H200; ``CP_HOST_NO_COOP=1``: a device without cooperative launches.
 
 Warps run one at a time, in a seeded random order (``CP_HOST_SEED``), each to its next
 ``__syncthreads`` (its shuffles release within): the widest drift between warps a GPU
@@ -347,7 +347,7 @@ inline grid_group this_grid() { return grid_group{}; }
 inline cudaError_t cudaGetLastError() { cudaError_t e = cp_host::last_error; cp_host::last_error = cudaSuccess; return e; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
-    *v = a == cudaDevAttrMultiProcessorCount ? cp_host::sms() : 1;
+    *v = a == cudaDevAttrMultiProcessorCount ? cp_host::sms() : !cp_host::env_int("CP_HOST_NO_COOP", 0);
     return cudaSuccess;
 }
 template <typename K> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t) {
