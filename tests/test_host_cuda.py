@@ -216,7 +216,9 @@ extern "C" int toy_grid(float *out, int64_t blocks, cudaStream_t stream) {
     at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    return (int)cudaLaunchKernelEx(&cfg, k_grid, out);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_grid, out);
+    if (e != cudaSuccess) cudaGetLastError(); /* read, as CUDA keeps it for the next caller */
+    return (int)e;
 }
 extern "C" int toy_hang(float *out, cudaStream_t stream) {
     k_hang<<<1, 64, 0, stream>>>(out);

@@ -9,7 +9,9 @@ include path as ``cuda_runtime.h`` and ``cooperative_groups.h``):
   ``__syncthreads``, at every warp shuffle (the warp's 32 lanes exchange through a buffer)
   and at a grid synchronisation; ``__shared__`` variables are ``thread_local``, so each
   block (OS thread) has its own;
-- a launch runs its blocks one after another; a cooperative launch
+- one CUDA state per process (the last error, as the CUDA runtime's: a refused launch's
+  error waits for the next ``cudaGetLastError`` of any library); a launch runs its blocks
+  one after another; a cooperative launch
   (``cudaLaunchKernelEx`` with ``cudaLaunchAttributeCooperative``) runs every block at once,
   one OS thread each, and ``this_grid().sync()`` waits for all of them; a cooperative grid
   larger than the occupancy query allows is refused, as CUDA refuses it;
@@ -154,7 +156,6 @@ struct Block {
     ucontext_t sched;
     int cur = 0;
     GridBarrier *grid = nullptr;
-    const void *fn = nullptr;
     alignas(16) unsigned char xbuf[32][32][16]; /* [warp][lane]: a shuffle's values */
 };
 inline thread_local Block *blk = nullptr;
