@@ -367,7 +367,9 @@ _ATTRS = re.compile(
 _FUNC = re.compile(r"^(?P<head>[^()]*?)\b(?P<name>[A-Za-z_]\w*)\s*\((?P<params>.*)\)\s*(?:noexcept)?\s*$", re.S)
 
 
-def _split_params(text: str) -> list[str]:
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside ``()``, ``<>`` and ``[]``, each part stripped
+    (a C parameter list, a launch configuration ``grid, block, smem, stream``)."""
     parts, depth, cur = [], 0, []
     for c in text:
         if c in "(<[":
@@ -380,7 +382,11 @@ def _split_params(text: str) -> list[str]:
         else:
             cur.append(c)
     parts.append("".join(cur))
-    parts = [p.strip() for p in parts]
+    return [p.strip() for p in parts]
+
+
+def _split_params(text: str) -> list[str]:
+    parts = split_top_level(text)
     if parts == [""] or parts == ["void"]:
         return []
     return parts
@@ -870,4 +876,5 @@ __all__ = [
     "load_cuda",
     "parse_launchers",
     "resolve_arch",
+    "split_top_level",
 ]

@@ -206,35 +206,29 @@ extern "C" int toy_sum(const float *x, float *out, int64_t n, int64_t blocks, cu
     k_sum<<<(unsigned)blocks, 128, 0, stream>>>(x, out, (int)n);
     return (int)cudaGetLastError();
 }
-extern "C" int toy_grid(float *out, int64_t blocks, cudaStream_t stream) {
+static int coop(void (*kern)(float *), unsigned grid, unsigned block, float *out, cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(64);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
     cfg.stream = stream;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeCooperative;
     at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_grid, out);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, out);
     if (e != cudaSuccess) cudaGetLastError(); /* read, as CUDA keeps it for the next caller */
     return (int)e;
+}
+extern "C" int toy_grid(float *out, int64_t blocks, cudaStream_t stream) {
+    return coop(k_grid, (unsigned)blocks, 64, out, stream);
 }
 extern "C" int toy_hang(float *out, cudaStream_t stream) {
     k_hang<<<1, 64, 0, stream>>>(out);
     return (int)cudaGetLastError();
 }
 extern "C" int toy_grid_hang(float *out, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(4);
-    cfg.blockDim = dim3(32);
-    cfg.stream = stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return (int)cudaLaunchKernelEx(&cfg, k_grid_hang, out);
+    return coop(k_grid_hang, 4, 32, out, stream);
 }
 """
 

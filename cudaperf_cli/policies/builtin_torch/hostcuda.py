@@ -49,6 +49,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from cudaperf_cli.torch_runtime import split_top_level
+
 __all__ = ["HOST_CUDA_H", "HostCudaLib", "build_host_library", "host_source"]
 
 #: The CUDA stand-in, included as both ``cuda_runtime.h`` and ``cooperative_groups.h``.
@@ -368,23 +370,6 @@ inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*kern
 _LAUNCH = re.compile(r"<<<")
 
 
-def _split_top(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
 def host_source(cu_text: str) -> str:
     """``cu_text`` with each ``kern<<<grid, block, smem, stream>>>(args);`` written as
     ``cp_host::launch(dim3(grid), dim3(block), false, [&] { kern(args); }, "kern");``.
@@ -413,7 +398,7 @@ def host_source(cu_text: str) -> str:
         close = cu_text.find(">>>", j)
         if close < 0:
             raise ValueError("a launch's >>> is missing")
-        cfg = _split_top(cu_text[j + 3:close])
+        cfg = split_top_level(cu_text[j + 3:close])
         if cu_text[close + 3] != "(":
             raise ValueError(f"a launch of {kern} has no argument list")
         depth, e = 0, close + 3
