@@ -149,6 +149,87 @@ def test_a_wrong_phase_is_caught(tmp_path: Path) -> None:
     assert not r["ok"] and "elements off" in r["configs"][0]["message"], r
 
 
+#: Pooling whose window is a module constant, so that a configuration can change it: the
+#: first configuration keeps the traced window (turns 1-2: ``cp_pool_k``, the window as
+#: constants), the second changes it (every turn: ``cp_pool``, the run-time window).
+_POOL_WINDOWS = {
+    "max2d_dilated": ("""
+        import torch
+        import torch.nn as nn
+        n, c, h, w = 2, 3, 17, 19
+        k, s, p, d = 3, 1, 1, 2
+        class Model(nn.Module):
+            def __init__(self, k, s, p, d):
+                super().__init__()
+                self.pool = nn.MaxPool2d(k, stride=s, padding=p, dilation=d)
+            def forward(self, x):
+                return torch.relu(self.pool(x) * 2.0 - 0.5)
+        def get_inputs():
+            return [torch.randn(n, c, h, w)]
+        def get_init_inputs():
+            return [k, s, p, d]
+    """, [{"k": 3, "s": 1, "p": 1, "d": 2}, {"k": 2, "s": 2, "p": 0, "d": 1}], "if (v > m || v != v) m = v;"),
+    "avg3d_ceil_no_pad_count": ("""
+        import torch
+        import torch.nn as nn
+        n, c, dd, h, w = 2, 2, 9, 10, 11
+        k, s, p = 3, 2, 1
+        class Model(nn.Module):
+            def __init__(self, k, s, p):
+                super().__init__()
+                self.pool = nn.AvgPool3d(k, stride=s, padding=p, ceil_mode=True, count_include_pad=False)
+            def forward(self, x):
+                return self.pool(x) + 1.0
+        def get_inputs():
+            return [torch.randn(n, c, dd, h, w)]
+        def get_init_inputs():
+            return [k, s, p]
+    """, [{"k": 3, "s": 2, "p": 1}, {"k": 2, "s": 1, "p": 0}], "m += v;"),
+    "avg1d_padded": ("""
+        import torch
+        n, c, L = 3, 4, 50
+        k, s, p = 8, 1, 4
+        class Model(torch.nn.Module):
+            def __init__(self, k, s, p):
+                super().__init__()
+                self.pool = torch.nn.AvgPool1d(k, s, p)
+            def forward(self, x):
+                return torch.sigmoid(self.pool(x))
+        def get_inputs():
+            return [torch.randn(n, c, L)]
+        def get_init_inputs():
+            return [k, s, p]
+    """, [{"k": 8, "s": 1, "p": 4}, {"k": 5, "s": 3, "p": 2}], "m += v;"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_POOL_WINDOWS))
+def test_pooling_windows_unrolled_and_at_run_time(name: str, tmp_path: Path) -> None:
+    """Every variant's pooled read matches ``Model`` at the traced window (turns 1-2 take
+    the unrolled ``cp_pool_k``) and at another window (the run-time ``cp_pool``); turn 1's
+    ``cp_pool_k`` with its accumulation broken is off at the traced window only, so the
+    traced window runs the unrolled code and the other window does not."""
+    src, windows, step = _POOL_WINDOWS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(src))
+    p = load_torch_problem(path, alt_shapes=False)
+    configs = [{**p.constants, **wnd} for wnd in windows]
+    cands = _candidates(path, tmp_path)
+    for t, cand in enumerate(cands):
+        assert ("cp_pool_k<" in (cand / "kernel.cu").read_text()) == VARIANTS[t].unroll_pool
+        r = _check(path, cand, configs, tmp_path / f"trace{t}.txt")
+        assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+    text = (cands[1] / "kernel.cu").read_text()
+    head, _, rest = text.partition("__device__ __forceinline__ float cp_pool_k(")
+    assert step in rest
+    broken = rest.replace(step, step.replace("m = v", "m = v + 1.0f").replace("m += v", "m += 2.0f * v"), 1)
+    (cands[1] / "kernel.cu").write_text(head + "__device__ __forceinline__ float cp_pool_k(" + broken)
+    r = _check(path, cands[1], configs[:1], tmp_path / "traced.txt")
+    assert not r["ok"] and "elements off" in r["configs"][0]["message"], r
+    r = _check(path, cands[1], configs[1:], tmp_path / "other.txt")
+    assert r["ok"], r
+
+
 _TOY = r"""
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>

@@ -57,6 +57,8 @@ class Variant:
         warp_max: the row length limit for ``warp_rows``.
         one_pass: kernels of the one-pass plan (:func:`~.fusion.plan_fusion`'s
             ``one_pass``): variances and softmax sums on the level of the mean or max.
+        unroll_pool: pooled reads with the traced window as constants (``cp_pool_k``:
+            the window loops unrolled), the run-time window's loops where it differs.
     """
 
     name: str
@@ -65,8 +67,10 @@ class Variant:
     warp_rows: bool = False
     warp_max: int = 1024
     one_pass: bool = False
+    unroll_pool: bool = False
 
-    def describe(self) -> str:
+    def describe(self, pooling: bool = False) -> str:
+        """One line of the choices; ``pooling``: the plan pools (names ``unroll_pool``)."""
         parts = [f"block {self.block}"]
         parts.append("float4 loads where sizes allow" if self.vec else "scalar loads")
         if self.warp_rows:
@@ -76,18 +80,21 @@ class Variant:
         parts.append("a few long rows split over the grid")
         if self.one_pass:
             parts.append("variances (shifted sums in double) and softmax sums (online (max, sum) pairs) in one pass")
+        if pooling and self.unroll_pool:
+            parts.append("pooling windows unrolled as the traced constants")
         return ", ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, pooling: bool = False) -> dict[str, Any]:
         return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
-                "warp_max": self.warp_max, "one_pass": self.one_pass, "description": self.describe()}
+                "warp_max": self.warp_max, "one_pass": self.one_pass, "unroll_pool": self.unroll_pool,
+                "description": self.describe(pooling)}
 
 
 #: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
 VARIANTS: tuple[Variant, ...] = (
     Variant("block256", 256, False),
-    Variant("block256_vec4", 256, True, one_pass=True),
-    Variant("block512_vec4_warprows", 512, True, warp_rows=True),
+    Variant("block256_vec4", 256, True, one_pass=True, unroll_pool=True),
+    Variant("block512_vec4_warprows", 512, True, warp_rows=True, unroll_pool=True),
 )
 
 # ---------------------------------------------------------------------------------------
@@ -399,6 +406,59 @@ __device__ __forceinline__ float cp_pool(const float *__restrict__ x, IdxT i,
     const IdxT cnt = divisor ? divisor : (cip ? padded : (z1 - za) * (y1 - ya) * (x1 - xa));
     return s / (float)cnt;
 }
+/* cp_pool with the window (K*, S*, P*, D*, CIP, DIV) as constants and ND pooled dims (the
+   leading extents 1): the window loops unroll into loads at fixed offsets, each guarded by
+   its bounds test, the index splits only over the pooled dims. The same elements in the
+   same order as cp_pool, so the same float results. */
+template <int OP, int ND, int KD, int KH, int KW, int SD, int SH, int SW, int PD, int PH, int PW,
+          int DD, int DH, int DW, int CIP, int DIV, typename IdxT>
+__device__ __forceinline__ float cp_pool_k(const float *__restrict__ x, IdxT i,
+    IdxT id, IdxT ih, IdxT iw, IdxT od, IdxT oh, IdxT ow) {
+    if (ND < 3) { id = 1; od = 1; }
+    if (ND < 2) { ih = 1; oh = 1; }
+    const IdxT xo = i % ow;
+    IdxT t = i / ow;
+    IdxT yo = 0, zo = 0;
+    if (ND >= 2) { yo = t % oh; t /= oh; }
+    if (ND >= 3) { zo = t % od; t /= od; }
+    const float *__restrict__ p = x + t * (id * ih * iw);
+    const IdxT z0 = zo * SD - PD, y0 = yo * SH - PH, x0 = xo * SW - PW;
+    float m = OP == 1 ? -CP_INF : 0.0f;
+#pragma unroll
+    for (int a = 0; a < KD; ++a) {
+        const IdxT z = z0 + a * DD;
+        const bool zin = ND < 3 || (z >= 0 && z < id);
+#pragma unroll
+        for (int b = 0; b < KH; ++b) {
+            const IdxT y = y0 + b * DH;
+            const bool yin = zin && (ND < 2 || (y >= 0 && y < ih));
+#pragma unroll
+            for (int c = 0; c < KW; ++c) {
+                const IdxT xx = x0 + c * DW;
+                if (yin && xx >= 0 && xx < iw) {
+                    const float v = __ldg(p + (z * ih + y) * iw + xx);
+                    if (OP == 1) {
+                        if (v > m || v != v) m = v;
+                    } else {
+                        m += v;
+                    }
+                }
+            }
+        }
+    }
+    if (OP == 1) return m;
+    IdxT z1 = z0 + KD < id + PD ? z0 + KD : id + PD;
+    IdxT y1 = y0 + KH < ih + PH ? y0 + KH : ih + PH;
+    IdxT x1 = x0 + KW < iw + PW ? x0 + KW : iw + PW;
+    const IdxT padded = (z1 - z0) * (y1 - y0) * (x1 - x0);
+    const IdxT za = z0 > 0 ? z0 : 0, ya = y0 > 0 ? y0 : 0, xa = x0 > 0 ? x0 : 0;
+    z1 = z1 < id ? z1 : id;
+    y1 = y1 < ih ? y1 : ih;
+    x1 = x1 < iw ? x1 : iw;
+    if (za >= z1 || ya >= y1 || xa >= x1) return 0.0f;
+    const IdxT cnt = DIV ? (IdxT)DIV : (CIP ? padded : (z1 - za) * (y1 - ya) * (x1 - xa));
+    return m / (float)cnt;
+}
 inline bool cp_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 inline int64_t cp_sms() {
     int dev = 0, v = 0;
@@ -539,6 +599,31 @@ _RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
 #: have leading 1s and 0 padding), count_include_pad (0/1), divisor_override (0: none).
 POOL_SIZES = ("id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
               "pd", "ph", "pw", "dd", "dh", "dw", "cip", "div")
+#: The largest window (kd * kh * kw elements) :attr:`Variant.unroll_pool` unrolls.
+POOL_UNROLL_MAX = 64
+
+
+def unrolls_pooling(plan: FusionPlan) -> bool:
+    """Whether a pooled read of ``plan`` gets a traced window (:func:`pool_window`)."""
+    return any(pool_window(next(p for p in k.prims if p.id == l.pool), l.shape) is not None
+               for k in plan.kernels for l in k.leaves if l.pool is not None)
+
+
+def pool_window(p: Prim, shape: Sequence[int]) -> tuple[int, ...] | None:
+    """The traced window of pooling primitive ``p`` over an input of ``shape``: the 14
+    launcher sizes after the extents (``POOL_SIZES[6:]``: window, stride, padding,
+    dilation, count_include_pad, divisor_override), computed by model.py's own
+    ``_cp_pool``; None when an argument was not traced as an int or the window has more
+    than :data:`POOL_UNROLL_MAX` elements."""
+    traced = p.params.get("traced")
+    if not traced:
+        return None
+    try:
+        sizes = _MODEL_HELPERS["_cp_pool"](tuple(shape), p.params["nd"], **traced)[1]
+    except (TypeError, ValueError):
+        return None
+    window = tuple(sizes[6:])
+    return window if window[0] * window[1] * window[2] <= POOL_UNROLL_MAX else None
 
 
 def _flit(v: float) -> str:
@@ -675,10 +760,22 @@ class _KernelWriter:
     # -- bodies -----------------------------------------------------------------------
 
     def pool_load(self, i: int, index: str) -> str:
-        """The pooled window of element ``index`` of the domain, through leaf ``i``."""
-        op = 1 if self.members[self.k.leaves[i].pool].params["kind"] == "max" else 0
+        """The pooled window of element ``index`` of the domain, through leaf ``i``: with
+        :attr:`Variant.unroll_pool` and a traced window of at most :data:`POOL_UNROLL_MAX`
+        elements, ``cp_pool_k`` with that window as constants when the run-time window
+        equals it (a test of kernel arguments, uniform over the grid), else ``cp_pool``."""
+        p = self.members[self.k.leaves[i].pool]
+        op = 1 if p.params["kind"] == "max" else 0
         sizes = ", ".join(f"L{i}_{n}" for n in POOL_SIZES)
-        return f"cp_pool<{op}, IdxT>(L{i}, {index}, {sizes})"
+        generic = f"cp_pool<{op}, IdxT>(L{i}, {index}, {sizes})"
+        window = pool_window(p, self.k.leaves[i].shape) if self.v.unroll_pool else None
+        if window is None:
+            return generic
+        same = " && ".join(f"L{i}_{n} == {v}" for n, v in zip(POOL_SIZES[6:], window))
+        extents = ", ".join(f"L{i}_{n}" for n in POOL_SIZES[:6])
+        consts = ", ".join(str(v) for v in window)
+        fixed = f"cp_pool_k<{op}, {p.params['nd']}, {consts}, IdxT>(L{i}, {index}, {extents})"
+        return f"(({same}) ? {fixed} : {generic})"
 
     def load_scalar(self, i: int, index: str) -> str:
         l = self.k.leaves[i]
@@ -1617,6 +1714,10 @@ def _cp_reduced(shape, start, stop, keepdim):
         return tuple(1 if start <= k < stop else int(d) for k, d in enumerate(shape))
     return tuple(int(d) for k, d in enumerate(shape) if not start <= k < stop)
 '''
+#: model.py's helper functions, for plan-time use of the same definitions (``_cp_pool``).
+_MODEL_HELPERS: dict[str, Any] = {}
+exec(compile(_HELPERS, "<model.py helpers>", "exec"), _MODEL_HELPERS)  # noqa: S102 (our own text)
+
 
 _LIB_CALLS = {
     "linear": "_cp_F.linear", "matmul": "_cp_torch.matmul", "mm": "_cp_torch.mm", "bmm": "_cp_torch.bmm",

@@ -817,7 +817,9 @@ class _Planner:
                                   "count_include_pad", "divisor_override") if k in a}
         if "kernel_size" not in args:
             raise self.refuse(n, "no kernel_size")
-        return self.add("pool", [x], n.shape or (), n, t, params={"kind": kind, "nd": nd, "args": args})
+        traced = {k: self.literal(v) for k, v in args.items()}  # the window as traced: codegen.pool_window
+        return self.add("pool", [x], n.shape or (), n, t,
+                        params={"kind": kind, "nd": nd, "args": args, "traced": traced})
 
     def triplet_margin_loss(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
         """``F.triplet_margin_loss`` / ``nn.TripletMarginLoss`` with p = 2 and no swap:
