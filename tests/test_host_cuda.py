@@ -49,13 +49,15 @@ HOST_PROBLEMS: dict[str, tuple[str, list[dict[str, int]], str]] = {
 }
 
 #: Operator problems of the CPU tests run at their own (small) sizes: one block per row, one
-#: warp per row, columns, index reductions, scans, the whole-tensor kernel, pooling.
+#: warp per row, columns, index reductions, scans, the whole-tensor kernel (and its 0-d result
+#: read as a number by the next kernel), pooling.
 OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "softmax_logsumexp_two_dims",
              "softmax_logsumexp_infinite_rows",
              "arg_argmax_after_softmax", "scan_cumsum_reverse", "whole_sum_max_mean", "whole_softmax_of_everything",
              "norm_l2_dim1_keep", "pool_max3d_into_a_channel_softmax", "instance_norm_module_1d_affine",
              "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim", "arg_argmax_nan_first",
-             "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim"]
+             "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim",
+             "whole_frobenius_normalize"]
 
 
 def _candidates(path: Path, tmp_path: Path) -> list[Path]:

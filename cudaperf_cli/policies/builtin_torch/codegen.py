@@ -782,8 +782,22 @@ class _KernelWriter:
         if l.pool is not None:
             return f"const float a{i} = {self.pool_load(i, index)};"
         var = f"a{i}" if l.domain == "full" else f"b{i}"
-        at = index if l.full else f"({index} / L{i}_inner) % L{i}_size"
+        at = index if l.full else self.bcast_at(i, index)
         return f"const float {var} = {'(float)' if l.dtype == 'bool' else ''}L{i}[{at}];"
+
+    def bcast_at(self, i: int, index: str) -> str:
+        """Where broadcast leaf ``i`` holds element ``index`` of the domain: ``0`` for a
+        0-d leaf (a rank is the same at every size: a whole-tensor reduction's result, a
+        number), else ``(index / inner) % size``."""
+        return "0" if not self.k.leaves[i].shape else f"({index} / L{i}_inner) % L{i}_size"
+
+    def bload4(self, i: int, index: str, ind: str) -> str:
+        """``float v<i>[4]``: broadcast leaf ``i`` at elements ``index`` .. ``index + 3``."""
+        if not self.k.leaves[i].shape:
+            cast = "(float)" if self.k.leaves[i].dtype == "bool" else ""
+            return (f"{ind}const float u{i} = {cast}L{i}[0]; "
+                    f"float v{i}[4] = {{u{i}, u{i}, u{i}, u{i}}};")
+        return f"{ind}float v{i}[4]; cp_bload4<IdxT>(L{i}, {index}, L{i}_inner, L{i}_size, v{i});"
 
     def body(self, prims: Sequence[Prim], ind: str) -> list[str]:
         return [f"{ind}const float t{p.id} = {self.expr(p, 'full')};" for p in prims]
@@ -856,7 +870,7 @@ class _KernelWriter:
                 elif l.full:
                     lines.append(f"{ind}        float v{li}[4]; cp_load4(L{li}, (int64_t)i0, v{li});")
                 else:
-                    lines.append(f"{ind}        float v{li}[4]; cp_bload4<IdxT>(L{li}, i0, L{li}_inner, L{li}_size, v{li});")
+                    lines.append(self.bload4(li, "i0", f"{ind}        "))
             for j, _ in out_stores:
                 lines.append(f"{ind}        float w{j}[4];")
             lines.append(f"{ind}#pragma unroll")
@@ -1020,7 +1034,7 @@ class _KernelWriter:
                         if i not in loaded_red:
                             loaded_red.add(i)
                             l = k.leaves[i]
-                            at = "ridx" if l.full else f"(ridx / L{i}_inner) % L{i}_size"
+                            at = "ridx" if l.full else self.bcast_at(i, "ridx")
                             if kind == "col":
                                 lines.append(f"{ind}const float b{i} = valid ? L{i}[{at}] : 0.0f;")
                             else:
@@ -1276,7 +1290,7 @@ class _KernelWriter:
                 if l.full:
                     out.append(f"{ind}float v{li}[4]; cp_load4(L{li}, (int64_t)q0, v{li});")
                 else:
-                    out.append(f"{ind}float v{li}[4]; cp_bload4<IdxT>(L{li}, q0, L{li}_inner, L{li}_size, v{li});")
+                    out.append(self.bload4(li, "q0", ind))
             out += ["#pragma unroll", f"{ind}for (int l = 0; l < 4; ++l) {{"]
             for li in sorted(leaves):
                 out.append(f"{ind}    const float a{li} = v{li}[{'3 - l' if rev else 'l'}];")
