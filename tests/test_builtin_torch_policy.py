@@ -1429,6 +1429,16 @@ _SCANS = {
     "prologue_epilogue": ("self.w = nn.Parameter(torch.randn(1100))",
                           "torch.relu(torch.cumsum(torch.tanh(x) * self.w, dim=-1)) * 2.0", "batch_size, 1100"),
     "scan_and_input_out": ("pass", "(lambda c: (c, c - x))(torch.cumsum(x, 1))", "batch_size, 600"),
+    # exclusive scans as KernelBench's 92_cumsum_exclusive writes them (level 1's 92 was refused)
+    "cumsum_exclusive": ("pass", "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                                 "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)",
+                         "batch_size, 1100"),
+    "cumsum_exclusive_odd_neg_dim": ("pass", "torch.cat((torch.zeros_like(x[:, :1]), "
+                                             "torch.cumsum(x.narrow(-1, 0, x.size(-1) - 1), -1)), dim=-1) * 2.0",
+                                     "batch_size, 2999"),
+    "cumsum_exclusive_middle_dim": ("pass", "torch.tanh(torch.cat((torch.zeros_like(x.narrow(1, 0, 1)), "
+                                            "torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1))",
+                                    "batch_size, 40, 9"),
 }
 
 
@@ -1460,6 +1470,36 @@ def test_scans(name: str, tmp_path: Path) -> None:
     p, plan, props = _plan_and_variants(path)
     assert [k.kind for k in plan.kernels] == ["scan"], plan.describe()
     _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
+@pytest.mark.parametrize("expr", [
+    # the zeros after the scan, a start of 1, the narrow's length a number, ones instead of zeros
+    "torch.cat((torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1), torch.zeros_like(x[:, :1])), 1)",
+    "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, 1, x.size(1) - 1), 1)), 1)",
+    "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, 1099), 1)), 1)",
+    "torch.cat((torch.ones_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
+])
+def test_near_misses_of_the_exclusive_scan_are_refused(expr: str, tmp_path: Path) -> None:
+    """Only the exclusive scan's exact form is rewritten; other uses of ``torch.cat`` and
+    ``zeros_like`` stay refused with the reason."""
+    src = f"""
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(6, 1100)]
+        def get_init_inputs():
+            return []
+    """
+    path = _write_problem(tmp_path, "near_miss", src)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match="not an operation the built-in policy supports"):
+            pol.plan(load_torch_problem(path, alt_shapes=False))
+    finally:
+        pol.close()
 
 
 _MASKS = {

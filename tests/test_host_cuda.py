@@ -57,7 +57,8 @@ OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "s
              "norm_l2_dim1_keep", "pool_max3d_into_a_channel_softmax", "instance_norm_module_1d_affine",
              "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim", "arg_argmax_nan_first",
              "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim",
-             "whole_frobenius_normalize"]
+             "whole_frobenius_normalize", "scan_cumsum_exclusive", "scan_cumsum_exclusive_odd_neg_dim",
+             "scan_cumsum_exclusive_middle_dim"]
 
 
 def _candidates(path: Path, tmp_path: Path) -> list[Path]:

@@ -1254,7 +1254,8 @@ class _KernelWriter:
         """The scan along rows: ``_scan`` for contiguous rows (inner == 1: one block per row,
         tiles of 4 x block elements, 4 consecutive ones per thread, scanned in registers,
         then across the block, plus the carry of the tiles before); ``_scol`` for a middle
-        dim (one thread per column, in order).  A reverse scan reads the row from its end.
+        dim (one thread per column, in order).  A reverse scan reads the row from its end;
+        an exclusive one gives each element the scan of the elements before it.
         Sums carry in double (a 32768-element row drifts past 1e-4 in float)."""
         v = self.v
         scan, pre, post, outs = self.scan_parts()
@@ -1267,7 +1268,11 @@ class _KernelWriter:
         if isinstance(scan.ins[0], XRef):
             pre_leaves.add(self.leaf_index[(scan.ins[0].key, scan.ins[0].at, "full", None)])
         post_leaves = set(self.leaves_of(post, "full"))
-        value = "carry * (ex * u[l])" if prod == "true" else "(float)(carry + (double)(ex + u[l]))"
+        # the scan's value at the thread's element l: the carry, the threads before (ex) and
+        # its own elements up to l (inclusive) or before l (exclusive: the identity at l = 0)
+        excl = bool(scan.params.get("exclusive"))
+        own = f"(l == 0 ? {'1.0f' if prod == 'true' else '0.0f'} : u[l - 1])" if excl else "u[l]"
+        value = f"carry * (ex * {own})" if prod == "true" else f"(float)(carry + (double)(ex + {own}))"
         at = "R - 1 - c" if rev else "c"
         lines = self.kernel_head("scan", "template <typename IdxT, bool VEC>" if v.vec else "template <typename IdxT>")
         lines += [
@@ -1359,8 +1364,9 @@ class _KernelWriter:
         for li in sorted(pre_leaves | post_leaves):
             lines.append(f"            {self.load_scalar(li, 'i')}")
         lines += self.body(pre, "            ")
-        lines.append(f"            carry = {'carry * ' + src if prod == 'true' else 'carry + (double)' + src};")
-        lines.append(f"            const float t{scan.id} = (float)carry;")
+        step = f"            carry = {'carry * ' + src if prod == 'true' else 'carry + (double)' + src};"
+        value_line = f"            const float t{scan.id} = (float)carry;"
+        lines += [value_line, step] if excl else [step, value_line]  # exclusive: the value before the step
         lines += self.body(post, "            ")
         lines += [f"            O{j}[i] = t{pid};" for j, pid in outs]
         lines += ["        }", "    }", "}"]

@@ -599,6 +599,7 @@ class _Planner:
         self.peeled: dict[str, str] = {}
         self.writes: dict[int, str] = {}  # prim id -> buffer it updates in place
         self.batch_counts: dict[int, str] = {}  # running mean's update prim id -> BatchNorm module
+        self.exclusive_parts: dict[str, str | None] = {}  # narrow, zeros -> None; cat -> its cumsum
         self.users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
         self.output_names: set[str] = set(_refs_in(graph.outputs))
         for n in graph.nodes:
@@ -967,6 +968,9 @@ class _Planner:
     # -- the walk ---------------------------------------------------------------------
 
     def run(self) -> None:
+        for n in self.g.nodes:  # exclusive scans first: their zeros come before the narrow
+            if n.target == "narrow":
+                self.match_exclusive(n)
         for n in self.g.nodes:
             if n.op == "input":
                 self.units[n.name] = "input"
@@ -1001,6 +1005,8 @@ class _Planner:
         if t == "tensor":
             data = n.args[0] if n.args else dict(n.kwargs).get("t")  # torch.tensor(t, dtype, device, ...)
             return self.number_tensor(n, _number(data))
+        if t in ("unknown:torch.zeros_like", "unknown:torch.cat") and n.name in self.exclusive_parts:
+            return self.exclusive_part(n)
         if t.startswith("unknown:"):
             raise self.refuse(n, "not an operation the built-in policy supports")
         if t.startswith("module:"):
@@ -1038,6 +1044,12 @@ class _Planner:
             return
         if t == "flip":
             return self.flip(n)
+        if t == "narrow" and n.name in self.exclusive_parts:
+            a = _bind(n)
+            self.units[n.name] = "tuple"
+            self.values[n.name] = ("exclusive", self.tensor(a.get("input"), n),
+                                   self.literal(a.get("dim")) % len(n.shape or (0,)))
+            return
         if t in POOL_TARGETS or t in ADAPTIVE_POOL_TARGETS:
             self.values[n.name] = self.pool(n)
             self.units[n.name] = "fused"
@@ -1159,9 +1171,65 @@ class _Planner:
         raise self.refuse(n, "flip is supported only as x.flip(d).cumsum(d).flip(d) (a reverse scan), "
                              "each used once")
 
+    def match_exclusive(self, n: GraphNode) -> None:
+        """Record in ``exclusive_parts`` whether ``narrow`` node ``n`` opens an exclusive
+        scan, written as KernelBench's cumsum_exclusive writes it: ``torch.cat((
+        torch.zeros_like(z), torch.cumsum(x.narrow(d, 0, x.size(d) - 1), d)), d)`` (``z``
+        any float32 tensor of x's shape with 1 at ``d``; each piece used once; ``cumprod``
+        is not matched, its identity being 1).  If so the narrow stands for ``x`` (a
+        ``tuple`` unit read by :meth:`scan`), the zeros for nothing and the cat for the
+        scan (:meth:`exclusive_part`); else the narrow stays a view.  The length must be
+        the ``size(d) - 1`` node itself, so that the pattern holds at every size."""
+        a = _bind(n)
+        src = a.get("input")
+        if not _is_node(src):
+            return
+        shape = tuple(self.nodes[src["node"]].shape or ())
+        d = self.literal(a.get("dim"))
+        if not shape or not isinstance(d, int) or not -len(shape) <= d < len(shape):
+            return
+        d %= len(shape)
+        length = a.get("length")
+        ln = self.nodes.get(length["node"]) if _is_node(length) else None
+        sz = self.nodes.get(ln.args[0]["node"]) if ln is not None and ln.target == "sub" and len(ln.args) == 2 \
+            and ln.args[1] == 1 and _is_node(ln.args[0]) else None
+        if sz is None or sz.target != "size" or len(sz.args) != 2 or sz.args[0] != src \
+                or not isinstance(sz.args[1], int) or sz.args[1] % len(shape) != d or self.literal(a.get("start")) != 0:
+            return
+        scan = self._only_user(n.name)
+        if scan is None or scan.target != "cumsum" or not isinstance(self.literal(_bind(scan).get("dim")), int) \
+                or self.literal(_bind(scan).get("dim")) % len(shape) != d:
+            return
+        cat = self._only_user(scan.name)
+        parts = cat.args[0] if cat is not None and cat.target == "unknown:torch.cat" and cat.args else None
+        cat_dim = dict(cat.kwargs).get("dim", cat.args[1] if len(cat.args) > 1 else 0) if parts is not None else None
+        if not isinstance(parts, list) or len(parts) != 2 or not isinstance(cat_dim, int) \
+                or cat_dim % len(shape) != d or parts[1] != {"node": scan.name} or not _is_node(parts[0]):
+            return
+        zeros = self.nodes[parts[0]["node"]]
+        want = shape[:d] + (1,) + shape[d + 1:]
+        if zeros.target != "unknown:torch.zeros_like" or dict(zeros.kwargs) or len(zeros.args) != 1 \
+                or tuple(zeros.shape or ()) != want or zeros.dtype != "float32" or self._only_user(zeros.name) is not cat:
+            return
+        self.exclusive_parts[n.name] = None
+        self.exclusive_parts[zeros.name] = None
+        self.exclusive_parts[cat.name] = scan.name
+
+    def exclusive_part(self, n: GraphNode) -> None:
+        """The zeros (nothing: the scan's identity) or the cat (the exclusive scan) of the
+        pattern :meth:`match_exclusive` matched."""
+        scan = self.exclusive_parts[n.name]
+        if scan is None:
+            self.units[n.name] = "tuple"
+            self.values[n.name] = ("zeros of an exclusive scan", n.name)
+        else:
+            self.units[n.name] = "alias"
+            self.values[n.name] = self.values[scan]
+
     def scan(self, n: GraphNode) -> PRef:
         """``cumsum``/``cumprod`` along one dim: a ``scan_sum``/``scan_prod`` primitive,
-        reversed when its input is the inner flip of a reverse scan."""
+        reversed when its input is the inner flip of a reverse scan, exclusive (over the
+        whole row) when it is the narrow of :meth:`match_exclusive`."""
         a = _bind(n)
         dtype = a.get("dtype")
         if isinstance(dtype, dict) and dtype.get("dtype") not in (None, "float32"):
@@ -1169,7 +1237,8 @@ class _Planner:
         src = a.get("input")
         inner = self.values.get(src["node"]) if _is_node(src) else None
         reverse = isinstance(inner, tuple) and inner[0] == "flip"
-        x = inner[1] if reverse else self.tensor(src, n)  # type: ignore[index]
+        exclusive = isinstance(inner, tuple) and inner[0] == "exclusive"
+        x = inner[1] if reverse or exclusive else self.tensor(src, n)  # type: ignore[index]
         shape = tuple(self.shape_of(x))
         if not shape:
             raise self.refuse(n, f"{n.target} of a 0-d tensor")
@@ -1177,12 +1246,13 @@ class _Planner:
         if not isinstance(d, int):
             raise self.refuse(n, f"{n.target} needs one int dim")
         start, stop = self.dims(d, len(shape), n)
-        if reverse and start != inner[2]:  # type: ignore[index]
-            raise self.refuse(n, "a flip on another dim than the scan's")
+        if (reverse or exclusive) and start != inner[2]:  # type: ignore[index]
+            raise self.refuse(n, f"a {inner[0]} on another dim than the scan's")  # type: ignore[index]
         op = "scan_sum" if n.target == "cumsum" else "scan_prod"
-        label = n.target + (" reverse" if reverse else "")
+        label = n.target + (" reverse" if reverse else "") + (" exclusive" if exclusive else "")
+        params = {"reverse": bool(reverse), **({"exclusive": True} if exclusive else {})}
         return self.add(op, [x], shape, n, label, rows=RowSpec("dims", start, stop), in_shape=shape,
-                        params={"reverse": bool(reverse)})
+                        params=params)
 
     # -- getitem / max with indices ---------------------------------------------------
 

@@ -289,6 +289,9 @@ class _EmuLib:
                 rev = bool((p.get("params") or {}).get("reverse"))
                 x = x.flip(1) if rev else x
                 v = x.cumsum(1) if p["op"] == "scan_sum" else x.cumprod(1)
+                if (p.get("params") or {}).get("exclusive"):  # the identity, then v shifted by one
+                    ident = torch.zeros_like if p["op"] == "scan_sum" else torch.ones_like
+                    v = torch.cat([ident(v[:, :1]), v[:, :-1]], dim=1)
                 vals[p["id"]] = (v.flip(1) if rev else v).reshape(-1)
                 continue
             if p["op"] == "pool":
