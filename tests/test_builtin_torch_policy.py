@@ -1502,6 +1502,87 @@ def test_near_misses_of_the_exclusive_scan_are_refused(expr: str, tmp_path: Path
         pol.close()
 
 
+_CROSS_ENTROPY = {
+    # name: (init, forward expression, classes, how targets are made from t = randint(0, classes))
+    "mean": ("pass", "F.cross_entropy(x, t)", 300, "t"),
+    "module_sum_ignored_class": ("self.loss = nn.CrossEntropyLoss(reduction='sum', ignore_index=3)",
+                                 "self.loss(x * 2.0, t)", 37, "torch.where(t % 4 == 0, torch.full_like(t, 3), t)"),
+    "none_default_ignore": ("pass", "F.cross_entropy(torch.tanh(x) * 5.0, t, reduction='none') + 1.0", 4100,
+                            "torch.where(torch.arange(t.numel()) % 3 == 1, torch.full_like(t, -100), t)"),
+    "mean_with_ignored_rows": ("self.loss = nn.CrossEntropyLoss()", "self.loss(x, t)", 1030,
+                               "torch.where(torch.arange(t.numel()) % 2 == 0, torch.full_like(t, -100), t)"),
+}
+
+
+def _cross_entropy_source(name: str) -> str:
+    init, expr, classes, targets = _CROSS_ENTROPY[name]
+    return f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 6
+        classes = {classes}
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+            def forward(self, x, t):
+                return {expr}
+        def get_inputs():
+            t = torch.randint(0, classes, (batch_size,))
+            return [torch.randn(batch_size, classes), {targets}]
+        def get_init_inputs():
+            return []
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_CROSS_ENTROPY))
+def test_cross_entropy(name: str, tmp_path: Path) -> None:
+    """Cross entropy of logits [N, C] and int64 class indices [N] (functions and modules;
+    reductions none, sum, mean; ignored rows, an ignore_index inside [0, C)): one row kernel
+    (max and the target's count, then the exp sum and the picked logit), then the sum over
+    rows; every variant matches Model (KernelBench level 1's 95 was refused)."""
+    path = _write_problem(tmp_path, name, _cross_entropy_source(name))
+    p, plan, props = _plan_and_variants(path)
+    assert any("cross_entropy" in op for op in plan.fused_ops()), plan.fused_ops()
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("F.cross_entropy(x, t, label_smoothing=0.1)", "label_smoothing"),
+    ("F.cross_entropy(x, t, weight=self.w)", "weight="),
+    ("F.cross_entropy(x, torch.softmax(x * 0.5, 1))", "int64 class indices"),
+    ("F.cross_entropy(x.view(6, 5, 2), t.view(6, 1).expand(6, 2))", "int64"),
+    ("F.cross_entropy(x, t.flip(0))", "its result is int64"),
+    ("F.cross_entropy(x.view(6, 5, 2), t[:, None] * 0 + torch.zeros(6, 2, dtype=torch.long))", "int64"),
+])
+def test_cross_entropy_outside_the_supported_form_is_refused(expr: str, why: str, tmp_path: Path) -> None:
+    """Label smoothing, class weights, probability targets, more than 2 dims and targets
+    computed in forward are refused with the reason."""
+    src = f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.rand(10))
+            def forward(self, x, t):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(6, 10), torch.randint(0, 2, (6,))]
+        def get_init_inputs():
+            return []
+    """
+    path = _write_problem(tmp_path, "ce_refused", src)
+    pol = BuiltinTorchPolicy()
+    try:
+        with pytest.raises(PolicyRefusal, match=re.escape(why)):
+            pol.plan(load_torch_problem(path, alt_shapes=False))
+    finally:
+        pol.close()
+
+
 _MASKS = {
     # name: (forward expression, x's shape, mask's shape)
     "masked_cumsum": ("torch.cumsum(x * mask, dim=1)", "batch_size, 1100", "batch_size, 1100"),
@@ -1809,6 +1890,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"mask_{n}": _mask_source(n) for n in _MASKS},
     **{f"whole_{n}": _whole_source(n) for n in _WHOLE},
     **{f"softmax_{n}": _softmax_source(n) for n in _SOFTMAXES},
+    **{f"cross_entropy_{n}": _cross_entropy_source(n) for n in _CROSS_ENTROPY},
 }
 
 

@@ -58,7 +58,8 @@ OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "s
              "batch_norm_train_module_1d_no_affine_momentum", "scan_cumsum_middle_dim", "arg_argmax_nan_first",
              "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim",
              "whole_frobenius_normalize", "scan_cumsum_exclusive", "scan_cumsum_exclusive_odd_neg_dim",
-             "scan_cumsum_exclusive_middle_dim"]
+             "scan_cumsum_exclusive_middle_dim", "cross_entropy_mean", "cross_entropy_none_default_ignore",
+             "cross_entropy_module_sum_ignored_class", "cross_entropy_mean_with_ignored_rows"]
 
 
 def _candidates(path: Path, tmp_path: Path) -> list[Path]:
@@ -136,6 +137,37 @@ def test_operator_kernels_run_on_the_host(name: str, tmp_path: Path) -> None:
     for t, cand in enumerate(_candidates(path, tmp_path)):
         r = _check(path, cand, configs, tmp_path / f"trace{t}.txt")
         assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+
+
+_CE_LONG_ROWS = """
+    import torch
+    import torch.nn.functional as F
+    batch_size = 2
+    classes = 20000
+    class Model(torch.nn.Module):
+        def forward(self, x, t):
+            return F.cross_entropy(x, t, reduction='none')
+    def get_inputs():
+        return [torch.randn(batch_size, classes) * 3.0, torch.tensor([classes - 1, 0])]
+    def get_init_inputs():
+        return []
+"""
+
+
+@pytest.mark.parametrize("no_coop", [False, True])
+def test_cross_entropy_rows_split_over_the_grid(no_coop: bool, tmp_path: Path) -> None:
+    """Cross entropy's picked logit where two long rows are split over blocks (a cooperative
+    grid, or phased launches on a device without cooperative launches): the element
+    positions are the row's, targets at both ends of the row."""
+    path = tmp_path / "ce.py"
+    path.write_text(textwrap.dedent(_CE_LONG_ROWS))
+    p = load_torch_problem(path, alt_shapes=False)
+    for t, cand in enumerate(_candidates(path, tmp_path)):
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cand, [dict(p.constants)], trace, **({"CP_HOST_NO_COOP": "1"} if no_coop else {}))
+        assert r["ok"], f"variant {VARIANTS[t].name}: {r}"
+        text = trace.read_text()
+        assert (re.search(r"_row<[^>]*, 3> grid=\d+ ", text) if no_coop else " coop=1" in text), text
 
 
 def test_a_wrong_phase_is_caught(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from cudaperf_cli.policies.base import PolicyRefusal
 from cudaperf_cli.policies.builtin_torch.fusion import (
+    POSITION_OPS,
     CRef,
     FusedKernel,
     FusionPlan,
@@ -329,6 +330,21 @@ template <typename IdxT>
 __device__ __forceinline__ void cp_bload4(const bool *__restrict__ p, IdxT i0, IdxT inner, IdxT size, float (&v)[4]) {
 #pragma unroll
     for (int l = 0; l < 4; ++l) v[l] = p[((i0 + l) / inner) % size] ? 1.0f : 0.0f;
+}
+/* int64 values (cross entropy's class indices) as floats: exact below 2^24. */
+__device__ __forceinline__ void cp_load4(const int64_t *__restrict__ p, int64_t i0, float (&v)[4]) {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) v[l] = (float)p[i0 + l];
+}
+template <typename IdxT>
+__device__ __forceinline__ void cp_bload4(const int64_t *__restrict__ p, IdxT i0, IdxT inner, IdxT size, float (&v)[4]) {
+    if ((inner & 3) == 0) {
+        const float t = (float)p[(i0 / inner) % size];
+        v[0] = t; v[1] = t; v[2] = t; v[3] = t;
+    } else {
+#pragma unroll
+        for (int l = 0; l < 4; ++l) v[l] = (float)p[((i0 + l) / inner) % size];
+    }
 }
 /* Broadcast operand p[(i / inner) % size] for the 4 elements i0..i0+3 (i0 % 4 == 0). */
 template <typename IdxT>
@@ -697,6 +713,8 @@ class _KernelWriter:
         if p.op == "pool":  # computed where its leaf is loaded
             return f"a{self.leaf_of(p, p.ins[0], domain)}"
         args = [self.operand(r, domain) for r in p.ins]
+        if p.op in ("ce_pick", "ce_hit", "ce_loss"):
+            return self.cross_entropy_expr(p, args)
         if p.op == "powc":
             return _powc(args[0], float(p.params["exponent"]))
         if p.op in _UNARY_FN:
@@ -704,6 +722,22 @@ class _KernelWriter:
         if p.op in _NARY_FN:
             return _NARY_FN[p.op].format(*args)
         raise PolicyRefusal(f"internal error: no CUDA for primitive '{p.op}'")
+
+    def cross_entropy_expr(self, p: Prim, args: Sequence[str]) -> str:
+        """Cross entropy's primitives (:meth:`.fusion._Planner.cross_entropy`): ``cpos`` is
+        the element's position along the row, ``rl`` the row's length as a float; the class
+        index ``t`` is a float, exact below 2^24 (longer rows: ``ce_loss`` is NaN)."""
+        nan = "__int_as_float(0x7fc00000)"
+        if p.op == "ce_loss":
+            ls, pk, hit = args
+            return f"(rl > 16777216.0f ? {nan} : {hit} > 0.0f ? {ls} - {pk} : {pk})"
+        t = args[-1]
+        ign = _flit(float(p.params["ignore"]))
+        at = f"((float)cpos == {t} && {t} != {ign})"
+        if p.op == "ce_hit":
+            return f"({at} ? 1.0f : 0.0f)"
+        outside = f"(cpos == 0 && {t} != {ign} && ({t} < 0.0f || {t} >= rl))"
+        return f"({at} ? {args[0]} : {outside} ? {nan} : 0.0f)"
 
     # -- cones ------------------------------------------------------------------------
 
@@ -741,7 +775,7 @@ class _KernelWriter:
         """(type, name) of the kernel's parameters, launcher order (no stream)."""
         ps: list[tuple[str, str]] = []
         for i, l in enumerate(self.k.leaves):
-            ps.append(("const bool *" if l.dtype == "bool" else "const float *", f"L{i}"))
+            ps.append(({"bool": "const bool *", "int64": "const int64_t *"}.get(l.dtype, "const float *"), f"L{i}"))
         for j, (pid, _) in enumerate(self.k.outputs):
             ps.append(("int64_t *" if self.members[pid].is_index else "float *", f"O{j}"))
         if self.k.rows is None:
@@ -783,7 +817,7 @@ class _KernelWriter:
             return f"const float a{i} = {self.pool_load(i, index)};"
         var = f"a{i}" if l.domain == "full" else f"b{i}"
         at = index if l.full else self.bcast_at(i, index)
-        return f"const float {var} = {'(float)' if l.dtype == 'bool' else ''}L{i}[{at}];"
+        return f"const float {var} = {'(float)' if l.dtype in ('bool', 'int64') else ''}L{i}[{at}];"
 
     def bcast_at(self, i: int, index: str) -> str:
         """Where broadcast leaf ``i`` holds element ``index`` of the domain: ``0`` for a
@@ -794,7 +828,7 @@ class _KernelWriter:
     def bload4(self, i: int, index: str, ind: str) -> str:
         """``float v<i>[4]``: broadcast leaf ``i`` at elements ``index`` .. ``index + 3``."""
         if not self.k.leaves[i].shape:
-            cast = "(float)" if self.k.leaves[i].dtype == "bool" else ""
+            cast = "(float)" if self.k.leaves[i].dtype in ("bool", "int64") else ""
             return (f"{ind}const float u{i} = {cast}L{i}[0]; "
                     f"float v{i}[4] = {{u{i}, u{i}, u{i}, u{i}}};")
         return f"{ind}float v{i}[4]; cp_bload4<IdxT>(L{i}, {index}, L{i}_inner, L{i}_size, v{i});"
@@ -979,7 +1013,8 @@ class _KernelWriter:
             arg = any(r.is_index for r in reds)
             if arg and kind not in ("row", "col"):
                 raise PolicyRefusal(f"argmax/argmin over {self.k.rows.describe() if self.k.rows else 'no rows'}")
-            loop = self.element_loop(prims, tails, tails, [], ind, "row" if kind == "whole" else kind, extra, pos=arg)
+            pos = arg or any(p.op in POSITION_OPS for p in prims)
+            loop = self.element_loop(prims, tails, tails, [], ind, "row" if kind == "whole" else kind, extra, pos=pos)
             if phased:  # MODE 3: this level's loop in its own phase only
                 loop = [f"{ind}if (MODE != 3 || phase == {level - 1}) {{"] + ["    " + l for l in loop] + [f"{ind}}}"]
             lines += loop

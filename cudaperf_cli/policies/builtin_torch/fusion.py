@@ -47,6 +47,7 @@ from cudaperf_cli.policies.builtin_torch.trace import Graph, GraphNode
 
 __all__ = [
     "ELEMENTWISE_OPS",
+    "POSITION_OPS",
     "LIBRARY_TARGETS",
     "REDUCTION_TARGETS",
     "CRef",
@@ -80,13 +81,19 @@ ELEMENTWISE_OPS: dict[str, int] = {
     # logsumexp's infinite max as PyTorch masks it: inf_to_zero(m) (an infinite max shifts
     # by 0), lse_finish(s, m) = m where m is +inf, else log(s) + m (the online sum's end)
     "inf_to_zero": 1, "lse_finish": 2,
+    # cross entropy (params["ignore"]): ce_pick(v, t) = v at the row position t (0 elsewhere,
+    # NaN at position 0 for a t outside the row that is not ignored), ce_hit(t) = 1 there;
+    # ce_loss(log s, picked, hit): the row's loss (0 ignored, NaN past 2^24 classes)
+    "ce_pick": 2, "ce_hit": 1, "ce_loss": 3,
 }
+#: Elementwise primitives that read the element's position along its row (``cpos``).
+POSITION_OPS = ("ce_pick", "ce_hit")
 
 #: Graph targets that map one-to-one on an elementwise primitive of the same name.
 _UNARY_SAME = ["relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "silu", "mish", "selu", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "floor", "ceil", "round", "trunc", "neg"]
 
 #: Reduction-like graph targets the planner decomposes.
-REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss"]
+REDUCTION_TARGETS = ["sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "norm", "vector_norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "cross_entropy"]
 
 #: Pooling targets -> (``"max"`` | ``"avg"``, number of pooled trailing dims).
 POOL_TARGETS: dict[str, tuple[str, int]] = {
@@ -151,6 +158,8 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
     "kl_div": ("input", "target", "size_average", "reduce", "reduction", "log_target"),
     "triplet_margin_loss": ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "size_average",
                             "reduce", "reduction"),
+    "cross_entropy": ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
+                      "label_smoothing"),
     "dropout": ("input", "p", "training", "inplace"),
     **{f"max_pool{d}d": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
        for d in (1, 2, 3)},
@@ -822,6 +831,52 @@ class _Planner:
         return self.add("pool", [x], n.shape or (), n, t,
                         params={"kind": kind, "nd": nd, "args": args, "traced": traced})
 
+    def cross_entropy(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
+        """``F.cross_entropy`` / ``nn.CrossEntropyLoss`` of logits ``[N, C]`` and int64 class
+        indices ``[N]`` (no weight, no label smoothing; any ``ignore_index``; reduction
+        ``none``, ``sum`` or ``mean``), as PyTorch's ``nll_loss(log_softmax(x, 1), t)``:
+        per row the max ``m``, ``s = sum(exp(x - m))`` and the target's shifted logit
+        ``x[t] - m``, picked by a sum over the row that keeps the element at position ``t``
+        (``ce_pick``: exact, one term; ``ce_hit`` counts it), then ``log(s) - (x[t] - m)``
+        (``ce_loss``: 0 for an ignored row, NaN for a target outside ``[0, C)``, where
+        PyTorch raises).  ``mean`` divides by the rows not ignored (NaN when all are)."""
+        t = n.target
+        for old in ("size_average", "reduce", "weight"):
+            if a.get(old) is not None:
+                raise self.refuse(n, f"{t} with {old}= is not supported")
+        if _number(self.literal(a.get("label_smoothing", 0.0))) not in (0.0, None):
+            raise self.refuse(n, f"{t} with label_smoothing > 0")
+        red = self.literal(a.get("reduction", "mean"))
+        if red not in ("none", "sum", "mean"):
+            raise self.refuse(n, f"reduction={red!r}")
+        ign = self.literal(a.get("ignore_index", -100))
+        if not isinstance(ign, int) or isinstance(ign, bool):
+            raise self.refuse(n, f"ignore_index={ign!r} is not an int")
+        x = self.tensor(a.get("input"), n)
+        shape = self.shape_of(x)
+        tg = a.get("target")
+        src = self.nodes.get(tg["node"]) if _is_node(tg) else None
+        tv = self.values.get(src.name) if src is not None else None
+        if len(shape) != 2 or src is None or src.dtype != "int64" or not isinstance(tv, XRef) \
+                or tuple(src.shape or ()) != shape[:1]:
+            raise self.refuse(n, f"{t} of logits [N, C] and int64 class indices [N] only (probabilities, "
+                                 "more dims and computed targets are not supported)")
+        tf = XRef(tv.key, 0)  # the row's class index, along dim 0 (read as a float: exact below 2^24)
+        m = self.reduce("red_max", x, 1, 2, True, n, t)
+        dx = self.add("sub", [x, PRef(m.id, row=True)], shape, n, t)
+        s = self.reduce("red_sum", self.add("exp", [dx], shape, n, t), 1, 2, False, n, t)
+        pk = self.reduce("red_sum", self.add("ce_pick", [dx, tf], shape, n, t, params={"ignore": ign}), 1, 2, False, n, t)
+        hit = self.reduce("red_sum", self.add("ce_hit", [tf], shape, n, t, params={"ignore": ign}), 1, 2, False, n, t)
+        rows = self.prims[s.id].shape
+        ls = self.add("log", [s], rows, n, t)
+        loss = self.add("ce_loss", [ls, pk, hit], rows, n, t)
+        if red == "none":
+            return loss
+        total = self.reduce("red_sum", loss, 0, 1, False, n, t)
+        if red == "sum":
+            return total
+        return self.add("div", [total, self.reduce("red_sum", hit, 0, 1, False, n, t)], self.prims[total.id].shape, n, t)
+
     def triplet_margin_loss(self, n: GraphNode, a: Mapping[str, Any]) -> Ref:
         """``F.triplet_margin_loss`` / ``nn.TripletMarginLoss`` with p = 2 and no swap:
         ``relu(d(a, p) - d(a, n) + margin)`` with ``d(u, v) = ||u - v + eps||_2`` over the last
@@ -1467,6 +1522,8 @@ class _Planner:
         a = _bind(n)
         if t == "triplet_margin_loss":
             return self.triplet_margin_loss(n, a)
+        if t == "cross_entropy":
+            return self.cross_entropy(n, a)
         x = self.tensor(a.get("input"), n)
         shape = self.shape_of(x)
         rank = len(shape)

@@ -236,6 +236,8 @@ class _EmuLib:
             l = leaves[i]
             t = a[f"L{i}"].reshape(-1)
             where = idx if l["domain"] == "full" else ridx
+            if t.dtype == torch.int64:  # class indices, read as floats as the kernel reads them
+                t = t.float()
             if l["full"]:
                 if t.numel() != where.numel():
                     raise ValueError(f"{name}: L{i} has {t.numel()} elements, the domain {where.numel()}")
@@ -293,6 +295,26 @@ class _EmuLib:
                     ident = torch.zeros_like if p["op"] == "scan_sum" else torch.ones_like
                     v = torch.cat([ident(v[:, :1]), v[:, :-1]], dim=1)
                 vals[p["id"]] = (v.flip(1) if rev else v).reshape(-1)
+                continue
+            if p["op"] in ("ce_pick", "ce_hit", "ce_loss"):  # cross entropy, as codegen's cross_entropy_expr
+                ins = [operand(r, role) for r in p["ins"]]
+                nan = torch.tensor(float("nan"))
+                if p["op"] == "ce_loss":
+                    ls, pk, hit = ins
+                    v = torch.where(hit > 0, ls - pk, pk)
+                    vals[p["id"]] = v if R <= (1 << 24) else torch.full_like(v, float("nan"))
+                    continue
+                if chan:
+                    raise ValueError(f"{name}: {p['op']} over channel rows")
+                pos = ((idx // inner) % R).float()
+                ign = float(p["params"]["ignore"])
+                t = ins[-1]
+                at = (pos == t) & (t != ign)
+                if p["op"] == "ce_hit":
+                    vals[p["id"]] = at.float()
+                    continue
+                outside = (pos == 0) & (t != ign) & ((t < 0) | (t >= R))
+                vals[p["id"]] = torch.where(at, ins[0], torch.where(outside, nan, torch.zeros_like(ins[0])))
                 continue
             if p["op"] == "pool":
                 i = pool_leaf[p["id"]]

@@ -439,7 +439,7 @@ def _talk(
 
 #: Canonical names of call_function / call_method targets.  Each name is looked up in
 #: torch, torch.nn.functional, torch.Tensor, torch.special and operator.
-_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "flip", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem", "tensor"]
+_CANONICAL_NAMES = ["add", "sub", "mul", "div", "neg", "pow", "relu", "relu6", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "reciprocal", "square", "sin", "cos", "erf", "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softsign", "logsigmoid", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "floor", "ceil", "round", "trunc", "rsub", "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "flip", "softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm", "normalize", "norm", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "triplet_margin_loss", "cross_entropy", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "chunk", "split", "unbind", "narrow", "select", "movedim", "detach", "clone", "float", "to", "size", "dim", "numel", "getitem", "tensor"]
 
 _ALIASES = {
     "truediv": "div",
@@ -633,6 +633,13 @@ class _Tracer:
                 "anchor": self.enc(node.args[0]), "positive": self.enc(node.args[1]),
                 "negative": self.enc(node.args[2]), "margin": float(mod.margin), "p": float(mod.p),
                 "eps": float(mod.eps), "swap": bool(mod.swap), "reduction": mod.reduction,
+            }, True
+        if type(mod) is nn.CrossEntropyLoss and len(node.args) == 2 and not node.kwargs:
+            return "cross_entropy", [], {
+                "input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
+                "weight": None if mod.weight is None else {"attr": f"{t}.weight"},
+                "ignore_index": int(mod.ignore_index), "reduction": mod.reduction,
+                "label_smoothing": float(mod.label_smoothing),
             }, True
         if type(mod) is nn.KLDivLoss and len(node.args) == 2 and not node.kwargs:
             return "kl_div", [], {"input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
