@@ -1473,11 +1473,13 @@ def test_scans(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("expr", [
-    # the zeros after the scan, a start of 1, the narrow's length a number, ones instead of zeros
+    # the zeros after the scan, a start of 1, the narrow's length a number, ones instead of zeros,
     "torch.cat((torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1), torch.zeros_like(x[:, :1])), 1)",
     "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, 1, x.size(1) - 1), 1)), 1)",
     "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, 1099), 1)), 1)",
     "torch.cat((torch.ones_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
+    # a start computed from a size: 0 when traced, maybe not at run time (found by review)
+    "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, x.size(0) // 64, x.size(1) - 1), 1)), 1)",
 ])
 def test_near_misses_of_the_exclusive_scan_are_refused(expr: str, tmp_path: Path) -> None:
     """Only the exclusive scan's exact form is rewritten; other uses of ``torch.cat`` and
@@ -1545,6 +1547,36 @@ def test_cross_entropy(name: str, tmp_path: Path) -> None:
     path = _write_problem(tmp_path, name, _cross_entropy_source(name))
     p, plan, props = _plan_and_variants(path)
     assert any("cross_entropy" in op for op in plan.fused_ops()), plan.fused_ops()
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
+def test_cross_entropy_ignore_index_is_read_at_run_time(tmp_path: Path) -> None:
+    """``nn.CrossEntropyLoss(ignore_index=num_classes - 1)`` (a padding class): the trace runs
+    at shrunken sizes, where the index is 31, so the candidate reads the module's
+    ``ignore_index`` at run time (2047 here) instead of the traced number (found by review:
+    the first version compiled 31 in and was off on half the rows)."""
+    src = """
+        import torch
+        import torch.nn as nn
+        batch_size = 64
+        num_classes = 2048
+        class Model(nn.Module):
+            def __init__(self, pad):
+                super().__init__()
+                self.loss = nn.CrossEntropyLoss(ignore_index=pad)
+            def forward(self, x, t):
+                return self.loss(x, t)
+        def get_inputs():
+            t = torch.randint(0, num_classes, (batch_size,))
+            t[::2] = num_classes - 1
+            return [torch.randn(batch_size, num_classes), t]
+        def get_init_inputs():
+            return [num_classes - 1]
+    """
+    path = _write_problem(tmp_path, "ce_pad", src)
+    p, plan, props = _plan_and_variants(path)
+    assert plan.graph.constants["num_classes"] < 2048, plan.graph.constants  # traced shrunken
+    assert all("self.loss.ignore_index" in prop.files["model.py"] for prop in props)
     _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 

@@ -725,14 +725,14 @@ class _KernelWriter:
 
     def cross_entropy_expr(self, p: Prim, args: Sequence[str]) -> str:
         """Cross entropy's primitives (:meth:`.fusion._Planner.cross_entropy`): ``cpos`` is
-        the element's position along the row, ``rl`` the row's length as a float; the class
-        index ``t`` is a float, exact below 2^24 (longer rows: ``ce_loss`` is NaN)."""
+        the element's position along the row, ``R``/``rl`` the row's length; the class
+        index ``t`` and ``ignore_index`` are floats, exact below 2^24 (longer rows: ``ce_loss``
+        is NaN)."""
         nan = "__int_as_float(0x7fc00000)"
         if p.op == "ce_loss":
             ls, pk, hit = args
-            return f"(rl > 16777216.0f ? {nan} : {hit} > 0.0f ? {ls} - {pk} : {pk})"
-        t = args[-1]
-        ign = _flit(float(p.params["ignore"]))
+            return f"(R > (IdxT)16777216 ? {nan} : {hit} > 0.0f ? {ls} - {pk} : {pk})"
+        t, ign = args[-2], args[-1]
         at = f"((float)cpos == {t} && {t} != {ign})"
         if p.op == "ce_hit":
             return f"({at} ? 1.0f : 0.0f)"
@@ -2016,7 +2016,9 @@ class _ModelWriter:
             args += [f"_outer{i}", f"_R{i}", f"_inner{i}"]
         args += sizes
         for c in k.consts:
-            if c.var is not None:
+            if c.var is not None and c.var.startswith("modattr:"):  # a module's attribute, read now
+                args.append(f"float({_attr_expr(c.var[len('modattr:'):])})")
+            elif c.var is not None:
                 args.append(f"float({self.node_expr(c.var)})")
             else:
                 v = float(c.value)  # type: ignore[arg-type]

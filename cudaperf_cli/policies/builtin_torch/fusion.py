@@ -81,10 +81,10 @@ ELEMENTWISE_OPS: dict[str, int] = {
     # logsumexp's infinite max as PyTorch masks it: inf_to_zero(m) (an infinite max shifts
     # by 0), lse_finish(s, m) = m where m is +inf, else log(s) + m (the online sum's end)
     "inf_to_zero": 1, "lse_finish": 2,
-    # cross entropy (params["ignore"]): ce_pick(v, t) = v at the row position t (0 elsewhere,
-    # NaN at position 0 for a t outside the row that is not ignored), ce_hit(t) = 1 there;
+    # cross entropy: ce_pick(v, t, ignore) = v at the row position t (0 elsewhere, NaN at
+    # position 0 for a t outside the row that is not ignored), ce_hit(t, ignore) = 1 there;
     # ce_loss(log s, picked, hit): the row's loss (0 ignored, NaN past 2^24 classes)
-    "ce_pick": 2, "ce_hit": 1, "ce_loss": 3,
+    "ce_pick": 3, "ce_hit": 2, "ce_loss": 3,
 }
 #: Elementwise primitives that read the element's position along its row (``cpos``).
 POSITION_OPS = ("ce_pick", "ce_hit")
@@ -839,7 +839,8 @@ class _Planner:
         ``x[t] - m``, picked by a sum over the row that keeps the element at position ``t``
         (``ce_pick``: exact, one term; ``ce_hit`` counts it), then ``log(s) - (x[t] - m)``
         (``ce_loss``: 0 for an ignored row, NaN for a target outside ``[0, C)``, where
-        PyTorch raises).  ``mean`` divides by the rows not ignored (NaN when all are)."""
+        PyTorch raises).  ``mean`` divides by the rows not ignored (NaN when all are).
+        ``ignore_index`` is a kernel argument (a module's attribute read at run time)."""
         t = n.target
         for old in ("size_average", "reduce", "weight"):
             if a.get(old) is not None:
@@ -849,9 +850,14 @@ class _Planner:
         red = self.literal(a.get("reduction", "mean"))
         if red not in ("none", "sum", "mean"):
             raise self.refuse(n, f"reduction={red!r}")
-        ign = self.literal(a.get("ignore_index", -100))
+        raw = a.get("ignore_index", -100)
+        ign = self.literal(raw)
         if not isinstance(ign, int) or isinstance(ign, bool):
             raise self.refuse(n, f"ignore_index={ign!r} is not an int")
+        # a kernel argument read at run time: a module's attribute or a number computed in
+        # forward may come from a size constant, which the trace may have shrunk
+        ign_ref = (CRef(var="modattr:" + raw["modattr"]) if isinstance(raw, dict) and "modattr" in raw
+                   else self.scalar(raw, n, "ignore_index"))
         x = self.tensor(a.get("input"), n)
         shape = self.shape_of(x)
         tg = a.get("target")
@@ -865,8 +871,8 @@ class _Planner:
         m = self.reduce("red_max", x, 1, 2, True, n, t)
         dx = self.add("sub", [x, PRef(m.id, row=True)], shape, n, t)
         s = self.reduce("red_sum", self.add("exp", [dx], shape, n, t), 1, 2, False, n, t)
-        pk = self.reduce("red_sum", self.add("ce_pick", [dx, tf], shape, n, t, params={"ignore": ign}), 1, 2, False, n, t)
-        hit = self.reduce("red_sum", self.add("ce_hit", [tf], shape, n, t, params={"ignore": ign}), 1, 2, False, n, t)
+        pk = self.reduce("red_sum", self.add("ce_pick", [dx, tf, ign_ref], shape, n, t), 1, 2, False, n, t)
+        hit = self.reduce("red_sum", self.add("ce_hit", [tf, ign_ref], shape, n, t), 1, 2, False, n, t)
         rows = self.prims[s.id].shape
         ls = self.add("log", [s], rows, n, t)
         loss = self.add("ce_loss", [ls, pk, hit], rows, n, t)
@@ -1240,7 +1246,7 @@ class _Planner:
         if not _is_node(src):
             return
         shape = tuple(self.nodes[src["node"]].shape or ())
-        d = self.literal(a.get("dim"))
+        d = a.get("dim")  # raw ints, not nodes: a computed dim or start holds its traced value only
         if not shape or not isinstance(d, int) or not -len(shape) <= d < len(shape):
             return
         d %= len(shape)
@@ -1249,11 +1255,12 @@ class _Planner:
         sz = self.nodes.get(ln.args[0]["node"]) if ln is not None and ln.target == "sub" and len(ln.args) == 2 \
             and ln.args[1] == 1 and _is_node(ln.args[0]) else None
         if sz is None or sz.target != "size" or len(sz.args) != 2 or sz.args[0] != src \
-                or not isinstance(sz.args[1], int) or sz.args[1] % len(shape) != d or self.literal(a.get("start")) != 0:
+                or not isinstance(sz.args[1], int) or sz.args[1] % len(shape) != d or a.get("start") != 0 \
+                or isinstance(a.get("start"), bool):
             return
         scan = self._only_user(n.name)
-        if scan is None or scan.target != "cumsum" or not isinstance(self.literal(_bind(scan).get("dim")), int) \
-                or self.literal(_bind(scan).get("dim")) % len(shape) != d:
+        scan_dim = _bind(scan).get("dim") if scan is not None else None
+        if scan is None or scan.target != "cumsum" or not isinstance(scan_dim, int) or scan_dim % len(shape) != d:
             return
         cat = self._only_user(scan.name)
         parts = cat.args[0] if cat is not None and cat.target == "unknown:torch.cat" and cat.args else None

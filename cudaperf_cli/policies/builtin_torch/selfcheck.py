@@ -307,8 +307,7 @@ class _EmuLib:
                 if chan:
                     raise ValueError(f"{name}: {p['op']} over channel rows")
                 pos = ((idx // inner) % R).float()
-                ign = float(p["params"]["ignore"])
-                t = ins[-1]
+                t, ign = ins[-2], ins[-1]
                 at = (pos == t) & (t != ign)
                 if p["op"] == "ce_hit":
                     vals[p["id"]] = at.float()

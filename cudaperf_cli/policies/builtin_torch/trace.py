@@ -638,7 +638,8 @@ class _Tracer:
             return "cross_entropy", [], {
                 "input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
                 "weight": None if mod.weight is None else {"attr": f"{t}.weight"},
-                "ignore_index": int(mod.ignore_index), "reduction": mod.reduction,
+                "ignore_index": {"modattr": f"{t}.ignore_index", "value": int(mod.ignore_index)},  # maybe a size
+                "reduction": mod.reduction,
                 "label_smoothing": float(mod.label_smoothing),
             }, True
         if type(mod) is nn.KLDivLoss and len(node.args) == 2 and not node.kwargs:
