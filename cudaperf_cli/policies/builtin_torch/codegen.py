@@ -367,6 +367,20 @@ __device__ __forceinline__ void cp_load4(const float *__restrict__ p, int64_t i0
 __device__ __forceinline__ void cp_store4(float *__restrict__ p, int64_t i0, const float (&v)[4]) {
     *reinterpret_cast<float4 *>(p + i0) = make_float4(v[0], v[1], v[2], v[3]);
 }
+/* The average's divisor for the window starting at (z0, y0, x0) (ATen's rules, as cp_pool
+   says), 0 where the window holds no input element (the average is then 0). */
+template <typename IdxT>
+__device__ __forceinline__ IdxT cp_pool_divisor(IdxT z0, IdxT y0, IdxT x0, IdxT kd, IdxT kh, IdxT kw,
+    IdxT id, IdxT ih, IdxT iw, IdxT pd, IdxT ph, IdxT pw, IdxT cip, IdxT divisor) {
+    const IdxT z1 = z0 + kd < id + pd ? z0 + kd : id + pd;
+    const IdxT y1 = y0 + kh < ih + ph ? y0 + kh : ih + ph;
+    const IdxT x1 = x0 + kw < iw + pw ? x0 + kw : iw + pw;
+    const IdxT za = z0 > 0 ? z0 : 0, ya = y0 > 0 ? y0 : 0, xa = x0 > 0 ? x0 : 0;
+    const IdxT zb = z1 < id ? z1 : id, yb = y1 < ih ? y1 : ih, xb = x1 < iw ? x1 : iw;
+    if (za >= zb || ya >= yb || xa >= xb) return 0;
+    if (divisor) return divisor;
+    return cip ? (z1 - z0) * (y1 - y0) * (x1 - x0) : (zb - za) * (yb - ya) * (xb - xa);
+}
 /* Max (OP 1) or average (OP 0) pooling of output element i over the last three dims (1-D
    and 2-D pooling pass leading 1s), as ATen's CUDA kernels: the max starts at -inf, skips
    padding and propagates NaN (max_pool_forward_nchw); the average sums the window clipped to
@@ -404,22 +418,16 @@ __device__ __forceinline__ float cp_pool(const float *__restrict__ x, IdxT i,
         }
         return m;
     }
-    IdxT z1 = z0 + kd < id + pd ? z0 + kd : id + pd;
-    IdxT y1 = y0 + kh < ih + ph ? y0 + kh : ih + ph;
-    IdxT x1 = x0 + kw < iw + pw ? x0 + kw : iw + pw;
-    const IdxT padded = (z1 - z0) * (y1 - y0) * (x1 - x0);
+    const IdxT cnt = cp_pool_divisor<IdxT>(z0, y0, x0, kd, kh, kw, id, ih, iw, pd, ph, pw, cip, divisor);
+    if (cnt == 0) return 0.0f;
     const IdxT za = z0 > 0 ? z0 : 0, ya = y0 > 0 ? y0 : 0, xa = x0 > 0 ? x0 : 0;
-    z1 = z1 < id ? z1 : id;
-    y1 = y1 < ih ? y1 : ih;
-    x1 = x1 < iw ? x1 : iw;
-    if (za >= z1 || ya >= y1 || xa >= x1) return 0.0f;
+    const IdxT z1 = z0 + kd < id ? z0 + kd : id, y1 = y0 + kh < ih ? y0 + kh : ih, x1 = x0 + kw < iw ? x0 + kw : iw;
     float s = 0.0f;
     for (IdxT z = za; z < z1; ++z)
         for (IdxT y = ya; y < y1; ++y) {
             const float *__restrict__ row = p + (z * ih + y) * iw;
             for (IdxT xx = xa; xx < x1; ++xx) s += __ldg(row + xx);
         }
-    const IdxT cnt = divisor ? divisor : (cip ? padded : (z1 - za) * (y1 - ya) * (x1 - xa));
     return s / (float)cnt;
 }
 /* cp_pool with the window (K*, S*, P*, D*, CIP, DIV) as constants and ND pooled dims (the
@@ -463,17 +471,8 @@ __device__ __forceinline__ float cp_pool_k(const float *__restrict__ x, IdxT i,
         }
     }
     if (OP == 1) return m;
-    IdxT z1 = z0 + KD < id + PD ? z0 + KD : id + PD;
-    IdxT y1 = y0 + KH < ih + PH ? y0 + KH : ih + PH;
-    IdxT x1 = x0 + KW < iw + PW ? x0 + KW : iw + PW;
-    const IdxT padded = (z1 - z0) * (y1 - y0) * (x1 - x0);
-    const IdxT za = z0 > 0 ? z0 : 0, ya = y0 > 0 ? y0 : 0, xa = x0 > 0 ? x0 : 0;
-    z1 = z1 < id ? z1 : id;
-    y1 = y1 < ih ? y1 : ih;
-    x1 = x1 < iw ? x1 : iw;
-    if (za >= z1 || ya >= y1 || xa >= x1) return 0.0f;
-    const IdxT cnt = DIV ? (IdxT)DIV : (CIP ? padded : (z1 - za) * (y1 - ya) * (x1 - xa));
-    return m / (float)cnt;
+    const IdxT cnt = cp_pool_divisor<IdxT>(z0, y0, x0, KD, KH, KW, id, ih, iw, PD, PH, PW, CIP, DIV);
+    return cnt ? m / (float)cnt : 0.0f;
 }
 inline bool cp_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 inline int64_t cp_sms() {
