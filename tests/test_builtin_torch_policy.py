@@ -1550,6 +1550,17 @@ def test_cross_entropy(name: str, tmp_path: Path) -> None:
     _assert_variants_match_model(path, p, plan, props, tmp_path)
 
 
+@pytest.mark.parametrize("turn", range(len(VARIANTS)))
+def test_cross_entropy_and_exclusive_scan_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None:
+    """Cross entropy's kernels (int64 class indices, element positions, ignore_index as an
+    argument) and the exclusive scan's build for sm_90 without a warning."""
+    for name, src in [("ce", _cross_entropy_source("module_sum_ignored_class")),
+                      ("excl", _scan_source("cumsum_exclusive_odd_neg_dim"))]:
+        text = _kernel_cu(_write_problem(tmp_path, f"{name}_build", src), turn)
+        assert ("const int64_t *__restrict__ L1" in text) if name == "ce" else ("u[l - 1]" in text)
+        _assert_builds_without_warning(text, nvcc_path, tmp_path)
+
+
 def test_cross_entropy_ignore_index_is_read_at_run_time(tmp_path: Path) -> None:
     """``nn.CrossEntropyLoss(ignore_index=num_classes - 1)`` (a padding class): the trace runs
     at shrunken sizes, where the index is 31, so the candidate reads the module's
