@@ -728,6 +728,18 @@ class _Planner:
         op = {1.0: "red_sum", math.inf: "red_max"}.get(p, "red_min")
         return self.reduce(op, self.add("abs", [x], shape, n, t), start, stop, keep, n, t)
 
+    def loss_reduction(self, n: GraphNode, a: Mapping[str, Any], more: Sequence[str] = ()) -> str:
+        """A loss's ``reduction``: ``none``, ``sum``, ``mean`` or one of ``more``, after
+        refusing PyTorch's legacy ``size_average``/``reduce`` and class ``weight`` where given
+        (the losses' shared argument checks)."""
+        for old in ("size_average", "reduce", "weight"):
+            if a.get(old) is not None:
+                raise self.refuse(n, f"{n.target} with {old}= is not supported")
+        red = self.literal(a.get("reduction", "mean"))
+        if red not in ("none", "sum", "mean", *more):
+            raise self.refuse(n, f"reduction={red!r}")
+        return red
+
     def loss(self, n: GraphNode, a: Mapping[str, Any], x: Ref) -> Ref:
         """``F.mse_loss``, ``l1_loss``, ``smooth_l1_loss``, ``huber_loss`` (and their modules):
         the pointwise loss of ``d = |input - target|`` (smooth L1 and Huber through ``m =
@@ -735,12 +747,7 @@ class _Planner:
         PyTorch's two branches), then ``reduction`` ``none``, ``sum`` or ``mean`` over every
         element."""
         t = n.target
-        for old in ("size_average", "reduce", "weight"):
-            if a.get(old) is not None:
-                raise self.refuse(n, f"{t} with {old}= is not supported")
-        red = self.literal(a.get("reduction", "mean"))
-        if red not in ("none", "sum", "mean") and not (t == "kl_div" and red == "batchmean"):
-            raise self.refuse(n, f"reduction={red!r}")
+        red = self.loss_reduction(n, a, ("batchmean",) if t == "kl_div" else ())
         y = self.tensor(a.get("target"), n, "target")
         shape = _broadcast(self.shape_of(x), self.shape_of(y))
         if shape is None or not shape:
@@ -842,14 +849,9 @@ class _Planner:
         PyTorch raises).  ``mean`` divides by the rows not ignored (NaN when all are).
         ``ignore_index`` is a kernel argument (a module's attribute read at run time)."""
         t = n.target
-        for old in ("size_average", "reduce", "weight"):
-            if a.get(old) is not None:
-                raise self.refuse(n, f"{t} with {old}= is not supported")
+        red = self.loss_reduction(n, a)
         if _number(self.literal(a.get("label_smoothing", 0.0))) not in (0.0, None):
             raise self.refuse(n, f"{t} with label_smoothing > 0")
-        red = self.literal(a.get("reduction", "mean"))
-        if red not in ("none", "sum", "mean"):
-            raise self.refuse(n, f"reduction={red!r}")
         raw = a.get("ignore_index", -100)
         ign = self.literal(raw)
         if not isinstance(ign, int) or isinstance(ign, bool):
@@ -888,14 +890,9 @@ class _Planner:
         ``relu(d(a, p) - d(a, n) + margin)`` with ``d(u, v) = ||u - v + eps||_2`` over the last
         dim (``F.pairwise_distance``), then ``reduction`` over the batch."""
         t = n.target
-        for old in ("size_average", "reduce"):
-            if a.get(old) is not None:
-                raise self.refuse(n, f"{t} with {old}= is not supported")
+        red = self.loss_reduction(n, a)
         if _number(self.literal(a.get("p", 2.0))) != 2.0 or self.literal(a.get("swap", False)):
             raise self.refuse(n, f"{t} with p != 2 or swap=True is not supported")
-        red = self.literal(a.get("reduction", "mean"))
-        if red not in ("none", "sum", "mean"):
-            raise self.refuse(n, f"reduction={red!r}")
         anc, pos, neg = (self.tensor(a.get(k), n, k) for k in ("anchor", "positive", "negative"))
         ap = _broadcast(self.shape_of(anc), self.shape_of(pos))
         shape = _broadcast(ap, self.shape_of(neg)) if ap is not None else None
