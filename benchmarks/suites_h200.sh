@@ -22,6 +22,11 @@
 # A stage past its group's limit gets SIGTERM (a stage runs in the background, where SIGINT is
 # ignored; cudaperf treats SIGTERM as Ctrl-C): bench writes the report of the problems that
 # finished (`--resume`, RESUME=1, continues it in the same output folder W, default /tmp/w).
+# A run longer than one device call (KernelBench's 152 files at --turns 3 with torch.compile
+# timed: about an hour on one H200) goes on across calls and machines of the same GPU:
+# carry the <stage>.tgz archives an earlier call brought back in a folder and set
+# RESTORE=that/folder: they are unpacked into W and every bench stage resumes (finished
+# problems are kept, the rest run; `cudaperf bench --resume` refuses another GPU model).
 #
 # Results go to $RESULTS (default: $OUT, else suites-out), which may outlive the command
 # that started the script (a device call that starts it with setsid and later calls that
@@ -54,6 +59,13 @@ PB=${POLYBENCH:?set POLYBENCH to a PolyBenchC-4.2.1 checkout}
 . tests/gpu_setup.sh 2>/dev/null || true
 export PYTHONUNBUFFERED=1 COLUMNS=160
 RES=(); [ "${RESUME:-0}" = 1 ] && RES=(--resume)
+if [ -n "${RESTORE:-}" ]; then
+  for a in "$RESTORE"/*.tgz; do
+    [ -f "$a" ] || { echo "RESTORE=$RESTORE holds no <stage>.tgz" >&2; exit 2; }
+    tar xzf "$a" -C "$W" || { echo "cannot unpack $a into $W" >&2; exit 2; }
+  done
+  RES=(--resume)
+fi
 KB_BASELINE=--no-compile-baseline; [ "${KB_COMPILE:-0}" = 1 ] && KB_BASELINE=--compile-baseline
 rm -f "$RESULTS/DONE"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; nproc; free -g | head -2
