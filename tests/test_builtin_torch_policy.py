@@ -1919,6 +1919,73 @@ def test_online_softmax_pairs_match_two_passes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:]
 
 
+_ROW_OPERANDS = {
+    # name: (__init__ lines, forward expression) over x [batch_size, ch, h, width]; the row
+    # kernel reads each operand by its layout along the row (codegen's row_leaves): along
+    # the row (how 1), constant along it (how 2), or through (i / inner) % size (how 0)
+    "channel_bias_then_layer_norm": (
+        ["self.b = nn.Parameter(torch.randn(ch, 1, 1))", "self.ln = nn.LayerNorm(width)",
+         "nn.init.normal_(self.ln.weight)", "nn.init.normal_(self.ln.bias)"],
+        "self.ln(x + self.b)"),  # b constant along each row, the norm's weight and bias along it
+    "softmax_of_scaled_plus_channel_bias": (
+        ["self.w = nn.Parameter(torch.randn(width))", "self.b = nn.Parameter(torch.randn(ch, 1, 1))"],
+        "torch.softmax(x * self.w + self.b, dim=-1)"),
+    "layer_norm_two_dims_partial_operands": (
+        ["self.u = nn.Parameter(torch.randn(width))", "self.v = nn.Parameter(torch.randn(h, 1))"],
+        "F.layer_norm(x * self.u + self.v, (h, width))"),  # neither along nor constant: how 0
+}
+
+
+def _row_operands_source(name: str) -> str:
+    init, expr = _ROW_OPERANDS[name]
+    body = "\n".join(f"                {line}" for line in init)
+    return f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        batch_size = 2
+        ch = 3
+        h = 5
+        width = 12
+        class Model(nn.Module):
+            def __init__(self, ch, h, width):
+                super().__init__()
+{body}
+            def forward(self, x):
+                return {expr}
+        def get_inputs():
+            return [torch.randn(batch_size, ch, h, width)]
+        def get_init_inputs():
+            return [ch, h, width]
+    """
+
+
+@pytest.mark.parametrize("name", sorted(_ROW_OPERANDS))
+def test_row_kernels_read_operands_by_their_layout_along_the_row(name: str, tmp_path: Path) -> None:
+    """A row kernel's broadcast operands: one test per kernel of their layout along the row
+    (``L<i>_how``) and a row-constant one's index once per row (``L<i>_at``), in every loop
+    of every variant, and the candidates (emulated) match ``Model`` at both shapes; the
+    CUDA text itself runs on the host device in tests/test_host_cuda.py and on the GPU."""
+    path = _write_problem(tmp_path, name, _row_operands_source(name))
+    p, plan, props = _plan_and_variants(path)
+    assert [k.rows is not None for k in plan.kernels] == [True]
+    for prop in props:
+        text = prop.files["kernel.cu"]
+        assert "cp_row_how<IdxT>(" in text and "_at = " in text
+        row = text[text.index("_row("):]
+        assert "cp_bload4<IdxT>(L" not in row.split("extern")[0] or not prop.mapping["variant"]["vec"]
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
+@pytest.mark.parametrize("turn", range(len(VARIANTS)))
+def test_row_operand_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path) -> None:
+    """The row kernels with operands read by their layout along the row build for sm_90
+    without a warning (an unused ``L<i>_how`` or ``L<i>_at`` would warn)."""
+    name = "channel_bias_then_layer_norm"
+    text = _kernel_cu(_write_problem(tmp_path, name, _row_operands_source(name)), turn)
+    _assert_builds_without_warning(text, nvcc_path, tmp_path)
+
+
 #: Every operator problem above, by family: name -> its source (the GPU tests run them on
 #: CUDA, every variant).
 OPERATOR_PROBLEMS: dict[str, str] = {
@@ -1934,6 +2001,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"whole_{n}": _whole_source(n) for n in _WHOLE},
     **{f"softmax_{n}": _softmax_source(n) for n in _SOFTMAXES},
     **{f"cross_entropy_{n}": _cross_entropy_source(n) for n in _CROSS_ENTROPY},
+    **{f"row_operands_{n}": _row_operands_source(n) for n in _ROW_OPERANDS},
 }
 
 

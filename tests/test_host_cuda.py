@@ -59,7 +59,9 @@ OPERATORS = ["softmax_softmax_over_channels", "softmax_softmax_with_neg_inf", "s
              "arg_argmin_neg_inf_ties", "arg_argmax_all_neg_inf", "arg_argmin_ties_middle_dim",
              "whole_frobenius_normalize", "scan_cumsum_exclusive", "scan_cumsum_exclusive_odd_neg_dim",
              "scan_cumsum_exclusive_middle_dim", "cross_entropy_mean", "cross_entropy_none_default_ignore",
-             "cross_entropy_module_sum_ignored_class", "cross_entropy_mean_with_ignored_rows"]
+             "cross_entropy_module_sum_ignored_class", "cross_entropy_mean_with_ignored_rows",
+             "row_operands_channel_bias_then_layer_norm", "row_operands_softmax_of_scaled_plus_channel_bias",
+             "row_operands_layer_norm_two_dims_partial_operands"]
 
 
 def _candidates(path: Path, tmp_path: Path) -> list[Path]:

@@ -360,6 +360,29 @@ __device__ __forceinline__ void cp_bload4(const float *__restrict__ p, IdxT i0, 
         for (int l = 0; l < 4; ++l) v[l] = p[((i0 + l) / inner) % size];
     }
 }
+/* The same in a contiguous row kernel, without index arithmetic where the operand's layout
+ * along the row allows (HOW, uniform over the grid, from cp_row_how): 1, the operand runs
+ * along the row (inner 1, size R: layer norm's weight, a linear's bias before a softmax):
+ * element pos of the row is p[pos]; 2, it is constant along each row (a channel's bias
+ * under a norm over the last dim): p[at], at computed once per row. */
+template <typename IdxT>
+__device__ __forceinline__ void cp_bload4_row(const float *__restrict__ p, IdxT i0, IdxT pos, int how, IdxT at,
+                                              IdxT inner, IdxT size, float (&v)[4]) {
+    if (how == 1) {
+        const float4 t = *reinterpret_cast<const float4 *>(p + pos);
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else if (how == 2) {
+        const float t = p[at];
+        v[0] = t; v[1] = t; v[2] = t; v[3] = t;
+    } else {
+        cp_bload4<IdxT>(p, i0, inner, size, v);
+    }
+}
+/* cp_bload4_row's HOW of an operand read at (i / inner) % size in rows of R elements. */
+template <typename IdxT>
+__device__ __forceinline__ int cp_row_how(IdxT inner, IdxT size, IdxT R) {
+    return (inner == 1 && size == R) ? 1 : (R > 0 && inner % R == 0) ? 2 : 0;
+}
 __device__ __forceinline__ void cp_load4(const float *__restrict__ p, int64_t i0, float (&v)[4]) {
     const float4 t = *reinterpret_cast<const float4 *>(p + i0);
     v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
@@ -665,6 +688,8 @@ class _KernelWriter:
     def __init__(self, k: FusedKernel, v: Variant):
         self.k = k
         self.v = v
+        #: writing a contiguous row kernel (``L<i>_how``/``L<i>_at`` declared: :meth:`row_leaves`)
+        self.in_rows = False
         self.members = {p.id: p for p in k.prims}
         self.levels = k.levels
         self.full_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "full"]
@@ -810,13 +835,28 @@ class _KernelWriter:
         fixed = f"cp_pool_k<{op}, {p.params['nd']}, {consts}, IdxT>(L{i}, {index}, {extents})"
         return f"(({same}) ? {fixed} : {generic})"
 
-    def load_scalar(self, i: int, index: str) -> str:
+    def load_scalar(self, i: int, index: str, pos: str | None = None) -> str:
+        """``a<i>`` (``b<i>`` for a reduced-domain leaf): leaf ``i`` at element ``index``;
+        ``pos``: the element's position in its contiguous row, in a row kernel
+        (:meth:`row_leaves` then spares the index arithmetic)."""
         l = self.k.leaves[i]
         if l.pool is not None:
             return f"const float a{i} = {self.pool_load(i, index)};"
         var = f"a{i}" if l.domain == "full" else f"b{i}"
-        at = index if l.full else self.bcast_at(i, index)
+        if pos is not None and i in self.row_leaves():
+            at = f"(L{i}_how == 1 ? {pos} : L{i}_how == 2 ? L{i}_at : {self.bcast_at(i, index)})"
+        else:
+            at = index if l.full else self.bcast_at(i, index)
         return f"const float {var} = {'(float)' if l.dtype in ('bool', 'int64') else ''}L{i}[{at}];"
+
+    def row_leaves(self) -> list[int]:
+        """Leaves a contiguous row kernel reads per element through ``(i / inner) % size``
+        (float32, not 0-d, not pooled): their layout along the row is tested once per
+        kernel (``L<i>_how``, :func:`cp_row_how`) and a row-constant one is read at
+        ``L<i>_at``, computed once per row: layer norm over the last dim read its weight,
+        bias and a channel's bias with a division and a modulo per element and pass."""
+        return [i for i, l in enumerate(self.k.leaves)
+                if l.domain == "full" and not l.full and l.pool is None and l.shape and l.dtype == "float32"]
 
     def bcast_at(self, i: int, index: str) -> str:
         """Where broadcast leaf ``i`` holds element ``index`` of the domain: ``0`` for a
@@ -824,12 +864,16 @@ class _KernelWriter:
         number), else ``(index / inner) % size``."""
         return "0" if not self.k.leaves[i].shape else f"({index} / L{i}_inner) % L{i}_size"
 
-    def bload4(self, i: int, index: str, ind: str) -> str:
-        """``float v<i>[4]``: broadcast leaf ``i`` at elements ``index`` .. ``index + 3``."""
+    def bload4(self, i: int, index: str, ind: str, pos: str | None = None) -> str:
+        """``float v<i>[4]``: broadcast leaf ``i`` at elements ``index`` .. ``index + 3``
+        (``pos``: their position in a contiguous row, as :meth:`load_scalar`)."""
         if not self.k.leaves[i].shape:
             cast = "(float)" if self.k.leaves[i].dtype in ("bool", "int64") else ""
             return (f"{ind}const float u{i} = {cast}L{i}[0]; "
                     f"float v{i}[4] = {{u{i}, u{i}, u{i}, u{i}}};")
+        if pos is not None and i in self.row_leaves():
+            return (f"{ind}float v{i}[4]; cp_bload4_row<IdxT>(L{i}, {index}, {pos}, L{i}_how, L{i}_at, "
+                    f"L{i}_inner, L{i}_size, v{i});")
         return f"{ind}float v{i}[4]; cp_bload4<IdxT>(L{i}, {index}, L{i}_inner, L{i}_size, v{i});"
 
     def body(self, prims: Sequence[Prim], ind: str) -> list[str]:
@@ -844,6 +888,8 @@ class _KernelWriter:
         the tails read ``cpos``, the element's position along its row (argmax)."""
         leaves = sorted(set(self.leaves_of(prims, "full")) | set(extra))
         lines: list[str] = []
+        rpos: str | None = None  # the element's position in its row (scalar / float4 loop)
+        vpos: str | None = None
         scalar_stores = [f"O{j}[i] = t{pid};" for j, pid in out_stores]
         if pos and kind not in ("row", "col"):
             raise PolicyRefusal(f"internal error: element positions in a {kind} loop")
@@ -883,6 +929,8 @@ class _KernelWriter:
                 f"{ind}        const IdxT i0 = (en * outer + row) * inner + es;",
             ]
         else:
+            if self.in_rows and kind == "row":
+                rpos, vpos = "c", "(q << 2)"
             scalar_head = [f"{ind}    for (IdxT c = tid; c < R; c += tpr) {{", f"{ind}        const IdxT i = base + c;"]
             if pos:
                 scalar_head.append(f"{ind}        const IdxT cpos = c;")
@@ -903,7 +951,7 @@ class _KernelWriter:
                 elif l.full:
                     lines.append(f"{ind}        float v{li}[4]; cp_load4(L{li}, (int64_t)i0, v{li});")
                 else:
-                    lines.append(self.bload4(li, "i0", f"{ind}        "))
+                    lines.append(self.bload4(li, "i0", f"{ind}        ", vpos))
             for j, _ in out_stores:
                 lines.append(f"{ind}        float w{j}[4];")
             lines.append(f"{ind}#pragma unroll")
@@ -924,7 +972,7 @@ class _KernelWriter:
             lines.append(f"{ind}{{")
         lines += scalar_head
         for li in leaves:
-            lines.append(f"{ind}        {self.load_scalar(li, 'i')}")
+            lines.append(f"{ind}        {self.load_scalar(li, 'i', rpos)}")
         lines += self.body(prims, ind + "        ")
         lines += [f"{ind}        {t}" for t in list(tails) + scalar_stores]
         lines.append(f"{ind}    }}")
@@ -1145,7 +1193,8 @@ class _KernelWriter:
         guard = "valid && R > 0" if kind == "col" else "R > 0"
         lines = [f"{ind}float K{r.id} = 0.0f; /* the row's first element: the one-pass variance's shift */",
                  f"{ind}if ({guard}) {{", f"{ind}    const IdxT i = {first};"]
-        lines += [f"{ind}    {self.load_scalar(li, 'i')}" for li in sorted(leaves)]
+        rpos = "(IdxT)0" if self.in_rows and kind == "row" else None
+        lines += [f"{ind}    {self.load_scalar(li, 'i', rpos)}" for li in sorted(leaves)]
         lines += self.body(cone, ind + "    ")
         lines.append(f"{ind}    K{r.id} = {self.operand(src, 'full')};")
         lines.append(f"{ind}}}")
@@ -1201,12 +1250,23 @@ class _KernelWriter:
             "    (void)rank;",
             "    const float rl = (float)R;",
             "    (void)rl; (void)inner;",
+        ]
+        rows = self.row_leaves() if kind == "row" else []
+        lines += [f"    const int L{i}_how = cp_row_how<IdxT>(L{i}_inner, L{i}_size, R); (void)L{i}_how;"
+                  for i in rows]
+        lines += [
             "    for (IdxT row = row0; row < outer; row += rstep) {",
             "        const IdxT base = row * R;",
             "        const IdxT ridx = row;",
             "        (void)base; (void)ridx;",
         ]
-        lines += self.reduction_steps(kind, "        ")
+        lines += [f"        const IdxT L{i}_at = L{i}_how == 2 ? (base / L{i}_inner) % L{i}_size : 0; (void)L{i}_at;"
+                  for i in rows]
+        self.in_rows = kind == "row"
+        try:
+            lines += self.reduction_steps(kind, "        ")
+        finally:
+            self.in_rows = False
         lines.append("    }")
         lines.append("}")
         return lines
