@@ -1480,6 +1480,12 @@ def test_scans(name: str, tmp_path: Path) -> None:
     "torch.cat((torch.ones_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
     # a start computed from a size: 0 when traced, maybe not at run time (found by review)
     "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, x.size(0) // 64, x.size(1) - 1), 1)), 1)",
+    # found by an attack pass: zeros whose width follows another size (6 - 5 = 1 traced
+    # only), zeros of a slice two wide... narrowed by the cat, and cat's `axis=` alias
+    # (once read as dim 0)
+    "torch.cat((torch.zeros_like(x[:, :x.size(0) - 5]), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
+    "torch.cat((torch.zeros_like(x[:, 3:4] * 0.0), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
+    "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), axis=1)",
 ])
 def test_near_misses_of_the_exclusive_scan_are_refused(expr: str, tmp_path: Path) -> None:
     """Only the exclusive scan's exact form is rewritten; other uses of ``torch.cat`` and

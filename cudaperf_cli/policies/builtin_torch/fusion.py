@@ -1261,18 +1261,58 @@ class _Planner:
             return
         cat = self._only_user(scan.name)
         parts = cat.args[0] if cat is not None and cat.target == "unknown:torch.cat" and cat.args else None
-        cat_dim = dict(cat.kwargs).get("dim", cat.args[1] if len(cat.args) > 1 else 0) if parts is not None else None
+        # only `dim` by keyword (PyTorch also takes `axis=`; anything else: no match)
+        cat_dim = dict(cat.kwargs).get("dim", cat.args[1] if len(cat.args) > 1 else 0) \
+            if parts is not None and set(dict(cat.kwargs)) <= {"dim"} else None
         if not isinstance(parts, list) or len(parts) != 2 or not isinstance(cat_dim, int) \
                 or cat_dim % len(shape) != d or parts[1] != {"node": scan.name} or not _is_node(parts[0]):
             return
         zeros = self.nodes[parts[0]["node"]]
         want = shape[:d] + (1,) + shape[d + 1:]
         if zeros.target != "unknown:torch.zeros_like" or dict(zeros.kwargs) or len(zeros.args) != 1 \
-                or tuple(zeros.shape or ()) != want or zeros.dtype != "float32" or self._only_user(zeros.name) is not cat:
+                or tuple(zeros.shape or ()) != want or zeros.dtype != "float32" or self._only_user(zeros.name) is not cat \
+                or not self._one_slice_of(zeros.args[0], src, d, len(shape)):
             return
         self.exclusive_parts[n.name] = None
         self.exclusive_parts[zeros.name] = None
         self.exclusive_parts[cat.name] = scan.name
+
+    def _one_slice_of(self, z: Any, x: Any, d: int, rank: int) -> bool:
+        """Whether ``z`` has ``x``'s shape with 1 at dim ``d`` at *every* size, by how it
+        is made from ``x`` (the traced shapes agree at one size only): ``x.select(d,
+        k).unsqueeze(d)``, ``x.narrow(d, k, 1)`` (``k`` a literal int), or a ``sum``/``mean``/
+        ``amax``/``amin`` of ``x`` over ``d`` alone with ``keepdim=True``."""
+        if not _is_node(z):
+            return False
+        n = self.nodes[z["node"]]
+        a = _bind(n)
+
+        def at_d(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and -rank <= v < rank and v % rank == d
+
+        def literal(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if n.target == "getitem" and len(n.args) == 2 and n.args[0] == x:  # x[:, :1] (basic slices only)
+            items = n.args[1] if isinstance(n.args[1], list) else [n.args[1]]
+            if len(items) > rank or not all(isinstance(i, dict) and set(i) == {"slice"} for i in items):
+                return False
+            spans = [tuple(i["slice"]) for i in items] + [(None, None, None)] * (rank - len(items))
+            return all(sp == (None, None, None) if k != d else
+                       (sp[0] in (None, 0) and sp[1] == 1 and sp[2] in (None, 1)) for k, sp in enumerate(spans))
+        if a.get("input") != x:
+            if n.target != "unsqueeze" or not at_d(a.get("dim")) or not _is_node(a.get("input")):
+                return False
+            inner = self.nodes[a["input"]["node"]]
+            b = _bind(inner)
+            return inner.target == "select" and b.get("input") == x and at_d(b.get("dim")) and literal(b.get("index"))
+        if n.target == "narrow":
+            return at_d(a.get("dim")) and literal(a.get("start")) and a.get("length") == 1
+        if n.target in ("sum", "mean", "amax", "amin"):
+            dims = a.get("dim")
+            dims = dims[0] if isinstance(dims, list) and len(dims) == 1 else dims
+            return at_d(dims) and a.get("keepdim") is True
+        return False
 
     def exclusive_part(self, n: GraphNode) -> None:
         """The zeros (nothing: the scan's identity) or the cat (the exclusive scan) of the
