@@ -1204,11 +1204,16 @@ def test_pooling_refusals(tmp_path: Path) -> None:
     cases = {
         "indices": ("self.pool = nn.MaxPool2d(2, return_indices=True)", "self.pool(x)[0]", "indices of max pooling"),
         "adaptive": ("self.pool = nn.AdaptiveAvgPool2d((2, 2))", "self.pool(x)", "output_size=[2, 2]"),
+        # a window computed in forward from sizes (found by an attack pass: model.py named
+        # a shape node it never defined, NameError at every turn)
+        "window_from_size": ("pass", "F.max_pool2d(x, x.size(-1) // 4)", "kernel_size computed in forward"),
+        "stride_from_shape": ("pass", "F.avg_pool2d(x, 2, stride=x.shape[2:])", "stride computed in forward"),
     }
     for name, (init, expr, words) in cases.items():
         path = _write_problem(tmp_path, name, f"""
             import torch
             import torch.nn as nn
+            import torch.nn.functional as F
             class Model(nn.Module):
                 def __init__(self):
                     super().__init__()

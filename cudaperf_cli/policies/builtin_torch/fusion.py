@@ -834,6 +834,14 @@ class _Planner:
                                   "count_include_pad", "divisor_override") if k in a}
         if "kernel_size" not in args:
             raise self.refuse(n, "no kernel_size")
+
+        def computed(v: Any) -> bool:
+            return _is_node(v) or (isinstance(v, list) and any(computed(w) for w in v))
+
+        late = [k for k, v in args.items() if computed(v)]
+        if late:  # model.py writes the window as the call did: literals and module attributes only
+            raise self.refuse(n, f"a pooling {late[0]} computed in forward (only numbers and the "
+                                 "module's attributes are supported)")
         traced = {k: self.literal(v) for k, v in args.items()}  # the window as traced: codegen.pool_window
         return self.add("pool", [x], n.shape or (), n, t,
                         params={"kind": kind, "nd": nd, "args": args, "traced": traced})
