@@ -1295,11 +1295,11 @@ class _Planner:
         n = self.nodes[z["node"]]
         a = _bind(n)
 
-        def at_d(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool) and -rank <= v < rank and v % rank == d
-
-        def literal(v: Any) -> bool:
+        def is_int(v: Any) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
+
+        def at_d(v: Any) -> bool:
+            return is_int(v) and -rank <= v < rank and v % rank == d
 
         if n.target == "getitem" and len(n.args) == 2 and n.args[0] == x:  # x[:, :1] (basic slices only)
             items = n.args[1] if isinstance(n.args[1], list) else [n.args[1]]
@@ -1313,9 +1313,9 @@ class _Planner:
                 return False
             inner = self.nodes[a["input"]["node"]]
             b = _bind(inner)
-            return inner.target == "select" and b.get("input") == x and at_d(b.get("dim")) and literal(b.get("index"))
+            return inner.target == "select" and b.get("input") == x and at_d(b.get("dim")) and is_int(b.get("index"))
         if n.target == "narrow":
-            return at_d(a.get("dim")) and literal(a.get("start")) and a.get("length") == 1
+            return at_d(a.get("dim")) and is_int(a.get("start")) and a.get("length") == 1
         if n.target in ("sum", "mean", "amax", "amin"):
             dims = a.get("dim")
             dims = dims[0] if isinstance(dims, list) and len(dims) == 1 else dims
