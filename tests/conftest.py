@@ -41,6 +41,18 @@ from cudaperf_cli.evaluate import probe_device
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _cpu_math_warmed_up() -> None:
+    """Tests that compare torch results in this process get the accuracy that the children
+    get (:mod:`cudaperf_cli.torch_cpu_math`, pytorch/pytorch#188792): the first
+    multi-threaded ``exp``/``tanh`` of a process can be off by 1e-4 otherwise."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from cudaperf_cli.torch_cpu_math import warm_up_cpu_math
+
+        warm_up_cpu_math(torch)
+
+
 def load_benchmark(name: str):
     """The module ``benchmarks/<name>.py`` (the benchmark scripts are no package), registered
     in ``sys.modules`` as ``cudaperf_benchmarks_<name>`` (its dataclasses look it up)."""

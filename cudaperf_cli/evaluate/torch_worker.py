@@ -1519,6 +1519,9 @@ class TorchWorker:
         except Exception as exc:  # noqa: BLE001
             raise Stop(NO_DEVICE, f"no CUDA device: PyTorch cannot be imported ({_one_line(exc)})") from None
         self.state.set("device")
+        from cudaperf_cli.torch_cpu_math import warm_up_cpu_math
+
+        warm_up_cpu_math(torch)  # CPU math (the host backend, CPU-side references): pytorch#188792
         if self.host:
             self.torch, self.dev = torch, torch.device("cpu")
             self._no_tf32(torch)

@@ -277,6 +277,9 @@ class _Probe:
     def __init__(self, emit: Callable[[dict[str, Any]], None], device: str):
         import torch
 
+        from cudaperf_cli.torch_cpu_math import warm_up_cpu_math
+
+        warm_up_cpu_math(torch)  # before the first multi-threaded exp/tanh (pytorch#188792)
         self.torch = torch
         self.emit = emit
         self.device = device

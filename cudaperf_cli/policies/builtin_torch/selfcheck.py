@@ -435,6 +435,9 @@ def _child(job: Mapping[str, Any]) -> dict[str, Any]:
         apply_constants,
         import_problem_module,
     )
+    from cudaperf_cli.torch_cpu_math import warm_up_cpu_math
+
+    warm_up_cpu_math(torch)  # the reference and the emulation run on the CPU (pytorch#188792)
 
     device = job["device"]
     if device == "cuda" and not torch.cuda.is_available():

@@ -945,6 +945,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         emit({"event": "fatal", "error": f"cannot import torch: {exc}"})
         return 3
+    from cudaperf_cli.torch_cpu_math import warm_up_cpu_math
+
+    warm_up_cpu_math(torch)  # forward runs on the CPU here (pytorch#188792)
     if warm:  # started ahead: the imports of the large problems' shape runs, then the job
         try:
             from cudaperf_cli.problems.pytorch_probe import fake_tensors
