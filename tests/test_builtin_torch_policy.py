@@ -1200,6 +1200,71 @@ def test_pooling(name: str, tmp_path: Path) -> None:
         assert r["ok"], (t, r)
 
 
+#: Pooling problems whose turn-2 kernel stages its input in a shared-memory tile
+#: (``Variant.tile_pool``): name -> (pool, forward, input dims, constants (first config),
+#: more configs).  The sizes make several tiles per plane in both dims (a 2-D tile is 32 x
+#: 64 outputs at block 512, a 1-D tile 2048) with partial tiles at the edges; the fused
+#: epilogue reads a per-channel operand at the output's index.
+_TILE_POOLS: dict[str, tuple[str, str, str, dict[str, int], list[dict[str, int]]]] = {
+    "max1d_dilated_padded": ("nn.MaxPool1d(8, stride=1, padding=4, dilation=3)", "self.pool(x) * self.w",
+                             "batch_size, channels, length", {"batch_size": 2, "channels": 3, "length": 4500},
+                             [{"batch_size": 1, "channels": 3, "length": 50},
+                              {"batch_size": 45, "channels": 3, "length": 50}]),  # 135 tiles
+    "avg2d_no_pad_count": ("nn.AvgPool2d(4, stride=1, padding=1, count_include_pad=False)",
+                           "torch.relu(self.pool(x) + self.w)", "batch_size, channels, height, width",
+                           {"batch_size": 1, "channels": 3, "height": 70, "width": 150},
+                           [{"batch_size": 2, "channels": 3, "height": 5, "width": 9},
+                            {"batch_size": 45, "channels": 3, "height": 5, "width": 9}]),  # 135 tiles
+    "max2d_strided_ceil": ("nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True)",
+                           "self.pool(x) - self.w", "batch_size, channels, height, width",
+                           {"batch_size": 1, "channels": 3, "height": 77, "width": 140}, []),
+    "avg1d_window_from_an_init_input": ("nn.AvgPool1d(kernel_size=k, stride=1, padding=4)",
+                                     "self.pool(x) + self.w", "batch_size, channels, length",
+                                     {"batch_size": 2, "channels": 3, "length": 2100, "kernel_size": 8},
+                                     [{"batch_size": 2, "channels": 3, "length": 300, "kernel_size": 11}]),
+}
+
+
+def _tile_pool_source(name: str) -> str:
+    pool, expr, dims, first, _ = _TILE_POOLS[name]
+    consts = "\n".join(f"{k} = {v}" for k, v in first.items())
+    wshape = "channels, 1" if dims.count(",") == 2 else "channels, 1, 1"
+    return f"""
+import torch
+import torch.nn as nn
+{consts}
+class Model(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.pool = {pool}
+        self.w = nn.Parameter(torch.randn({wshape}))
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn({dims})]
+def get_init_inputs():
+    return [{"kernel_size" if "kernel_size" in first else 0}]
+"""
+
+
+_TILED = next(t for t, v in enumerate(VARIANTS) if v.tile_pool)
+
+
+@pytest.mark.parametrize("name", sorted(_POOLS))
+def test_pooling_tile_kernels_compile(name: str, nvcc_path: str, tmp_path: Path) -> None:
+    """The tiled variant stages a 1-D or 2-D pool's input in shared memory where the pool
+    is the one pooled read of an elementwise kernel (its window traced), builds for sm_90
+    without a warning; 3-D pools, two pools in one kernel and a pool inside a reduction
+    keep the direct reads."""
+    text = _kernel_cu(_write_problem(tmp_path, name, _pool_source(name)), _TILED)
+    tiled = name in ("max2d_module_padding_dilation", "max1d_functional_ceil_mode",
+                     "avg1d_window_from_a_size_constant")
+    assert ("_tile(" in text) == tiled, name
+    if tiled:
+        assert "__shared__ float tile[" in text
+    _assert_builds_without_warning(text, nvcc_path, tmp_path)
+
+
 def test_pooling_refusals(tmp_path: Path) -> None:
     cases = {
         "indices": ("self.pool = nn.MaxPool2d(2, return_indices=True)", "self.pool(x)[0]", "indices of max pooling"),
@@ -2013,6 +2078,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"softmax_{n}": _softmax_source(n) for n in _SOFTMAXES},
     **{f"cross_entropy_{n}": _cross_entropy_source(n) for n in _CROSS_ENTROPY},
     **{f"row_operands_{n}": _row_operands_source(n) for n in _ROW_OPERANDS},
+    **{f"tile_pool_{n}": _tile_pool_source(n) for n in _TILE_POOLS},
 }
 
 

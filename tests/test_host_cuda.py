@@ -25,7 +25,7 @@ from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
 from cudaperf_cli.policies.builtin_torch.hostcuda import HostCudaLib, build_host_library, host_source
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
 from cudaperf_cli.problems.pytorch import load_torch_problem
-from tests.test_builtin_torch_policy import OPERATOR_PROBLEMS
+from tests.test_builtin_torch_policy import _TILE_POOLS, OPERATOR_PROBLEMS, _tile_pool_source
 from tests.test_gpu_builtin_torch import _PHASED_ROWS, _SPLIT_ROWS
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the host CUDA build")
@@ -409,3 +409,26 @@ def test_launch_syntax_is_rewritten() -> None:
                    '[&] { k0_row<int, true, 2>(L0, (int)n, f(a, b)); }, "k0_row<int, true, 2>");\n')
     with pytest.raises(ValueError, match="do not close"):
         host_source("k<<<1, 2, 0, s>>>(a, (b);")
+
+
+@pytest.mark.parametrize("name", sorted(_TILE_POOLS))
+def test_pooling_from_shared_memory_tiles_runs_on_the_host(name: str, tmp_path: Path) -> None:
+    """Turn 2's 1-D/2-D pooling from a shared-memory tile of the input (stride 1 with
+    padding and dilation, stride 2 with ceil_mode, count_include_pad=False), fused with
+    the ops after it, matches ``Model`` on the host device, the tiles in every position
+    (edges, several per plane, blocks striding over more tiles than the grid's 128); at a window other than the
+    traced one (an init input) the untiled kernel runs instead and matches too."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(_tile_pool_source(name))
+    _, _, _, first, more = _TILE_POOLS[name]
+    cands = _candidates(path, tmp_path)
+    tiled = [t for t, v in enumerate(VARIANTS) if v.tile_pool]
+    assert tiled and all("_tile(" in (cands[t] / "kernel.cu").read_text() for t in tiled)
+    for t in tiled:
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cands[t], [first, *more], trace)
+        assert r["ok"], f"{name} variant {VARIANTS[t].name}: {r}"
+        text = trace.read_text()
+        assert "_tile<" in text, text
+        if name == "avg1d_window_from_an_init_input":  # kernel_size 11 is not the traced 8
+            assert "_ew<" in text, text

@@ -60,6 +60,9 @@ class Variant:
             ``one_pass``): variances and softmax sums on the level of the mean or max.
         unroll_pool: pooled reads with the traced window as constants (``cp_pool_k``:
             the window loops unrolled), the run-time window's loops where it differs.
+        tile_pool: an elementwise kernel whose one pooled read is a 1-D or 2-D pool
+            with a traced window takes it from a shared-memory tile of the input
+            (:meth:`_KernelWriter.tile_kernel`) when the run-time window is the traced one.
     """
 
     name: str
@@ -69,6 +72,7 @@ class Variant:
     warp_max: int = 1024
     one_pass: bool = False
     unroll_pool: bool = False
+    tile_pool: bool = False
 
     def describe(self, pooling: bool = False) -> str:
         """One line of the choices; ``pooling``: the plan pools (names ``unroll_pool``)."""
@@ -81,21 +85,23 @@ class Variant:
         parts.append("a few long rows split over the grid")
         if self.one_pass:
             parts.append("variances (shifted sums in double) and softmax sums (online (max, sum) pairs) in one pass")
-        if pooling and self.unroll_pool:
+        if pooling and self.tile_pool:
+            parts.append("1-D/2-D pooling windows read from a shared-memory tile of the input")
+        elif pooling and self.unroll_pool:
             parts.append("pooling windows unrolled as the traced constants")
         return ", ".join(parts)
 
     def to_json(self, pooling: bool = False) -> dict[str, Any]:
         return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
                 "warp_max": self.warp_max, "one_pass": self.one_pass, "unroll_pool": self.unroll_pool,
-                "description": self.describe(pooling)}
+                "tile_pool": self.tile_pool, "description": self.describe(pooling)}
 
 
 #: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
 VARIANTS: tuple[Variant, ...] = (
     Variant("block256", 256, False),
     Variant("block256_vec4", 256, True, one_pass=True, unroll_pool=True),
-    Variant("block512_vec4_warprows", 512, True, warp_rows=True, unroll_pool=True),
+    Variant("block512_vec4_warprows", 512, True, warp_rows=True, unroll_pool=True, tile_pool=True),
 )
 
 # ---------------------------------------------------------------------------------------
@@ -664,6 +670,69 @@ def pool_window(p: Prim, shape: Sequence[int]) -> tuple[int, ...] | None:
     return window if window[0] * window[1] * window[2] <= POOL_UNROLL_MAX else None
 
 
+#: Outputs per thread of a tiled pooling kernel (:meth:`_KernelWriter.tile_kernel`), and the
+#: output columns a block of a 2-D tile covers per pass (a 1-D tile: ``block`` columns).
+POOL_TILE_PER_THREAD = 4
+POOL_TILE_COLS_2D = 64
+#: The largest input tile (floats) a block stages in shared memory (static: 48 KB).
+POOL_TILE_MAX_FLOATS = 12288
+
+
+@dataclass(frozen=True)
+class PoolTile:
+    """The shared-memory tile of a tiled pooling kernel: a block computes ``rows x cols``
+    outputs of one (n, c) plane (``per_pass_rows x per_pass_cols`` per pass,
+    :data:`POOL_TILE_PER_THREAD` passes: along the rows for 2-D, along the columns for 1-D)
+    from an ``in_rows x in_cols`` input tile, ``window`` being :func:`pool_window`'s."""
+
+    leaf: int
+    nd: int
+    op: int  # 1 max, 0 average
+    window: tuple[int, ...]
+    rows: int
+    cols: int
+    per_pass_rows: int
+    per_pass_cols: int
+    in_rows: int
+    in_cols: int
+
+
+def pool_tile(k: FusedKernel, block: int) -> PoolTile | None:
+    """The tile of elementwise kernel ``k`` at ``block`` threads, or None: ``k`` must have
+    exactly one pooled leaf, a 1-D or 2-D pool whose window was traced
+    (:func:`pool_window`), and the input tile must fit :data:`POOL_TILE_MAX_FLOATS`."""
+    if k.rows is not None or k.kind == "scan":
+        return None
+    pooled = [i for i, l in enumerate(k.leaves) if l.pool is not None]
+    if len(pooled) != 1:
+        return None
+    i = pooled[0]
+    p = next(q for q in k.prims if q.id == k.leaves[i].pool)
+    nd = p.params["nd"]
+    window = pool_window(p, k.leaves[i].shape)
+    if nd not in (1, 2) or window is None:
+        return None
+    _, kh, kw, _, sh, sw, _, _, _, _, dh, dw, _, _ = window
+    if nd == 1:
+        ppr, ppc = 1, block
+        rows, cols = 1, block * POOL_TILE_PER_THREAD
+    else:
+        ppc = min(POOL_TILE_COLS_2D, block)
+        ppr = block // ppc
+        rows, cols = ppr * POOL_TILE_PER_THREAD, ppc
+    in_rows = (rows - 1) * sh + (kh - 1) * dh + 1
+    in_cols = (cols - 1) * sw + (kw - 1) * dw + 1
+    if in_rows * in_cols > POOL_TILE_MAX_FLOATS:
+        return None
+    return PoolTile(i, nd, 1 if p.params["kind"] == "max" else 0, window, rows, cols, ppr, ppc,
+                    in_rows, in_cols)
+
+
+def tiles_pooling(plan: FusionPlan, block: int = 256) -> bool:
+    """Whether a kernel of ``plan`` gets a shared-memory pooling tile (:func:`pool_tile`)."""
+    return any(pool_tile(k, block) is not None for k in plan.kernels)
+
+
 def _flit(v: float) -> str:
     """A float as a CUDA literal."""
     if math.isnan(v):
@@ -997,6 +1066,78 @@ class _KernelWriter:
         lines.append(f"    const IdxT stride = (IdxT)gridDim.x * {self.v.block};")
         lines += self.element_loop(prims, [], [], outs, "    ", "ew")
         lines.append("}")
+        return lines
+
+    def tile(self) -> PoolTile | None:
+        """This kernel's pooling tile under the variant (:func:`pool_tile`), or None."""
+        return pool_tile(self.k, self.v.block) if self.v.tile_pool else None
+
+    def tile_kernel(self) -> list[str]:
+        """The elementwise kernel with its pooled read from a shared-memory tile: a block
+        stages the input rows and columns its outputs' windows cover (coalesced loads;
+        outside the input the pool's identity: -inf for max, 0 for the average's sum,
+        which skip such taps as ATen does), then each thread computes
+        :data:`POOL_TILE_PER_THREAD` outputs from the tile (consecutive lanes read
+        consecutive words) and the fused ops after the pool, blocks striding over the
+        tiles.  The taps are summed in the window's order, as ``cp_pool_k``: the same
+        float results.  Launched only when the run-time window is the traced one."""
+        t = self.tile()
+        assert t is not None
+        i = t.leaf
+        _, kh, kw, _, sh, sw, _, ph, pw, _, dh, dw, cip, div = t.window
+        outs = [(j, pid) for j, (pid, _) in enumerate(self.k.outputs)]
+        prims = self.cone([pid for _, pid in outs])
+        others = [li for li in self.leaves_of(prims, "full") if li != i]
+        ident = "-CP_INF" if t.op == 1 else "0.0f"
+        b = self.v.block
+        lines = self.kernel_head("tile", "template <typename IdxT>")
+        lines += [
+            f"    __shared__ float tile[{t.in_rows * t.in_cols}];",
+            f"    const IdxT oh = L{i}_oh, ow = L{i}_ow, ih = L{i}_ih, iw = L{i}_iw;",
+            f"    const IdxT th = (oh + {t.rows - 1}) / {t.rows}, tw = (ow + {t.cols - 1}) / {t.cols};",
+            "    const IdxT per_plane = th * tw, tiles = (n / (oh * ow)) * per_plane;",
+            f"    const int ly0 = threadIdx.x / {t.per_pass_cols}, lx0 = threadIdx.x % {t.per_pass_cols};",
+            "    for (IdxT bt = blockIdx.x; bt < tiles; bt += gridDim.x) {",
+            "        const IdxT plane = bt / per_plane, r = bt % per_plane;",
+            f"        const IdxT oy0 = (r / tw) * {t.rows}, ox0 = (r % tw) * {t.cols};",
+            f"        const IdxT iy0 = oy0 * {sh} - {ph}, ix0 = ox0 * {sw} - {pw};",
+            f"        const float *__restrict__ src = L{i} + plane * (ih * iw);",
+            "        __syncthreads(); /* the previous tile's reads are done */",
+            f"        for (int e = threadIdx.x; e < {t.in_rows * t.in_cols}; e += {b}) {{",
+            f"            const int ey = e / {t.in_cols}, ex = e - ey * {t.in_cols};",
+            "            const IdxT y = iy0 + ey, x = ix0 + ex;",
+            f"            tile[e] = (y >= 0 && y < ih && x >= 0 && x < iw) ? __ldg(src + y * iw + x) : {ident};",
+            "        }",
+            "        __syncthreads();",
+            "#pragma unroll",
+            f"        for (int j = 0; j < {POOL_TILE_PER_THREAD}; ++j) {{",
+            f"            const int ly = ly0{f' + j * {t.per_pass_rows}' if t.nd == 2 else ''}, "
+            f"lx = lx0{f' + j * {t.per_pass_cols}' if t.nd == 1 else ''};",
+            "            const IdxT oy = oy0 + ly, ox = ox0 + lx;",
+            "            if (oy >= oh || ox >= ow) continue;",
+            f"            float m = {ident};",
+            "#pragma unroll",
+            f"            for (int a = 0; a < {kh}; ++a) {{",
+            "#pragma unroll",
+            f"                for (int c = 0; c < {kw}; ++c) {{",
+            f"                    const float v = tile[(ly * {sh} + a * {dh}) * {t.in_cols} + lx * {sw} + c * {dw}];",
+            "                    if (v > m || v != v) m = v;" if t.op == 1 else "                    m += v;",
+            "                }",
+            "            }",
+        ]
+        if t.op == 0:
+            lines += [
+                f"            const IdxT cnt = cp_pool_divisor<IdxT>(0, oy * {sh} - {ph}, ox * {sw} - {pw}, 1, {kh}, {kw}, "
+                f"1, ih, iw, 0, {ph}, {pw}, {cip}, {div});",
+                "            m = cnt ? m / (float)cnt : 0.0f;",
+            ]
+        lines.append("            const IdxT i = (plane * oh + oy) * ow + ox;")
+        lines.append(f"            const float a{i} = m;")
+        for li in others:
+            lines.append(f"            {self.load_scalar(li, 'i')}")
+        lines += self.body(prims, "            ")
+        lines += [f"            O{j}[i] = t{pid};" for j, pid in outs]
+        lines += ["        }", "    }", "}"]
         return lines
 
     def reduction_steps(self, kind: str, ind: str) -> list[str]:
@@ -1627,6 +1768,20 @@ class _KernelWriter:
         elif k.rows is None:
             lines.append("    if (n <= 0) return (int)cudaGetLastError();")
             lines.append(f"    const bool small = n < (1LL << 30){pooled_small('n')}; /* 32-bit indices: no overflow of i + stride */")
+            t = self.tile()
+            if t is not None:  # the traced window at run time: the shared-memory tile
+                same = " && ".join(f"L{t.leaf}_{nm} == {val}" for nm, val in zip(POOL_SIZES[6:], t.window))
+                lines.append(f"    if ({same} && L{t.leaf}_od == 1 && L{t.leaf}_id == 1) {{")
+                lines.append(f"        const int64_t tiles = (n / (L{t.leaf}_oh * L{t.leaf}_ow)) * "
+                             f"((L{t.leaf}_oh + {t.rows - 1}) / {t.rows}) * ((L{t.leaf}_ow + {t.cols - 1}) / {t.cols});")
+                # 8 waves of resident blocks striding over the tiles (also on the test
+                # device of 4 multiprocessors: the stride loop is exercised there)
+                cap = max(1, 2048 // v.block) * 8
+                lines.append(f"        const int64_t cap = cp_sms() * {cap};")
+                lines.append("        const unsigned grid_t = cp_grid(tiles < cap ? tiles : cap);")
+                lines += dispatch(f"{k.name}_tile", [idx_flag()], lambda chosen: "grid_t", "        ")
+                lines.append("        return (int)cudaGetLastError();")
+                lines.append("    }")
             flags = [idx_flag()]
             if v.vec:
                 lines.append(f"    const bool vec = (n % 4) == 0 && {aligned};")
@@ -1673,6 +1828,8 @@ class _KernelWriter:
             body = self.scan_kernels()
         elif k.rows is None:
             body = self.elementwise_kernel()
+            if self.tile() is not None:
+                body += [""] + self.tile_kernel()
         elif k.rows.kind == "channels":
             body = self.row_kernel("chan")
         else:

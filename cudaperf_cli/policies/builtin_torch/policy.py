@@ -10,7 +10,7 @@ variant of :data:`~.codegen.VARIANTS`:
   divisible by 4, 16-byte aligned pointers), scalar fallback otherwise; variances (batch,
   layer, group, instance norm, ``var``/``std``) in one pass over the row;
 * turn 2 -- block 512, float4 loads, rows of at most 1024 elements get one warp each
-  (16 rows per block).
+  (16 rows per block); a 1-D or 2-D pool read from a shared-memory tile of its input.
 
 See ``docs/builtin-torch-policy.md``.
 """
