@@ -1144,6 +1144,20 @@ _POOLS = {
         "self.a = nn.MaxPool2d(2)\n                self.b = nn.AvgPool2d(2)",
         "self.a(x) - self.b(torch.relu(x))",
     ),
+    # windows wider than the unpadded input (the emulation's avg_pool3d refused these:
+    # a false error of the verifier; avg_pool1d/2d allow them)
+    "avg1d_window_wider_than_the_input": (
+        "batch_size = 4\nchannels = 3\nlength = 3",
+        "batch_size, channels, length",
+        "self.pool = nn.AvgPool1d(8, stride=1, padding=4, count_include_pad=False)",
+        "self.pool(x) * 3.0",
+    ),
+    "avg2d_window_wider_than_the_input": (
+        "batch_size = 2\nchannels = 3\nheight = 3\nwidth = 4",
+        "batch_size, channels, height, width",
+        "pass",
+        "F.avg_pool2d(x, 6, stride=1, padding=3) - 1.0",
+    ),
     "adaptive_average_to_one": (
         "batch_size = 3\nchannels = 4\nd1 = 5\nd2 = 6\nd3 = 7",
         "batch_size, channels, d1, d2, d3",
@@ -1258,7 +1272,8 @@ def test_pooling_tile_kernels_compile(name: str, nvcc_path: str, tmp_path: Path)
     keep the direct reads."""
     text = _kernel_cu(_write_problem(tmp_path, name, _pool_source(name)), _TILED)
     tiled = name in ("max2d_module_padding_dilation", "max1d_functional_ceil_mode",
-                     "avg1d_window_from_a_size_constant")
+                     "avg1d_window_from_a_size_constant", "avg1d_window_wider_than_the_input",
+                     "avg2d_window_wider_than_the_input")
     assert ("_tile(" in text) == tiled, name
     if tiled:
         assert "__shared__ float tile[" in text

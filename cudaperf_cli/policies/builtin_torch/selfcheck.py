@@ -334,15 +334,21 @@ class _EmuLib:
 def _pool(torch: Any, x: Any, z: Mapping[str, int], kind: str) -> Any:
     """PyTorch's own 3-D pooling of ``x`` (contiguous, ``[..., id, ih, iw]``) with the
     launcher's sizes ``z`` (:data:`~.codegen.POOL_SIZES`), flattened: ``ceil_mode`` is not
-    passed to the launcher, so the mode giving the launcher's output extents is used."""
+    passed to the launcher, so the mode giving the launcher's output extents is used.  An
+    average over the last two dims (``kd == id == 1``) is ``avg_pool2d``: ``avg_pool3d``
+    refuses a window wider than the unpadded input, which ``avg_pool1d``/``2d`` allow."""
     import torch.nn.functional as F
 
     vol = x.reshape(-1, 1, z["id"], z["ih"], z["iw"])
     k, s, p = (z["kd"], z["kh"], z["kw"]), (z["sd"], z["sh"], z["sw"]), (z["pd"], z["ph"], z["pw"])
     want = (z["od"], z["oh"], z["ow"])
+    flat = kind != "max" and z["kd"] == z["id"] == z["od"] == 1 and z["pd"] == 0
     for ceil in (False, True):
         if kind == "max":
             y = F.max_pool3d(vol, k, s, p, (z["dd"], z["dh"], z["dw"]), ceil_mode=ceil)
+        elif flat:
+            y = F.avg_pool2d(vol[:, :, 0], k[1:], s[1:], p[1:], ceil_mode=ceil, count_include_pad=bool(z["cip"]),
+                             divisor_override=z["div"] or None).unsqueeze(2)
         else:
             y = F.avg_pool3d(vol, k, s, p, ceil_mode=ceil, count_include_pad=bool(z["cip"]),
                              divisor_override=z["div"] or None)
