@@ -1073,6 +1073,11 @@ class _Planner:
             return self.number_tensor(n, _number(data))
         if t in ("unknown:torch.zeros_like", "unknown:torch.cat") and n.name in self.exclusive_parts:
             return self.exclusive_part(n)
+        if t in ("unknown:torch.zeros_like", "unknown:torch.cat"):
+            raise self.refuse(n, "supported only as the pieces of an exclusive scan, written "
+                                 "torch.cat((torch.zeros_like(<x sliced to width 1 along d: x.select(d, 0)"
+                                 ".unsqueeze(d), x.narrow(d, 0, 1), x[:, :1]>), torch.cumsum(x.narrow(d, 0, "
+                                 "x.size(d) - 1), d)), dim=d)")
         if t.startswith("unknown:"):
             raise self.refuse(n, "not an operation the built-in policy supports")
         if t.startswith("module:"):
