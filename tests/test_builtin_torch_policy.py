@@ -1010,6 +1010,8 @@ _LOSSES = {
     "smooth_l1_none": ("pass", "torch.relu(F.smooth_l1_loss(x, y, reduction='none') - 0.1)"),
     "huber_module": ("self.loss = nn.HuberLoss(delta=0.6)", "self.loss(x, y)"),
     "smooth_l1_module": ("self.loss = nn.SmoothL1Loss()", "self.loss(torch.sigmoid(x), y)"),
+    # a loss module called with keywords (was refused as an unsupported layer)
+    "mse_module_keywords": ("self.loss = nn.MSELoss(reduction='sum')", "self.loss(target=y, input=x * 0.5)"),
 }
 
 
@@ -1056,6 +1058,7 @@ _MORE_LOSSES = {
     "kl_module_sum_zero_targets": ("self.loss = nn.KLDivLoss(reduction='sum')", "self.loss(x, torch.relu(y))", 2),
     "kl_log_target_mean": ("pass", "F.kl_div(x, y.log_softmax(-1), reduction='mean', log_target=True)", 2),
     "triplet_module": ("self.loss = nn.TripletMarginLoss(margin=0.8)", "self.loss(x, y, x * 0.5 - y)", 2),
+    "triplet_module_keywords": ("self.loss = nn.TripletMarginLoss()", "self.loss(x, negative=y, positive=x * 0.5)", 2),
     "triplet_fn_none_3d": ("pass", "F.triplet_margin_loss(x, y, torch.tanh(y), reduction='none') + 1.0", 3),
 }
 
@@ -1606,6 +1609,7 @@ _CROSS_ENTROPY = {
                             "torch.where(torch.arange(t.numel()) % 3 == 1, torch.full_like(t, -100), t)"),
     "mean_with_ignored_rows": ("self.loss = nn.CrossEntropyLoss()", "self.loss(x, t)", 1030,
                                "torch.where(torch.arange(t.numel()) % 2 == 0, torch.full_like(t, -100), t)"),
+    "module_keywords": ("self.loss = nn.CrossEntropyLoss()", "self.loss(input=x, target=t)", 50, "t"),
 }
 
 

@@ -515,6 +515,19 @@ def _canon_method(name: str) -> str:
     return f"unknown:Tensor.{name}"
 
 
+def _positional(mod: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``mod(*args, **kwargs)``'s arguments bound to ``mod.forward``'s parameters: those a
+    parameter can take by position become positional (``input=x, target=t`` of a loss);
+    the call as given where it does not bind or a parameter is keyword-only."""
+    import inspect
+
+    try:
+        bound = inspect.signature(mod.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return tuple(args), dict(kwargs)
+    return tuple(bound.args), dict(bound.kwargs)
+
+
 class _Tracer:
     def __init__(self, torch: Any):
         self.torch = torch
@@ -615,38 +628,41 @@ class _Tracer:
     # -- leaf modules -----------------------------------------------------------------
 
     def expand_module(self, node: Any, mod: Any) -> tuple[str, list[Any], dict[str, Any], bool]:
-        """(target, args, kwargs, normalized) of a leaf module call in functional form."""
+        """(target, args, kwargs, normalized) of a leaf module call in functional form;
+        arguments passed by keyword (``self.loss(input=x, target=t)``) are bound to the
+        module's ``forward`` first, so they read as positional ones."""
         nn = self.torch.nn
         t = node.target
-        x = node.args[0] if node.args else None
+        args, kwargs = _positional(mod, node.args, node.kwargs)
+        x = args[0] if args else None
         losses = {nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss", nn.SmoothL1Loss: "smooth_l1_loss",
                   nn.HuberLoss: "huber_loss"}
-        if type(mod) in losses and len(node.args) == 2 and not node.kwargs:
-            kw = {"input": self.enc(node.args[0]), "target": self.enc(node.args[1]), "reduction": mod.reduction}
+        if type(mod) in losses and len(args) == 2 and not kwargs:
+            kw = {"input": self.enc(args[0]), "target": self.enc(args[1]), "reduction": mod.reduction}
             if type(mod) is nn.SmoothL1Loss:
                 kw["beta"] = float(mod.beta)
             if type(mod) is nn.HuberLoss:
                 kw["delta"] = float(mod.delta)
             return losses[type(mod)], [], kw, True
-        if type(mod) is nn.TripletMarginLoss and len(node.args) == 3 and not node.kwargs:
+        if type(mod) is nn.TripletMarginLoss and len(args) == 3 and not kwargs:
             return "triplet_margin_loss", [], {
-                "anchor": self.enc(node.args[0]), "positive": self.enc(node.args[1]),
-                "negative": self.enc(node.args[2]), "margin": float(mod.margin), "p": float(mod.p),
+                "anchor": self.enc(args[0]), "positive": self.enc(args[1]),
+                "negative": self.enc(args[2]), "margin": float(mod.margin), "p": float(mod.p),
                 "eps": float(mod.eps), "swap": bool(mod.swap), "reduction": mod.reduction,
             }, True
-        if type(mod) is nn.CrossEntropyLoss and len(node.args) == 2 and not node.kwargs:
+        if type(mod) is nn.CrossEntropyLoss and len(args) == 2 and not kwargs:
             return "cross_entropy", [], {
-                "input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
+                "input": self.enc(args[0]), "target": self.enc(args[1]),
                 "weight": None if mod.weight is None else {"attr": f"{t}.weight"},
                 "ignore_index": {"modattr": f"{t}.ignore_index", "value": int(mod.ignore_index)},  # maybe a size
                 "reduction": mod.reduction,
                 "label_smoothing": float(mod.label_smoothing),
             }, True
-        if type(mod) is nn.KLDivLoss and len(node.args) == 2 and not node.kwargs:
-            return "kl_div", [], {"input": self.enc(node.args[0]), "target": self.enc(node.args[1]),
+        if type(mod) is nn.KLDivLoss and len(args) == 2 and not kwargs:
+            return "kl_div", [], {"input": self.enc(args[0]), "target": self.enc(args[1]),
                                   "reduction": mod.reduction, "log_target": bool(mod.log_target)}, True
-        if len(node.args) != 1 or node.kwargs:
-            return f"module:{type(mod).__name__}", [self.enc(a) for a in node.args], {k: self.enc(v) for k, v in node.kwargs.items()}, False
+        if len(args) != 1 or kwargs:
+            return f"module:{type(mod).__name__}", [self.enc(a) for a in args], {k: self.enc(v) for k, v in kwargs.items()}, False
         X = self.enc(x)
 
         def attr(name: str) -> Any:
