@@ -79,7 +79,8 @@ class Variant:
         parts = [f"block {self.block}"]
         parts.append("float4 loads where sizes allow" if self.vec else "scalar loads")
         if self.warp_rows:
-            parts.append(f"one warp per row up to {self.warp_max} elements ({self.block // 32} rows per block)")
+            parts.append(f"one warp per row up to {self.warp_max} elements ({self.block // 32} rows per block), "
+                         f"8 lanes per row up to {ROW_LANES8_MAX}")
         else:
             parts.append("one block per row")
         parts.append("a few long rows split over the grid")
@@ -186,6 +187,13 @@ template <int OP, typename T> __device__ __forceinline__ T cp_warp_reduce(T v) {
     for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP, T>(v, cp_shfl_xor(v, o));
     return v;
 }
+/* The same over each aligned group of W lanes (W a power of 2 up to 32; the whole warp
+   takes part, so every lane of it must be here). */
+template <int OP, int W, typename T> __device__ __forceinline__ T cp_lanes_reduce(T v) {
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) v = cp_comb<OP, T>(v, cp_shfl_xor(v, o));
+    return v;
+}
 /* Whole block (blockDim.x a multiple of 32); every thread gets the result. */
 template <int OP, typename T> __device__ __forceinline__ T cp_block_reduce(T v, T *sm) {
     v = cp_warp_reduce<OP, T>(v);
@@ -260,9 +268,9 @@ template <bool MAX> __device__ __forceinline__ void cp_arg_step(float &bv, int64
 template <bool MAX> __device__ __forceinline__ void cp_arg_next(float &bv, int64_t &bk, float v, int64_t k) {
     if ((MAX ? v > bv : v < bv) || (v != v && bv == bv)) { bv = v; bk = k; }
 }
-template <bool MAX> __device__ __forceinline__ int64_t cp_warp_argreduce(float v, int64_t k) {
+template <bool MAX, int W = 32> __device__ __forceinline__ int64_t cp_warp_argreduce(float v, int64_t k) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
+    for (int o = W / 2; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, o);
         const int64_t ok = __shfl_xor_sync(0xffffffffu, (long long)k, o);
         cp_arg_step<MAX>(v, k, ov, ok);
@@ -643,6 +651,10 @@ _RED_OP = {"red_sum": 0, "red_max": 1, "red_min": 2}
 #: have leading 1s and 0 padding), count_include_pad (0/1), divisor_override (0: none).
 POOL_SIZES = ("id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
               "pd", "ph", "pw", "dd", "dh", "dw", "cip", "div")
+#: The longest row the warp-rows variants give 8 lanes (MODE 4: four rows a warp); longer
+#: rows up to :attr:`Variant.warp_max` get a warp (MODE 1).  Level 2's 34 (layer norm over
+#: rows of 64) left half of each warp idle at one warp per row (twenty-second session).
+ROW_LANES8_MAX = 64
 #: The largest window (kd * kh * kw elements) :attr:`Variant.unroll_pool` unrolls.
 POOL_UNROLL_MAX = 64
 
@@ -1223,7 +1235,7 @@ class _KernelWriter:
                     if kind == "col":
                         red = f"cp_col_argreduce<{mx}>(s{r.id}, k{r.id}, sm, smk)"
                     elif self.v.warp_rows:
-                        red = (f"MODE == 1 ? cp_warp_argreduce<{mx}>(s{r.id}, k{r.id}) "
+                        red = (f"(MODE == 1 || MODE == 4) ? cp_warp_argreduce<{mx}, LPR>(s{r.id}, k{r.id}) "
                                f": cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)")
                     else:
                         red = f"cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)"
@@ -1319,7 +1331,7 @@ class _KernelWriter:
             red = (f"(MODE == 2 ? cp_grid_reduce<{op}>({value}, {scratch}, {part}) : "
                    f"MODE == 3 ? cp_phase_reduce<{op}>({value}, {scratch}, {part}, phase == {level - 1}) : {red})")
         if self.v.warp_rows and kind == "row":
-            red = f"(MODE == 1 ? cp_warp_reduce<{op}>({value}) : {red})"
+            red = f"((MODE == 1 || MODE == 4) ? cp_lanes_reduce<{op}, LPR>({value}) : {red})"
         return red
 
     def row_first_value(self, r: Prim, kind: str, ind: str) -> list[str]:
@@ -1342,12 +1354,16 @@ class _KernelWriter:
         return lines
 
     def row_modes(self, kind: str) -> list[str]:
-        """The row kernel's MODEs: 0 one block per row, 1 one warp per row (the warp-rows
-        variants), 2 a row over several blocks of a cooperative grid and 3 the same blocks in
-        one launch per reduction level and one for the outputs (:meth:`split_ok`)."""
+        """The row kernel's MODEs: 0 one block per row, 1 one warp per row and 4 eight
+        lanes per row, four rows a warp (the warp-rows variants; 4 not where the kernel
+        updates a buffer in place: a warp's rows past the end repeat its last row), 2 a row
+        over several blocks of a cooperative grid and 3 the same blocks in one launch per
+        reduction level and one for the outputs (:meth:`split_ok`)."""
         modes = ["0"]
         if self.v.warp_rows and kind == "row":
             modes.append("1")
+            if not self.k.writes:
+                modes.append("4")
         if self.split_ok():
             modes += ["2", "3"]
         return modes
@@ -1381,13 +1397,19 @@ class _KernelWriter:
         if self.has_lse():
             lines.append("    __shared__ float2 sml[32];")
         lines += [
-            "    const IdxT cs = MODE >= 2 ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
+            "    constexpr int LPR = MODE == 4 ? 8 : 32; /* lanes per row of MODEs 1 and 4 */",
+            "    constexpr bool LANES = MODE == 1 || MODE == 4;",
+            "    const IdxT cs = (MODE == 2 || MODE == 3) ? (IdxT)gridDim.x / outer : 1; /* blocks per row */",
             "    const IdxT rank = (IdxT)blockIdx.x % cs;",
-            f"    const IdxT tpr = MODE == 1 ? 32 : cs * {v.block};",
-            f"    const IdxT tid = MODE == 1 ? (IdxT)(threadIdx.x & 31) : rank * {v.block} + threadIdx.x;",
-            f"    const IdxT rpb = MODE == 1 ? {v.block // 32} : 1; /* rows per block */",
-            "    const IdxT row0 = MODE == 1 ? (IdxT)blockIdx.x * rpb + (IdxT)(threadIdx.x >> 5) : (IdxT)blockIdx.x / cs;",
-            "    const IdxT rstep = MODE == 1 ? (IdxT)gridDim.x * rpb : (IdxT)gridDim.x / cs;",
+            f"    const IdxT tpr = LANES ? LPR : cs * {v.block};",
+            f"    const IdxT tid = LANES ? (IdxT)(threadIdx.x & (LPR - 1)) : rank * {v.block} + threadIdx.x;",
+            f"    const IdxT rpb = LANES ? {v.block} / LPR : 1; /* rows per block */",
+            "    const IdxT row0 = LANES ? (IdxT)blockIdx.x * rpb + (IdxT)(threadIdx.x / LPR) : (IdxT)blockIdx.x / cs;",
+            "    const IdxT rstep = LANES ? (IdxT)gridDim.x * rpb : (IdxT)gridDim.x / cs;",
+            "    /* MODE 4: the row's place in its warp; the warp runs while its first row is in range (its",
+            "       shuffles need every lane) and rows past the end repeat the last one: the same stores */",
+            "    const IdxT wg = MODE == 4 ? (IdxT)((threadIdx.x / LPR) & (32 / LPR - 1)) : 0;",
+            "    (void)LANES;",
             "    (void)rank;",
             "    const float rl = (float)R;",
             "    (void)rl; (void)inner;",
@@ -1396,7 +1418,8 @@ class _KernelWriter:
         lines += [f"    const int L{i}_how = cp_row_how<IdxT>(L{i}_inner, L{i}_size, R); (void)L{i}_how;"
                   for i in rows]
         lines += [
-            "    for (IdxT row = row0; row < outer; row += rstep) {",
+            "    for (IdxT row_ = row0; row_ - wg < outer; row_ += rstep) {",
+            "        const IdxT row = row_ < outer ? row_ : outer - 1;",
             "        const IdxT base = row * R;",
             "        const IdxT ridx = row;",
             "        (void)base; (void)ridx;",
@@ -1736,6 +1759,9 @@ class _KernelWriter:
             if "3" in have:
                 out.append(f"{ind}const bool phased = outer >= 2 * cp_sms() && R >= {32 * v.block};")
                 modes.append(("3", "phased"))
+            if "4" in have:  # rows of up to 64 elements: 8 lanes each (a float4 or 8 elements a lane)
+                out.append(f"{ind}const bool lanes8 = R <= {ROW_LANES8_MAX};")
+                modes.append(("4", "lanes8"))
             if "1" in have:
                 out.append(f"{ind}const bool warp = R <= {v.warp_max};")
                 modes.append(("1", "warp"))
@@ -1744,7 +1770,10 @@ class _KernelWriter:
             out.append(f"{ind}const unsigned grid_b = cp_grid(outer);")
             if "1" in have:
                 out.append(f"{ind}const unsigned grid_w = cp_grid((outer + {v.block // 32 - 1}) / {v.block // 32});")
-            return out + dispatch(f"{k.name}_row", flags, lambda chosen: "grid_w" if chosen[-1] == "1" else "grid_b", ind)
+            if "4" in have:
+                out.append(f"{ind}const unsigned grid_8 = cp_grid((outer + {v.block // 8 - 1}) / {v.block // 8});")
+            grids = {"1": "grid_w", "4": "grid_8"}
+            return out + dispatch(f"{k.name}_row", flags, lambda chosen: grids.get(chosen[-1], "grid_b"), ind)
 
         if k.kind == "scan":
             lines += [

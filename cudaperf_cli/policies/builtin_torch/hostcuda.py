@@ -26,12 +26,14 @@ allows, so a missing barrier between warps shows (a reduction whose shared scrat
 overwritten before another warp read it was caught this way).
 
 What it checks: the generated text's indexing, reductions, trees, phases and launch logic,
-and barriers between warps.  What it does not: timing; races between blocks of one
-ordinary launch (they run one after another, so a block may see another's writes);
-shared memory read before it is written (it keeps the previous block's values, not
-garbage); shuffles reading lanes that returned (they read the lane's last value); the
-GPU's memory ordering beyond what fibers and OS threads share; float rounding of the
-GPU's special functions (the host's libm is used).
+barriers between warps, and that a warp shuffle's mask names no lane that returned (a
+lane that left a row loop early while the others shuffle: a hang or garbage on a GPU).
+What it does not: timing; races between blocks of one ordinary launch (they run one
+after another, so a block may see another's writes); shared memory read before it is
+written (it keeps the previous block's values, not garbage); lanes of a mask that are
+alive but elsewhere (the shuffle waits for the live lanes that reach it); the GPU's memory
+ordering beyond what fibers and OS threads share; float rounding of the GPU's special
+functions (the host's libm is used).
 
 A deadlock (threads of a block at different barriers, or a block of a cooperative launch
 returning while others wait at the grid barrier) aborts the process with a line on stderr;
@@ -149,6 +151,7 @@ struct Fiber {
     ucontext_t ctx;
     uint3 tid;
     State state = READY;
+    unsigned mask = 0; /* the lanes named by its current shuffle */
     std::unique_ptr<char[]> stack;
 };
 struct Block {
@@ -239,6 +242,15 @@ template <typename F> void run_block(Block &b, const F &fn) {
                     at += st == AT_WARP;
                 }
                 if (at && at == live) {
+                    /* CUDA: every lane a *_sync shuffle's mask names must execute it; a lane
+                       that returned never does (undefined on a GPU: a hang or garbage). */
+                    unsigned named = 0, gone = 0;
+                    for (unsigned l = 0; l < 32; ++l) {
+                        const Fiber &f = b.fibers[w * 32 + l];
+                        if (f.state == AT_WARP) named |= f.mask;
+                        if (f.state == DONE) gone |= 1u << l;
+                    }
+                    if (named & gone) fail("a warp shuffle names lanes of its mask that returned");
                     for (unsigned l = 0; l < 32; ++l)
                         if (b.fibers[w * 32 + l].state == AT_WARP) b.fibers[w * 32 + l].state = READY;
                     continue;
@@ -312,8 +324,9 @@ template <typename F> cudaError_t launch(dim3 grid, dim3 block, bool coop, const
     return cudaSuccess;
 }
 
-template <typename T> inline T shfl(T v, int src) {
+template <typename T> inline T shfl(T v, int src, unsigned mask) {
     static_assert(sizeof(T) <= 16, "shuffle of a value over 16 bytes");
+    blk->fibers[blk->cur].mask = mask;
     const unsigned t = blk->fibers[blk->cur].tid.x + blk->bdim.x * (blk->fibers[blk->cur].tid.y + blk->bdim.y * blk->fibers[blk->cur].tid.z);
     const unsigned w = t / 32, lane = t % 32;
     std::memcpy(blk->xbuf[w][lane], &v, sizeof(T));
@@ -331,15 +344,15 @@ inline unsigned lane_id() {
 }  // namespace cp_host
 
 inline void __syncthreads() { cp_host::yield(cp_host::AT_BLOCK); }
-template <typename T> inline T __shfl_xor_sync(unsigned, T v, int o, int = 32) { return cp_host::shfl(v, (int)cp_host::lane_id() ^ o); }
-template <typename T> inline T __shfl_sync(unsigned, T v, int src, int = 32) { return cp_host::shfl(v, src); }
-template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d, int = 32) {
+template <typename T> inline T __shfl_xor_sync(unsigned m, T v, int o, int = 32) { return cp_host::shfl(v, (int)cp_host::lane_id() ^ o, m); }
+template <typename T> inline T __shfl_sync(unsigned m, T v, int src, int = 32) { return cp_host::shfl(v, src, m); }
+template <typename T> inline T __shfl_up_sync(unsigned m, T v, unsigned d, int = 32) {
     const int l = (int)cp_host::lane_id();
-    return cp_host::shfl(v, l >= (int)d ? l - (int)d : l);
+    return cp_host::shfl(v, l >= (int)d ? l - (int)d : l, m);
 }
-template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) {
+template <typename T> inline T __shfl_down_sync(unsigned m, T v, unsigned d, int = 32) {
     const int l = (int)cp_host::lane_id();
-    return cp_host::shfl(v, l + (int)d < 32 ? l + (int)d : l);
+    return cp_host::shfl(v, l + (int)d < 32 ? l + (int)d : l, m);
 }
 
 namespace cooperative_groups {
