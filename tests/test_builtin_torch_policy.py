@@ -1245,13 +1245,13 @@ _TILE_POOLS: dict[str, tuple[str, str, str, dict[str, int], list[dict[str, int]]
 def _tile_pool_source(name: str) -> str:
     pool, expr, dims, first, _ = _TILE_POOLS[name]
     consts = "\n".join(f"{k} = {v}" for k, v in first.items())
-    wshape = "channels, 1" if dims.count(",") == 2 else "channels, 1, 1"
+    wshape = "c, 1" if dims.count(",") == 2 else "c, 1, 1"
     return f"""
 import torch
 import torch.nn as nn
 {consts}
 class Model(nn.Module):
-    def __init__(self, k):
+    def __init__(self, k, c):
         super().__init__()
         self.pool = {pool}
         self.w = nn.Parameter(torch.randn({wshape}))
@@ -1260,7 +1260,7 @@ class Model(nn.Module):
 def get_inputs():
     return [torch.randn({dims})]
 def get_init_inputs():
-    return [{"kernel_size" if "kernel_size" in first else 0}]
+    return [{"kernel_size" if "kernel_size" in first else 0}, channels]
 """
 
 
