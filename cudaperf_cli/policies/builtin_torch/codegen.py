@@ -74,8 +74,10 @@ class Variant:
     unroll_pool: bool = False
     tile_pool: bool = False
 
-    def describe(self, pooling: bool = False) -> str:
-        """One line of the choices; ``pooling``: the plan pools (names ``unroll_pool``)."""
+    def describe(self, pooling: bool = False, tiling: bool = False) -> str:
+        """One line of the choices; ``pooling``: the plan has a pooled read with a traced
+        window (names ``unroll_pool``, :func:`unrolls_pooling`); ``tiling``: one of them gets
+        a shared-memory tile under this variant (names ``tile_pool``, :func:`tiles_pooling`)."""
         parts = [f"block {self.block}"]
         parts.append("float4 loads where sizes allow" if self.vec else "scalar loads")
         if self.warp_rows:
@@ -86,16 +88,16 @@ class Variant:
         parts.append("a few long rows split over the grid")
         if self.one_pass:
             parts.append("variances (shifted sums in double) and softmax sums (online (max, sum) pairs) in one pass")
-        if pooling and self.tile_pool:
+        if tiling and self.tile_pool:
             parts.append("1-D/2-D pooling windows read from a shared-memory tile of the input")
-        elif pooling and self.unroll_pool:
-            parts.append("pooling windows unrolled as the traced constants")
+        if pooling and self.unroll_pool:
+            parts.append("pooling windows unrolled as the traced constants" + (" elsewhere" if tiling and self.tile_pool else ""))
         return ", ".join(parts)
 
-    def to_json(self, pooling: bool = False) -> dict[str, Any]:
+    def to_json(self, pooling: bool = False, tiling: bool = False) -> dict[str, Any]:
         return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
                 "warp_max": self.warp_max, "one_pass": self.one_pass, "unroll_pool": self.unroll_pool,
-                "tile_pool": self.tile_pool, "description": self.describe(pooling)}
+                "tile_pool": self.tile_pool, "description": self.describe(pooling, tiling)}
 
 
 #: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
@@ -740,7 +742,7 @@ def pool_tile(k: FusedKernel, block: int) -> PoolTile | None:
                     in_rows, in_cols)
 
 
-def tiles_pooling(plan: FusionPlan, block: int = 256) -> bool:
+def tiles_pooling(plan: FusionPlan, block: int) -> bool:
     """Whether a kernel of ``plan`` gets a shared-memory pooling tile (:func:`pool_tile`)."""
     return any(pool_tile(k, block) is not None for k in plan.kernels)
 

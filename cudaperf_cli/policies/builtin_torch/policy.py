@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudaperf_cli.policies.base import PolicyRefusal, Proposal
-from cudaperf_cli.policies.builtin_torch.codegen import VARIANTS, Variant, generate, unrolls_pooling
+from cudaperf_cli.policies.builtin_torch.codegen import VARIANTS, Variant, generate, tiles_pooling, unrolls_pooling
 from cudaperf_cli.policies.builtin_torch.fusion import FusionPlan, plan_fusion
 from cudaperf_cli.policies.builtin_torch.trace import Graph, TraceChild, trace_problem
 
@@ -145,14 +145,14 @@ class BuiltinTorchPolicy:
         variant = self.variants[turn]
         plan = self.variant_plan(problem, variant.one_pass)
         files = generate(plan, problem.source, variant, problem_name=problem.path.name)
-        pooling = unrolls_pooling(plan)
+        pooling, tiling = unrolls_pooling(plan), tiles_pooling(plan, variant.block)
         return Proposal(
             source=files["model.py"],
-            description=f"{plan.describe()} [{variant.describe(pooling)}]",
+            description=f"{plan.describe()} [{variant.describe(pooling, tiling)}]",
             mapping={
                 "fused": plan.fused_ops(),
                 "left_to_pytorch": plan.left_ops(),
-                "variant": variant.to_json(pooling),
+                "variant": variant.to_json(pooling, tiling),
                 "kernels": [k.to_json() for k in plan.kernels],
                 "views": list(plan.views),
             },
