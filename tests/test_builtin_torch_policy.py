@@ -1264,6 +1264,40 @@ def get_init_inputs():
 """
 
 
+#: Short rows (at most ROW_LANES8_MAX elements): the warp-rows variant gives each 8 lanes,
+#: four rows a warp (MODE 4); the row counts are not multiples of 4, so the last warp's
+#: lanes past the end repeat the last row.  name -> (forward, input dims, configs).
+_SHORT_ROWS: dict[str, tuple[str, str, list[dict[str, int]]]] = {
+    "layer_norm_64": ("torch.nn.functional.gelu(self.ln(x)) * 2.0", "batch_size, rows, dim",
+                      [{"batch_size": 3, "rows": 7, "dim": 64}, {"batch_size": 2, "rows": 5, "dim": 200}]),
+    "log_softmax_odd": ("torch.log_softmax(x * 0.5, dim=-1)", "batch_size, rows, dim",
+                        [{"batch_size": 5, "rows": 3, "dim": 33}]),
+    "argmax_50": ("torch.argmax(torch.relu(x), dim=-1)", "batch_size, rows, dim",
+                  [{"batch_size": 13, "rows": 1, "dim": 50}]),
+    "var_and_max": ("x.var(dim=-1, keepdim=True) + x.amax(dim=-1, keepdim=True)", "batch_size, rows, dim",
+                    [{"batch_size": 2, "rows": 11, "dim": 60}]),
+}
+
+def _short_rows_source(name: str) -> str:
+    expr, dims, configs = _SHORT_ROWS[name]
+    consts = "\n".join(f"{k} = {v}" for k, v in configs[0].items())
+    return f"""
+import torch
+import torch.nn as nn
+{consts}
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn({dims})]
+def get_init_inputs():
+    return [dim]
+"""
+
+
 _TILED = next(t for t, v in enumerate(VARIANTS) if v.tile_pool)
 
 
@@ -2100,6 +2134,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"cross_entropy_{n}": _cross_entropy_source(n) for n in _CROSS_ENTROPY},
     **{f"row_operands_{n}": _row_operands_source(n) for n in _ROW_OPERANDS},
     **{f"tile_pool_{n}": _tile_pool_source(n) for n in _TILE_POOLS},
+    **{f"short_rows_{n}": _short_rows_source(n) for n in _SHORT_ROWS},
 }
 
 

@@ -25,7 +25,8 @@ from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
 from cudaperf_cli.policies.builtin_torch.hostcuda import HostCudaLib, build_host_library, host_source
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
 from cudaperf_cli.problems.pytorch import load_torch_problem
-from tests.test_builtin_torch_policy import _TILE_POOLS, OPERATOR_PROBLEMS, _tile_pool_source
+from tests.test_builtin_torch_policy import (_SHORT_ROWS, _TILE_POOLS, OPERATOR_PROBLEMS, _short_rows_source,
+                                            _tile_pool_source)
 from tests.test_gpu_builtin_torch import _PHASED_ROWS, _SPLIT_ROWS
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the host CUDA build")
@@ -434,45 +435,15 @@ def test_pooling_from_shared_memory_tiles_runs_on_the_host(name: str, tmp_path: 
             assert "_ew<" in text, text
 
 
-#: Short rows (at most ROW_LANES8_MAX elements): the warp-rows variant gives each 8 lanes,
-#: four rows a warp (MODE 4); the row counts are not multiples of 4, so the last warp's
-#: lanes past the end repeat the last row.  name -> (forward, input dims, configs).
-_SHORT_ROWS: dict[str, tuple[str, str, list[dict[str, int]]]] = {
-    "layer_norm_64": ("torch.nn.functional.gelu(self.ln(x)) * 2.0", "batch_size, rows, dim",
-                      [{"batch_size": 3, "rows": 7, "dim": 64}, {"batch_size": 2, "rows": 5, "dim": 200}]),
-    "log_softmax_odd": ("torch.log_softmax(x * 0.5, dim=-1)", "batch_size, rows, dim",
-                        [{"batch_size": 5, "rows": 3, "dim": 33}]),
-    "argmax_50": ("torch.argmax(torch.relu(x), dim=-1)", "batch_size, rows, dim",
-                  [{"batch_size": 13, "rows": 1, "dim": 50}]),
-    "var_and_max": ("x.var(dim=-1, keepdim=True) + x.amax(dim=-1, keepdim=True)", "batch_size, rows, dim",
-                    [{"batch_size": 2, "rows": 11, "dim": 60}]),
-}
-
-
 @pytest.mark.parametrize("name", sorted(_SHORT_ROWS))
 def test_short_rows_take_eight_lanes_each_on_the_host(name: str, tmp_path: Path) -> None:
     """Rows of up to 64 elements in the warp-rows variant: 8 lanes each, reduced by
     shuffles within the 8 (sums, maxima, variances, log_softmax's pairs, argmax), the
     warp's rows past the end repeating the last row; matches ``Model`` on the host device;
     a longer row takes one warp (MODE 1)."""
-    expr, dims, configs = _SHORT_ROWS[name]
-    consts = "\n".join(f"{k} = {v}" for k, v in configs[0].items())
+    _, _, configs = _SHORT_ROWS[name]
     path = tmp_path / f"{name}.py"
-    path.write_text(f"""
-import torch
-import torch.nn as nn
-{consts}
-class Model(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln = nn.LayerNorm(d)
-    def forward(self, x):
-        return {expr}
-def get_inputs():
-    return [torch.randn({dims})]
-def get_init_inputs():
-    return [dim]
-""")
+    path.write_text(_short_rows_source(name))
     cands = _candidates(path, tmp_path)
     for t, v in enumerate(VARIANTS):
         if not v.warp_rows:
