@@ -183,19 +183,15 @@ __device__ __forceinline__ double cp_shfl_xor(double v, int o) { return __shfl_x
 __device__ __forceinline__ float2 cp_shfl_xor(float2 v, int o) {
     return make_float2(__shfl_xor_sync(0xffffffffu, v.x, o), __shfl_xor_sync(0xffffffffu, v.y, o));
 }
-/* Every lane ends with the same value (butterfly; every OP is commutative). */
-template <int OP, typename T> __device__ __forceinline__ T cp_warp_reduce(T v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = cp_comb<OP, T>(v, cp_shfl_xor(v, o));
-    return v;
-}
-/* The same over each aligned group of W lanes (W a power of 2 up to 32; the whole warp
-   takes part, so every lane of it must be here). */
+/* Over each aligned group of W lanes (W a power of 2 up to 32), every lane of a group ends
+   with the same value (butterfly; every OP is commutative); the whole warp takes part, so
+   every lane of it must be here. */
 template <int OP, int W, typename T> __device__ __forceinline__ T cp_lanes_reduce(T v) {
 #pragma unroll
     for (int o = W / 2; o > 0; o >>= 1) v = cp_comb<OP, T>(v, cp_shfl_xor(v, o));
     return v;
 }
+template <int OP, typename T> __device__ __forceinline__ T cp_warp_reduce(T v) { return cp_lanes_reduce<OP, 32, T>(v); }
 /* Whole block (blockDim.x a multiple of 32); every thread gets the result. */
 template <int OP, typename T> __device__ __forceinline__ T cp_block_reduce(T v, T *sm) {
     v = cp_warp_reduce<OP, T>(v);
@@ -747,6 +743,12 @@ def tiles_pooling(plan: FusionPlan, block: int) -> bool:
     return any(pool_tile(k, block) is not None for k in plan.kernels)
 
 
+def _same_window(i: int, window: Sequence[int]) -> str:
+    """The C test that pooled leaf ``i``'s run-time window (kernel arguments
+    ``L<i>_kd`` ... ``L<i>_div``) is ``window`` (:func:`pool_window`'s)."""
+    return " && ".join(f"L{i}_{n} == {v}" for n, v in zip(POOL_SIZES[6:], window))
+
+
 def _flit(v: float) -> str:
     """A float as a CUDA literal."""
     if math.isnan(v):
@@ -773,6 +775,8 @@ class _KernelWriter:
         self.v = v
         #: writing a contiguous row kernel (``L<i>_how``/``L<i>_at`` declared: :meth:`row_leaves`)
         self.in_rows = False
+        #: the pooled read's shared-memory tile under the variant (:func:`pool_tile`), or None
+        self.tile = pool_tile(k, v.block) if v.tile_pool else None
         self.members = {p.id: p for p in k.prims}
         self.levels = k.levels
         self.full_leaves = [i for i, l in enumerate(k.leaves) if l.domain == "full"]
@@ -912,7 +916,7 @@ class _KernelWriter:
         window = pool_window(p, self.k.leaves[i].shape) if self.v.unroll_pool else None
         if window is None:
             return generic
-        same = " && ".join(f"L{i}_{n} == {v}" for n, v in zip(POOL_SIZES[6:], window))
+        same = _same_window(i, window)
         extents = ", ".join(f"L{i}_{n}" for n in POOL_SIZES[:6])
         consts = ", ".join(str(v) for v in window)
         fixed = f"cp_pool_k<{op}, {p.params['nd']}, {consts}, IdxT>(L{i}, {index}, {extents})"
@@ -1082,10 +1086,6 @@ class _KernelWriter:
         lines.append("}")
         return lines
 
-    def tile(self) -> PoolTile | None:
-        """This kernel's pooling tile under the variant (:func:`pool_tile`), or None."""
-        return pool_tile(self.k, self.v.block) if self.v.tile_pool else None
-
     def tile_kernel(self) -> list[str]:
         """The elementwise kernel with its pooled read from a shared-memory tile: a block
         stages the input rows and columns its outputs' windows cover (coalesced loads;
@@ -1095,7 +1095,7 @@ class _KernelWriter:
         consecutive words) and the fused ops after the pool, blocks striding over the
         tiles.  The taps are summed in the window's order, as ``cp_pool_k``: the same
         float results.  Launched only when the run-time window is the traced one."""
-        t = self.tile()
+        t = self.tile
         assert t is not None
         i = t.leaf
         _, kh, kw, _, sh, sw, _, ph, pw, _, dh, dw, cip, div = t.window
@@ -1799,9 +1799,9 @@ class _KernelWriter:
         elif k.rows is None:
             lines.append("    if (n <= 0) return (int)cudaGetLastError();")
             lines.append(f"    const bool small = n < (1LL << 30){pooled_small('n')}; /* 32-bit indices: no overflow of i + stride */")
-            t = self.tile()
+            t = self.tile
             if t is not None:  # the traced window at run time: the shared-memory tile
-                same = " && ".join(f"L{t.leaf}_{nm} == {val}" for nm, val in zip(POOL_SIZES[6:], t.window))
+                same = _same_window(t.leaf, t.window)
                 lines.append(f"    if ({same} && L{t.leaf}_od == 1 && L{t.leaf}_id == 1) {{")
                 lines.append(f"        const int64_t tiles = (n / (L{t.leaf}_oh * L{t.leaf}_ow)) * "
                              f"((L{t.leaf}_oh + {t.rows - 1}) / {t.rows}) * ((L{t.leaf}_ow + {t.cols - 1}) / {t.cols});")
@@ -1859,7 +1859,7 @@ class _KernelWriter:
             body = self.scan_kernels()
         elif k.rows is None:
             body = self.elementwise_kernel()
-            if self.tile() is not None:
+            if self.tile is not None:
                 body += [""] + self.tile_kernel()
         elif k.rows.kind == "channels":
             body = self.row_kernel("chan")
