@@ -2182,6 +2182,25 @@ def test_no_local_shadows_a_kernel_parameter(name: str, tmp_path: Path) -> None:
         assert _shadowed_parameters(text) == [], (VARIANTS[t].name, _shadowed_parameters(text))
 
 
+@pytest.mark.parametrize("name", sorted(OPERATOR_PROBLEMS))
+def test_operator_problems_pass_the_static_guards(name: str, tmp_path: Path) -> None:
+    """Every variant's candidate of every operator problem passes the judge's static guards
+    as the judge runs them (the library calls allowed): batch norm's model.py once counted
+    its batches with ``num_batches_tracked.add_(1)``, which the guard rejects as PyTorch
+    doing the work, and only KernelBench on the H200 saw it (every batch norm file
+    ``guard_rejected``)."""
+    p = load_torch_problem(_write_problem(tmp_path, name, OPERATOR_PROBLEMS[name]))
+    pol = BuiltinTorchPolicy()
+    try:
+        props = [pol.propose(p, t) for t in range(len(VARIANTS))]
+    finally:
+        pol.close()
+    for t, prop in enumerate(props):
+        violations = check_candidate_source(prop.files["model.py"], problem=p, allow_torch_ops=LIBRARY_OPS,
+                                            cuda_sources={"kernel.cu": prop.files["kernel.cu"]})
+        assert violations == [], (VARIANTS[t].name, [str(v) for v in violations])
+
+
 _CHAN_HARNESS = r"""
 #include <cstdint>
 #include <cstdio>

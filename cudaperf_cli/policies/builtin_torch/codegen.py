@@ -522,6 +522,12 @@ inline unsigned cp_grid(int64_t blocks) {
 }
 """
 
+#: Appended to the prelude when a kernel updates a BatchNorm module's running statistics:
+#: the module's forward also counts the batch (``num_batches_tracked += 1``, int64).
+_COUNT_PRELUDE = r"""
+__global__ void cp_count_batch(int64_t *n) { if (threadIdx.x == 0) *n += 1; }  /* one warp, one thread counts */
+"""
+
 #: Appended to the prelude when a kernel reduces rows (they may be split over the grid).
 _SPLIT_PRELUDE = r"""#include <cooperative_groups.h>
 
@@ -1637,9 +1643,12 @@ class _KernelWriter:
     def launcher(self) -> list[str]:
         k, v = self.k, self.v
         ps = self.params("int64_t")
-        sig = ", ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for t, n in ps)
-        lines = [f'extern "C" int {k.name}({sig}, cudaStream_t stream)', "{"]
         ptrs = [n for t, n in ps if t.endswith("*")]
+        # batch norm modules' num_batches_tracked, after the outputs (the launcher's alone)
+        counts = [("int64_t *", f"B{j}") for j, _ in enumerate(k.batch_counts)]
+        sig = ", ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for t, n in ps[:len(ptrs)] + counts + ps[len(ptrs):])
+        lines = [f'extern "C" int {k.name}({sig}, cudaStream_t stream)', "{"]
+        lines += [f"    cp_count_batch<<<1, 32, 0, stream>>>({n});" for _, n in counts]
 
         phased = k.kind != "scan" and self.split_ok()  # row kernels take MODE 3's phase
 
@@ -1887,6 +1896,8 @@ def generate_cuda(plan: FusionPlan, variant: Variant) -> str:
     parts = [head, _PRELUDE]
     if any(k.rows is not None and k.kind != "scan" for k in plan.kernels):
         parts.append(_SPLIT_PRELUDE)
+    if any(k.batch_counts for k in plan.kernels):
+        parts.append(_COUNT_PRELUDE)
     for k in plan.kernels:
         parts.append(_KernelWriter(k, variant).source())
     return "\n".join(parts)
@@ -1897,14 +1908,6 @@ def generate_cuda(plan: FusionPlan, variant: Variant) -> str:
 # ---------------------------------------------------------------------------------------
 
 _HELPERS = '''
-
-def _cp_count_batch(module):
-    """One more batch in module's num_batches_tracked (batch norm in training mode, as its
-    forward counts; a module without one: nothing)."""
-    n = getattr(module, "num_batches_tracked", None)
-    if isinstance(n, _cp_torch.Tensor):
-        n.add_(1)
-
 
 def _cp_numel(shape):
     """Elements of a shape."""
@@ -2257,6 +2260,8 @@ class _ModelWriter:
             dtype = "_cp_torch.int64" if p.is_index else "_cp_torch.float32"  # (the first input may be a bool mask)
             lines.append(f"p{pid} = _cp_torch.empty({shape}, device={first}.device, dtype={dtype})")
             args.append(f"p{pid}")
+        for owner in k.batch_counts:  # a BatchNorm module's forward counts its batches (int64)
+            args.append(_attr_expr(f"{owner}.num_batches_tracked" if owner else "num_batches_tracked"))
         if k.rows is None:
             args.append(f"_cp_numel({S})")
         else:
@@ -2271,8 +2276,6 @@ class _ModelWriter:
                 v = float(c.value)  # type: ignore[arg-type]
                 args.append(f'float("{v}")' if math.isinf(v) or math.isnan(v) else repr(v))
         lines.append(f"lib.{k.name}({', '.join(args)})")
-        for owner in k.batch_counts:  # a BatchNorm module's forward counts its batches
-            lines.append(f"_cp_count_batch({_attr_expr(owner) if owner else 'self'})")
         return lines
 
     def pool_sizes(self, k: FusedKernel, j: int, var: str) -> list[str]:

@@ -58,7 +58,7 @@ SELFCHECK_MODULE = "cudaperf_cli.policies.builtin_torch.selfcheck"
 
 def kernels_to_json(kernels: Sequence[FusedKernel]) -> list[dict[str, Any]]:
     """What the emulator needs of each kernel: name, primitives, leaves, constants,
-    outputs, roles (JSON)."""
+    outputs, roles, batch counts (JSON)."""
 
     def ref(r: Any) -> dict[str, Any]:
         if isinstance(r, PRef):
@@ -82,6 +82,7 @@ def kernels_to_json(kernels: Sequence[FusedKernel]) -> list[dict[str, Any]]:
             "consts": [[c.value, c.var] for c in k.consts],
             "outputs": [pid for pid, _ in k.outputs],
             "roles": {str(pid): role for pid, role in k.roles.items()},
+            "batch_counts": list(k.batch_counts),
         })
     return out
 
@@ -329,6 +330,8 @@ class _EmuLib:
             if out.numel() != want:
                 raise ValueError(f"{name}: O{j} has {out.numel()} elements, expected {want}")
             out.view(-1).copy_(v.expand(want) if v.numel() == 1 else v)
+        for j, _ in enumerate(k.get("batch_counts") or ()):  # cp_count_batch: one more batch
+            a[f"B{j}"].add_(1)
 
 
 def _pool(torch: Any, x: Any, z: Mapping[str, int], kind: str) -> Any:
