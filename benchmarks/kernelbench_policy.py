@@ -14,21 +14,22 @@ no KernelBench code is in this file.  For every problem file of the levels, as
    large ones) and finds its probe constants (small enough to run on this CPU);
 2. the built-in PyTorch policy traces it (at shrunken constants when it is large, as in a
    real run), plans its fusion and writes the candidate of ``--turn``, or refuses;
-3. the candidate runs against ``Model`` on the CPU with its kernels *emulated*
+3. the judge's static guards read the candidate (``guard``: it would be rejected unrun);
+4. the candidate runs against ``Model`` on the CPU with its kernels *emulated*
    (``selfcheck.check_candidate(emulate=True)``: the plan's kernels interpreted with PyTorch
    CPU ops, called through the generated ``model.py`` with the launcher signatures of its
    ``kernel.cu``) at two small configurations: the probe constants, and the loader's
    alternative shapes found from them.  A size baked into the code from the trace shows up
    as a wrong or failed second configuration (the GPU judge's ``shape_specialised``).
 
-With ``--host-cuda`` step 3 runs the candidate's CUDA text itself instead of the
+With ``--host-cuda`` step 4 runs the candidate's CUDA text itself instead of the
 interpreted plan: ``kernel.cu`` compiled for the CPU against a CUDA stand-in
 (``selfcheck.check_candidate(host_cuda=True)``, ``cudaperf_cli/policies/builtin_torch/
 hostcuda.py``: threads as fibers, a device of 4 SMs of 2 resident blocks), slower.
 
 What this does not check: the CUDA text itself without ``--host-cuda`` (nvcc compiles it
 in the unit tests; a GPU run executes it), and timing.  Rows: ``file``, ``status`` (``ok``, ``wrong``, ``error``,
-``refused``, ``load_error``), ``fused`` / ``left`` (the plan), ``message``, ``seconds``.
+``guard``, ``refused``, ``load_error``), ``fused`` / ``left`` (the plan), ``message``, ``seconds``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0, 
     on the CPU) at two small configurations (module docstring).  Returns its row; never
     raises for the problem's own faults."""
     from cudaperf_cli.core import CudaperfError
+    from cudaperf_cli.evaluate.static_guards import LIBRARY_OPS, check_candidate_source
     from cudaperf_cli.policies.base import PolicyRefusal
     from cudaperf_cli.policies.builtin_torch import BuiltinTorchPolicy
     from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
@@ -91,6 +93,10 @@ def check_file(path: Path, work: Path, turn: int = 1, timeout_s: float = 600.0, 
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in prop.files.items():
         (folder / name).write_text(text)
+    violations = check_candidate_source(prop.files["model.py"], problem=p, allow_torch_ops=LIBRARY_OPS,
+                                        cuda_sources={"kernel.cu": prop.files.get("kernel.cu", "")})
+    if violations:  # the judge would reject it before running it
+        return done(status="guard", message=str(violations[0])[:300])
     try:
         if host_cuda:
             r = check_candidate(path, folder / "model.py", configs, host_cuda=True, timeout_s=timeout_s)
