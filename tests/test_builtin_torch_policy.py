@@ -1298,6 +1298,53 @@ def get_init_inputs():
 """
 
 
+#: Reductions over a middle dim (the column kernel) whose inner dim has at least 128
+#: elements, not a multiple of 128 (the wide variant's tiles of 128 columns, the last one
+#: partial); the second config's inner dim is under 128 (tiles of 32): name -> (forward
+#: expression, configs of (n, r, c): x is [n, r, c]).
+_WIDE_COLS: dict[str, tuple[str, list[dict[str, int]]]] = {
+    "sum_plus_mean": ("torch.sum(x, dim=1) + x.mean(dim=1) * 0.5",
+                      [{"n": 3, "r": 37, "c": 200}, {"n": 2, "r": 9, "c": 40}]),
+    "argmin_relu_ties": ("torch.argmin(torch.relu(x), dim=1)", [{"n": 2, "r": 21, "c": 130}]),
+    "var_and_amax": ("x.var(dim=1) + x.amax(dim=1)", [{"n": 2, "r": 19, "c": 257}, {"n": 3, "r": 5, "c": 31}]),
+    "logsumexp": ("torch.logsumexp(x * 2.0, dim=1)", [{"n": 1, "r": 33, "c": 140}]),
+}
+
+
+def _wide_cols_source(name: str) -> str:
+    expr, configs = _WIDE_COLS[name]
+    consts = "\n".join(f"{k} = {v}" for k, v in configs[0].items())
+    return f"""
+import torch
+import torch.nn as nn
+{consts}
+class Model(nn.Module):
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn(n, r, c)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("name", sorted(_WIDE_COLS))
+def test_wide_column_tiles_build_and_match(name: str, nvcc_path: str, tmp_path: Path) -> None:
+    """The wide-columns variant's middle-dim reductions take tiles of COL_WIDE columns
+    where ``inner`` has them (a template argument, chosen at launch), else 32; its
+    kernel.cu builds for sm_90 without a warning; every variant matches ``Model``
+    emulated at both shapes."""
+    path = _write_problem(tmp_path, name, _wide_cols_source(name))
+    p, plan, props = _plan_and_variants(path)
+    wide = [t for t, v in enumerate(VARIANTS) if v.wide_cols]
+    assert wide
+    for t, prop in enumerate(props):
+        text = prop.files["kernel.cu"]
+        assert ("_col<int, 128>" in text) == (t in wide), (VARIANTS[t].name, name)
+    _assert_builds_without_warning(props[wide[0]].files["kernel.cu"], nvcc_path, tmp_path)
+    _assert_variants_match_model(path, p, plan, props, tmp_path)
+
+
 _TILED = next(t for t, v in enumerate(VARIANTS) if v.tile_pool)
 
 
@@ -2135,6 +2182,7 @@ OPERATOR_PROBLEMS: dict[str, str] = {
     **{f"row_operands_{n}": _row_operands_source(n) for n in _ROW_OPERANDS},
     **{f"tile_pool_{n}": _tile_pool_source(n) for n in _TILE_POOLS},
     **{f"short_rows_{n}": _short_rows_source(n) for n in _SHORT_ROWS},
+    **{f"wide_cols_{n}": _wide_cols_source(n) for n in _WIDE_COLS},
 }
 
 

@@ -25,8 +25,8 @@ from cudaperf_cli.policies.builtin_torch import VARIANTS, BuiltinTorchPolicy
 from cudaperf_cli.policies.builtin_torch.hostcuda import HostCudaLib, build_host_library, host_source
 from cudaperf_cli.policies.builtin_torch.selfcheck import check_candidate
 from cudaperf_cli.problems.pytorch import load_torch_problem
-from tests.test_builtin_torch_policy import (_SHORT_ROWS, _TILE_POOLS, OPERATOR_PROBLEMS, _short_rows_source,
-                                            _tile_pool_source)
+from tests.test_builtin_torch_policy import (_SHORT_ROWS, _TILE_POOLS, _WIDE_COLS, OPERATOR_PROBLEMS,
+                                            _short_rows_source, _tile_pool_source, _wide_cols_source)
 from tests.test_gpu_builtin_torch import _PHASED_ROWS, _SPLIT_ROWS
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the host CUDA build")
@@ -455,3 +455,24 @@ def test_short_rows_take_eight_lanes_each_on_the_host(name: str, tmp_path: Path)
         assert re.search(r"_row<[^>]*, 4> grid=", text), text
         if len(configs) > 1:
             assert re.search(r"_row<[^>]*, 1> grid=", text), text
+
+
+@pytest.mark.parametrize("name", sorted(_WIDE_COLS))
+def test_wide_column_tiles_run_on_the_host(name: str, tmp_path: Path) -> None:
+    """The wide-columns variant's middle-dim reductions (sums, means, argmax/argmin,
+    variance, maxima, logsumexp's pairs) over tiles of 128 columns, the last one partial,
+    match ``Model`` on the host device; an inner dim under 128 takes tiles of 32."""
+    configs = _WIDE_COLS[name][1]
+    path = tmp_path / f"{name}.py"
+    path.write_text(_wide_cols_source(name))
+    cands = _candidates(path, tmp_path)
+    for t, v in enumerate(VARIANTS):
+        if not v.wide_cols:
+            continue
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cands[t], configs, trace)
+        assert r["ok"], f"{name} variant {v.name}: {r}"
+        text = trace.read_text()
+        assert re.search(r"_col<int, 128> grid=", text), text
+        if len(configs) > 1:
+            assert re.search(r"_col<int, 32> grid=", text), text

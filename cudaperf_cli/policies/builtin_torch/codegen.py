@@ -63,6 +63,9 @@ class Variant:
         tile_pool: an elementwise kernel whose one pooled read is a 1-D or 2-D pool
             with a traced window takes it from a shared-memory tile of the input
             (:meth:`_KernelWriter.tile_kernel`) when the run-time window is the traced one.
+        wide_cols: reductions over a middle dim (the column kernel) take tiles of
+            :data:`COL_WIDE` columns (4 warps side by side: a block reads 512 contiguous
+            bytes of each row) where ``inner`` has that many, else 32 (one warp).
     """
 
     name: str
@@ -73,6 +76,7 @@ class Variant:
     one_pass: bool = False
     unroll_pool: bool = False
     tile_pool: bool = False
+    wide_cols: bool = False
 
     def describe(self, pooling: bool = False, tiling: bool = False) -> str:
         """One line of the choices; ``pooling``: the plan has a pooled read with a traced
@@ -88,6 +92,8 @@ class Variant:
         parts.append("a few long rows split over the grid")
         if self.one_pass:
             parts.append("variances (shifted sums in double) and softmax sums (online (max, sum) pairs) in one pass")
+        if self.wide_cols:
+            parts.append(f"middle-dim reductions over tiles of {COL_WIDE} columns")
         if tiling and self.tile_pool:
             parts.append("1-D/2-D pooling windows read from a shared-memory tile of the input")
         if pooling and self.unroll_pool:
@@ -97,14 +103,14 @@ class Variant:
     def to_json(self, pooling: bool = False, tiling: bool = False) -> dict[str, Any]:
         return {"name": self.name, "block": self.block, "vec": self.vec, "warp_rows": self.warp_rows,
                 "warp_max": self.warp_max, "one_pass": self.one_pass, "unroll_pool": self.unroll_pool,
-                "tile_pool": self.tile_pool, "description": self.describe(pooling, tiling)}
+                "tile_pool": self.tile_pool, "wide_cols": self.wide_cols, "description": self.describe(pooling, tiling)}
 
 
 #: The variants :class:`~.policy.BuiltinTorchPolicy` proposes, one per turn.
 VARIANTS: tuple[Variant, ...] = (
     Variant("block256", 256, False),
     Variant("block256_vec4", 256, True, one_pass=True, unroll_pool=True),
-    Variant("block512_vec4_warprows", 512, True, warp_rows=True, unroll_pool=True, tile_pool=True),
+    Variant("block512_vec4_warprows", 512, True, warp_rows=True, unroll_pool=True, tile_pool=True, wide_cols=True),
 )
 
 # ---------------------------------------------------------------------------------------
@@ -202,14 +208,15 @@ template <int OP, typename T> __device__ __forceinline__ T cp_block_reduce(T v, 
     v = lane < nw ? sm[lane] : cp_ident<OP, T>();
     return cp_warp_reduce<OP, T>(v);
 }
-/* Column blocks: thread (tx, ty) = (t % 32, t / 32); reduce over ty for each tx. */
-template <int OP, typename T> __device__ __forceinline__ T cp_col_reduce(T v, T *sm) {
-    const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+/* Column blocks of CW columns (32 or 128): thread (tx, ty) = (t % CW, t / CW); reduce over
+ * ty for each tx. */
+template <int OP, int CW, typename T> __device__ __forceinline__ T cp_col_reduce(T v, T *sm) {
+    const int tx = threadIdx.x % CW, ny = blockDim.x / CW;
     __syncthreads();
     sm[threadIdx.x] = v;
     __syncthreads();
     T r = cp_ident<OP, T>();
-    for (int k = 0; k < ny; ++k) r = cp_comb<OP, T>(r, sm[k * 32 + tx]);
+    for (int k = 0; k < ny; ++k) r = cp_comb<OP, T>(r, sm[k * CW + tx]);
     return r;
 }
 /* The variance of a row from its shifted sums (one pass): s = sum(x - K), q = sum((x - K)^2)
@@ -291,15 +298,15 @@ template <bool MAX> __device__ __forceinline__ int64_t cp_block_argreduce(float 
     k = lane < nw ? smk[lane] : 0;
     return cp_warp_argreduce<MAX>(v, k);
 }
-template <bool MAX> __device__ __forceinline__ int64_t cp_col_argreduce(float v, int64_t k, float *sm, int64_t *smk) {
-    const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+template <bool MAX, int CW> __device__ __forceinline__ int64_t cp_col_argreduce(float v, int64_t k, float *sm, int64_t *smk) {
+    const int tx = threadIdx.x % CW, ny = blockDim.x / CW;
     __syncthreads();
     sm[threadIdx.x] = v;
     smk[threadIdx.x] = k;
     __syncthreads();
     float bv = MAX ? -CP_INF : CP_INF;
     int64_t bk = 0;
-    for (int j = 0; j < ny; ++j) cp_arg_step<MAX>(bv, bk, sm[j * 32 + tx], smk[j * 32 + tx]);
+    for (int j = 0; j < ny; ++j) cp_arg_step<MAX>(bv, bk, sm[j * CW + tx], smk[j * CW + tx]);
     return bk;
 }
 /* Scans (PROD: product, else sum).  cp_block_exscan: the block's exclusive scan of one
@@ -659,6 +666,11 @@ POOL_SIZES = ("id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", 
 #: rows up to :attr:`Variant.warp_max` get a warp (MODE 1).  Level 2's 34 (layer norm over
 #: rows of 64) left half of each warp idle at one warp per row (twenty-second session).
 ROW_LANES8_MAX = 64
+#: Columns per tile of :attr:`Variant.wide_cols`' column kernels: 4 warps side by side, a
+#: block reading 512 contiguous bytes of each row it walks (32 columns: 128 bytes).
+#: KernelBench's middle-dim reductions of [128, 4096, 4095] ran at 3.0-3.7 TB/s with 32
+#: columns (PyTorch eager 4.07; twenty-fourth session): measured next on the H200.
+COL_WIDE = 128
 #: The largest window (kd * kh * kw elements) :attr:`Variant.unroll_pool` unrolls.
 POOL_UNROLL_MAX = 64
 
@@ -1241,7 +1253,7 @@ class _KernelWriter:
                 if r.is_index:
                     mx = "true" if r.op == "red_argmax" else "false"
                     if kind == "col":
-                        red = f"cp_col_argreduce<{mx}>(s{r.id}, k{r.id}, sm, smk)"
+                        red = f"cp_col_argreduce<{mx}, CW>(s{r.id}, k{r.id}, sm, smk)"
                     elif self.v.warp_rows:
                         red = (f"(MODE == 1 || MODE == 4) ? cp_warp_argreduce<{mx}, LPR>(s{r.id}, k{r.id}) "
                                f": cp_block_argreduce<{mx}>(s{r.id}, k{r.id}, sm)")
@@ -1332,7 +1344,7 @@ class _KernelWriter:
         ones), the partials at ``slots + row * cs``; ``scratch``: the kernel's shared array
         of the value's type (``sm``, ``smd``, ``sml``)."""
         if kind == "col":
-            return f"cp_col_reduce<{op}>({value}, {scratch})"
+            return f"cp_col_reduce<{op}, CW>({value}, {scratch})"
         red = f"cp_block_reduce<{op}>({value}, {scratch})"
         if self.split_ok():
             part = f"{slots} + row * cs, (unsigned)rank, (unsigned)cs"
@@ -1477,7 +1489,10 @@ class _KernelWriter:
 
     def col_kernel(self) -> list[str]:
         v = self.v
-        lines = self.kernel_head("col", "template <typename IdxT>")
+        wide = v.wide_cols and v.block % COL_WIDE == 0
+        lines = self.kernel_head("col", "template <typename IdxT, int CW>" if wide else "template <typename IdxT>")
+        if not wide:
+            lines.append("    constexpr int CW = 32; /* columns per tile: one warp */")
         lines.append(f"    __shared__ float sm[{v.block}];")
         if any(p.is_index for p in self.k.prims):
             lines.append(f"    __shared__ int64_t smk[{v.block}];")
@@ -1487,16 +1502,16 @@ class _KernelWriter:
             lines.append(f"    __shared__ float2 sml[{v.block}];")
         lines.append("    (void)sm; /* unused when the only reductions are variances or (max, sum) pairs */")
         lines += [
-            "    const IdxT tx = threadIdx.x & 31;",
-            "    const IdxT ty = threadIdx.x >> 5;",
-            f"    const IdxT ny = {v.block // 32};",
-            "    const IdxT ntile = (inner + 31) / 32;",
+            "    const IdxT tx = threadIdx.x % CW;",
+            "    const IdxT ty = threadIdx.x / CW;",
+            f"    const IdxT ny = {v.block} / CW;",
+            "    const IdxT ntile = (inner + CW - 1) / CW;",
             "    const IdxT tiles = outer * ntile;",
             "    const float rl = (float)R;",
             "    (void)rl; (void)ny;",
             "    for (IdxT tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
             "        const IdxT o = tile / ntile;",
-            "        const IdxT in = (tile % ntile) * 32 + tx;",
+            "        const IdxT in = (tile % ntile) * CW + tx;",
             "        const bool valid = in < inner;",
             "        const IdxT ridx = o * inner + in;",
             "        (void)ridx;",
@@ -1850,8 +1865,15 @@ class _KernelWriter:
             lines.append("    if (inner == 1) {")
             lines += row_launch("(R % 4) == 0", "        ")
             lines.append("    } else {")
-            lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
-            lines += dispatch(f"{k.name}_col", [idx_flag()], lambda chosen: "grid_c", "        ")
+            if v.wide_cols and v.block % COL_WIDE == 0:  # tiles of COL_WIDE columns where inner has them
+                lines.append(f"        const bool wide = inner >= {COL_WIDE};")
+                lines.append(f"        const unsigned grid_c = cp_grid(outer * (wide ? (inner + {COL_WIDE - 1}) / {COL_WIDE} "
+                             ": (inner + 31) / 32));")
+                flags = [idx_flag(), ("CW", [(str(COL_WIDE), "wide"), ("32", None)])]
+            else:
+                lines.append("        const unsigned grid_c = cp_grid(outer * ((inner + 31) / 32));")
+                flags = [idx_flag()]
+            lines += dispatch(f"{k.name}_col", flags, lambda chosen: "grid_c", "        ")
             lines.append("    }")
         lines.append("    return (int)cudaGetLastError();")
         lines.append("}")
