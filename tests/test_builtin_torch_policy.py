@@ -1569,7 +1569,7 @@ def test_arg_reduction_kernels_compile(turn: int, nvcc_path: str, tmp_path: Path
     warp rows, scalar and float4 loops) and the column kernel of each variant."""
     path = _write_problem(tmp_path, "arg_build", _arg_source("max_values_and_indices"))
     text = _kernel_cu(path, turn)
-    assert "cp_block_argreduce<true>" in text and "cp_col_argreduce<true>" in text
+    assert "cp_block_argreduce<true>" in text and "cp_col_argreduce<true, CW>" in text
     _assert_builds_without_warning(text, nvcc_path, tmp_path)
 
 
@@ -1986,7 +1986,7 @@ def test_online_softmax_kernels_compile(arch: str, nvcc_path: str, tmp_path: Pat
         "return torch.softmax(x, dim=-1)", "return torch.softmax(x, dim=-1), torch.logsumexp(x, dim=1)"))
     turn = next(t for t, v in enumerate(VARIANTS) if v.one_pass)
     text = _kernel_cu(path, turn)
-    for piece in ("cp_grid_reduce<3>(make_float2(", "cp_block_reduce<3>(make_float2(", "cp_col_reduce<3>(make_float2(",
+    for piece in ("cp_grid_reduce<3>(make_float2(", "cp_block_reduce<3>(make_float2(", "cp_col_reduce<3, CW>(make_float2(",
                   "__shared__ float2 sml[", "_gpartl["):
         assert piece in text, piece
     _assert_builds_without_warning(text, nvcc_path, tmp_path, arch)
