@@ -435,6 +435,26 @@ def test_pooling_from_shared_memory_tiles_runs_on_the_host(name: str, tmp_path: 
             assert "_ew<" in text, text
 
 
+def _traces_of_variants(name: str, source: str, configs: list[dict[str, int]], flag: str,
+                        tmp_path: Path) -> list[str]:
+    """The problem ``source`` run on the host device at ``configs`` by every variant whose
+    attribute ``flag`` is set, each matching ``Model``; their launch traces (kernel
+    instantiations and grids), in turn order."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    cands = _candidates(path, tmp_path)
+    texts = []
+    for t, v in enumerate(VARIANTS):
+        if not getattr(v, flag):
+            continue
+        trace = tmp_path / f"trace{t}.txt"
+        r = _check(path, cands[t], configs, trace)
+        assert r["ok"], f"{name} variant {v.name}: {r}"
+        texts.append(trace.read_text())
+    assert texts, f"no variant has {flag}"
+    return texts
+
+
 @pytest.mark.parametrize("name", sorted(_SHORT_ROWS))
 def test_short_rows_take_eight_lanes_each_on_the_host(name: str, tmp_path: Path) -> None:
     """Rows of up to 64 elements in the warp-rows variant: 8 lanes each, reduced by
@@ -442,16 +462,7 @@ def test_short_rows_take_eight_lanes_each_on_the_host(name: str, tmp_path: Path)
     warp's rows past the end repeating the last row; matches ``Model`` on the host device;
     a longer row takes one warp (MODE 1)."""
     _, _, configs = _SHORT_ROWS[name]
-    path = tmp_path / f"{name}.py"
-    path.write_text(_short_rows_source(name))
-    cands = _candidates(path, tmp_path)
-    for t, v in enumerate(VARIANTS):
-        if not v.warp_rows:
-            continue
-        trace = tmp_path / f"trace{t}.txt"
-        r = _check(path, cands[t], configs, trace)
-        assert r["ok"], f"{name} variant {v.name}: {r}"
-        text = trace.read_text()
+    for text in _traces_of_variants(name, _short_rows_source(name), configs, "warp_rows", tmp_path):
         assert re.search(r"_row<[^>]*, 4> grid=", text), text
         if len(configs) > 1:
             assert re.search(r"_row<[^>]*, 1> grid=", text), text
@@ -459,20 +470,11 @@ def test_short_rows_take_eight_lanes_each_on_the_host(name: str, tmp_path: Path)
 
 @pytest.mark.parametrize("name", sorted(_WIDE_COLS))
 def test_wide_column_tiles_run_on_the_host(name: str, tmp_path: Path) -> None:
-    """The wide-columns variant's middle-dim reductions (sums, means, argmax/argmin,
+    """The wide-columns variant's middle-dim reductions (sums, means, argmin,
     variance, maxima, logsumexp's pairs) over tiles of 128 columns, the last one partial,
     match ``Model`` on the host device; an inner dim under 128 takes tiles of 32."""
     configs = _WIDE_COLS[name][1]
-    path = tmp_path / f"{name}.py"
-    path.write_text(_wide_cols_source(name))
-    cands = _candidates(path, tmp_path)
-    for t, v in enumerate(VARIANTS):
-        if not v.wide_cols:
-            continue
-        trace = tmp_path / f"trace{t}.txt"
-        r = _check(path, cands[t], configs, trace)
-        assert r["ok"], f"{name} variant {v.name}: {r}"
-        text = trace.read_text()
+    for text in _traces_of_variants(name, _wide_cols_source(name), configs, "wide_cols", tmp_path):
         assert re.search(r"_col<int, 128> grid=", text), text
         if len(configs) > 1:
             assert re.search(r"_col<int, 32> grid=", text), text

@@ -1304,6 +1304,11 @@ class _KernelWriter:
             lines += self.element_loop(prims, [], [], full_outs, ind, kind)
         return lines
 
+    def wide_cols(self) -> bool:
+        """Whether the column kernel takes its tile width ``CW`` as a template argument
+        (:attr:`Variant.wide_cols`: COL_WIDE where ``inner`` has that many, else 32)."""
+        return self.v.wide_cols and self.v.block % COL_WIDE == 0
+
     def split_ok(self) -> bool:
         """Whether the row kernel has MODE 2 (rows split over a cooperative grid): it
         reduces rows (contiguous, grouped or batch norm's channels) with sums, maxima or
@@ -1489,7 +1494,7 @@ class _KernelWriter:
 
     def col_kernel(self) -> list[str]:
         v = self.v
-        wide = v.wide_cols and v.block % COL_WIDE == 0
+        wide = self.wide_cols()
         lines = self.kernel_head("col", "template <typename IdxT, int CW>" if wide else "template <typename IdxT>")
         if not wide:
             lines.append("    constexpr int CW = 32; /* columns per tile: one warp */")
@@ -1865,7 +1870,7 @@ class _KernelWriter:
             lines.append("    if (inner == 1) {")
             lines += row_launch("(R % 4) == 0", "        ")
             lines.append("    } else {")
-            if v.wide_cols and v.block % COL_WIDE == 0:  # tiles of COL_WIDE columns where inner has them
+            if self.wide_cols():  # tiles of COL_WIDE columns where inner has them
                 lines.append(f"        const bool wide = inner >= {COL_WIDE};")
                 lines.append(f"        const unsigned grid_c = cp_grid(outer * (wide ? (inner + {COL_WIDE - 1}) / {COL_WIDE} "
                              ": (inner + 31) / 32));")
